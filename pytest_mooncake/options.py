@@ -1,0 +1,161 @@
+"""Every command-line option of the plugin, in one place, each mirrored by an ini key.
+
+The command line wins over the ini file; both win over the default. ``resolve`` turns the raw
+values into a frozen ``McConfig`` and raises ``pytest.UsageError`` with a one-line message for
+a bad value.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    default: str
+    help: str
+    metavar: str = "VALUE"
+
+    @property
+    def flag(self) -> str:
+        return "--mc-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "mc_" + self.name
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("target", "reference", "implementation under test: reference, reference:legacy "
+           "(more with external targets). Default: reference.", "NAME[:VARIANT]"),
+    Option("etcd", "", "comma-separated host:port of an existing etcd cluster to use (never "
+           "stopped by the plugin). Default: start one etcd per xdist worker.", "HOST:PORT,..."),
+    Option("toxiproxy", "", "base URL of a real Toxiproxy server for network faults. Default: "
+           "start the plugin's embedded Toxiproxy-compatible server.", "URL"),
+    Option("seed", "", "integer seed driving every random choice (workloads, faults, "
+           "schedules). Default: random, printed in the header.", "INT"),
+    Option("report", "", "write the conformance matrix as JSON to this file.", "FILE.json"),
+    Option("verbs", "sim", "verbs layer of the RDMA path: sim (simulated) or pyverbs:DEVICE. "
+           "Default: sim.", "sim|pyverbs:DEVICE"),
+    Option("schedules", "200", "schedules to explore per controlled-scheduler scenario. "
+           "Default: 200.", "N"),
+    Option("strategy", "pct", "scheduling strategy for explorations: pct or random. "
+           "Default: pct.", "pct|random"),
+    Option("replay", "", "replay token printed by a failing exploration; runs exactly that "
+           "schedule.", "TOKEN"),
+    Option("chaos_seconds", "10", "length of each nemesis (chaos) run in seconds. Default: 10.",
+           "SECONDS"),
+)
+
+
+@dataclass(frozen=True)
+class McConfig:
+    target: str
+    etcd: tuple[str, ...]
+    toxiproxy: str | None
+    seed: int
+    seed_was_given: bool
+    report: str | None
+    verbs: str
+    schedules: int
+    strategy: str
+    replay: str | None
+    chaos_seconds: float
+    raw: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mooncake", "Mooncake conformance and chaos testing")
+    for opt in OPTIONS:
+        group.addoption(opt.flag, dest="mc_" + opt.name, default=None, metavar=opt.metavar,
+                        help=opt.help)
+        parser.addini(opt.ini, help=opt.help, default=opt.default)
+
+
+def raw_values(config: pytest.Config) -> dict[str, str]:
+    values = {}
+    for opt in OPTIONS:
+        cli = config.getoption("mc_" + opt.name)
+        values[opt.name] = str(cli if cli is not None else config.getini(opt.ini) or opt.default)
+    return values
+
+
+def _positive_int(name: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n <= 0:
+        raise pytest.UsageError(f"--mc-{name} must be a positive integer (got {value!r})")
+    return n
+
+
+def _hostports(value: str) -> tuple[str, ...]:
+    out = []
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise pytest.UsageError(
+                f"--mc-etcd takes comma-separated host:port (got {part!r}); "
+                f"e.g. --mc-etcd=127.0.0.1:2379"
+            )
+        out.append(part)
+    return tuple(out)
+
+
+def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
+    seed_text = raw["seed"].strip()
+    if inherited_seed is not None:
+        seed, given = int(inherited_seed), bool(seed_text)
+    elif seed_text:
+        try:
+            seed = int(seed_text, 0)
+        except ValueError:
+            raise pytest.UsageError(
+                f"--mc-seed must be an integer (got {seed_text!r}); omit it for a random seed"
+            ) from None
+        if seed < 0:
+            raise pytest.UsageError(f"--mc-seed must be >= 0 (got {seed})")
+        given = True
+    else:
+        seed, given = secrets.randbelow(2**32), False
+    strategy = raw["strategy"].strip().lower()
+    if strategy not in ("pct", "random"):
+        raise pytest.UsageError(f"--mc-strategy must be pct or random (got {raw['strategy']!r})")
+    verbs = raw["verbs"].strip()
+    if verbs != "sim" and not (verbs.startswith("pyverbs:") and len(verbs) > len("pyverbs:")):
+        raise pytest.UsageError(
+            f"--mc-verbs must be sim or pyverbs:DEVICE (got {verbs!r}), e.g. --mc-verbs=pyverbs:mlx5_0"
+        )
+    try:
+        chaos = float(raw["chaos_seconds"])
+        if chaos <= 0:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(
+            f"--mc-chaos-seconds must be a positive number (got {raw['chaos_seconds']!r})"
+        ) from None
+    toxi = raw["toxiproxy"].strip().rstrip("/") or None
+    if toxi and not toxi.startswith(("http://", "https://")):
+        raise pytest.UsageError(
+            f"--mc-toxiproxy must be a URL like http://127.0.0.1:8474 (got {toxi!r})"
+        )
+    return McConfig(
+        target=raw["target"].strip() or "reference",
+        etcd=_hostports(raw["etcd"]),
+        toxiproxy=toxi,
+        seed=seed,
+        seed_was_given=given,
+        report=raw["report"].strip() or None,
+        verbs=verbs,
+        schedules=_positive_int("schedules", raw["schedules"]),
+        strategy=strategy,
+        replay=raw["replay"].strip() or None,
+        chaos_seconds=chaos,
+        raw=dict(raw),
+    )

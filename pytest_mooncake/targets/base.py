@@ -1,0 +1,231 @@
+"""The Target API: the seam between the conformance suites and an implementation under test.
+
+A suite never touches an implementation directly. It asks the session's ``Target`` for
+handles (engines, metadata stores, master clusters, RDMA worker pools) and drives them
+through the protocols below. A target that lacks the *means* for something (no RDMA
+device, no hook to force an interleaving) says so through ``capabilities``; a test that
+needs a missing capability is reported n/a with the target's reason. A target that has
+the means but behaves wrongly makes the test FAIL.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+class Capability(str, enum.Enum):
+    """The means a target may have. ``mc_requires`` takes these values."""
+
+    ENGINE = "engine"
+    """Start transfer-engine processes under a segment name, write/read peers."""
+    ENGINE_RESTART = "engine_restart"
+    """Restart an engine under the same segment name (a new process)."""
+    KEEP_ADDRESSES = "keep_addresses"
+    """Restart so that buffer addresses (and keys) equal the old process's."""
+    CACHE_CONTROL = "cache_control"
+    """Set ``metadata_cache_ttl_ms``, look up a peer, force a refresh, read cache counters."""
+    ENGINE_COUNTERS = "engine_counters"
+    """Read refresh/replacement/retire/exhaustion counters of an engine."""
+    METADATA_ETCD = "metadata_etcd"
+    METADATA_HTTP = "metadata_http"
+    METADATA_FAULTS = "metadata_faults"
+    """Route an engine's metadata traffic through a fault proxy."""
+    RDMA_CONTROL = "rdma_control"
+    """An RDMA worker pool on a verbs layer the test controls (hold/replay completions)."""
+    SCHEDULER = "scheduler"
+    """Run the RDMA path under a controlled scheduler (exact interleavings, replay tokens)."""
+    MASTER_CLUSTER = "master_cluster"
+    """Start, kill and observe HA masters and store clients."""
+    MASTER_SNAPSHOT = "master_snapshot"
+    """Masters that write and restore snapshots."""
+    MASTER_FAULT_PLANTING = "master_fault_planting"
+    """Plant an invalid entry (e.g. overlapping descriptors) in a standby's replicated state."""
+    VERSION_SKEW = "version_skew"
+    """Start components of a chosen other version or profile beside this target."""
+
+
+class TargetLacks(Exception):
+    """Raised by a target asked for something it has no means to do."""
+
+    def __init__(self, capability: Capability | str, reason: str):
+        self.capability = Capability(capability)
+        self.reason = reason
+        super().__init__(f"{self.capability.value}: {reason}")
+
+
+class TargetError(Exception):
+    """A target could not start or drive a component (setup problem, not a verdict)."""
+
+
+# ---------------------------------------------------------------------------------- handles
+
+
+@runtime_checkable
+class MetadataHandle(Protocol):
+    """A metadata store (etcd or an HTTP metadata server) with raw access for planting values."""
+
+    kind: str
+    """``"etcd"`` or ``"http"``."""
+    uri: str
+    """The connection string as Mooncake spells it: ``etcd://h:p`` or ``http://h:p/metadata``."""
+
+    def get(self, key: str) -> bytes | None: ...
+    def put(self, key: str, value: bytes) -> None: ...
+    def delete(self, key: str) -> bool: ...
+    def keys(self, prefix: str = "") -> list[str]: ...
+    def segment_key(self, segment: str) -> str:
+        """The key a segment descriptor is published under (``mooncake/ram/<segment>``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """What one write or read did; ``error`` names the failure in the target's words."""
+
+    ok: bool
+    data: bytes | None = None
+    error: str | None = None
+    retries: int = 0
+
+
+@runtime_checkable
+class EngineHandle(Protocol):
+    """One transfer-engine process publishing one segment."""
+
+    segment: str
+    pid: int | None
+
+    def descriptor(self) -> Mapping[str, Any]:
+        """The engine's own published descriptor, decoded from the metadata store."""
+        ...
+
+    def raw_descriptor(self) -> bytes | None: ...
+    def buffers(self) -> list[tuple[int, int]]:
+        """(address, length) of each registered buffer."""
+        ...
+
+    def write(self, peer: str, offset: int, data: bytes) -> TransferResult:
+        """Write ``data`` at ``offset`` into the first buffer of segment ``peer``."""
+        ...
+
+    def read(self, peer: str, offset: int, length: int) -> TransferResult: ...
+    def write_at(self, peer: str, address: int, data: bytes) -> TransferResult:
+        """Write at an absolute remote address (used to probe foreign memory, MR-18)."""
+        ...
+
+    def stats(self) -> Mapping[str, int]:
+        """Counters: refresh_ok, refresh_failed, refresh_forced, replacements, legacy_peers,
+        endpoints_retired, retries_exhausted, snapshots_replaced, metadata_fetches."""
+        ...
+
+    def logs(self) -> str: ...
+    def restart(self, keep_addresses: bool = False) -> None: ...
+    def kill(self) -> None: ...
+    def stop(self) -> None: ...
+    def alive(self) -> bool: ...
+
+
+class MasterClusterHandle(Protocol):
+    """N HA masters and M store clients on one etcd."""
+
+    def leader(self, timeout: float = 10.0) -> int: ...
+    def standbys(self) -> list[int]: ...
+    def start_master(self, index: int | None = None) -> int: ...
+    def kill_master(self, index: int) -> None: ...
+    def stop_master(self, index: int) -> None: ...
+    def promotable(self, index: int) -> Mapping[str, Any]: ...
+    def key_count(self, index: int) -> int: ...
+    def metrics(self, index: int) -> Mapping[str, float]: ...
+    def client(self, index: int = 0) -> Any: ...
+
+
+class RdmaHandle(Protocol):
+    """An RDMA worker pool on a verbs layer under the test's control (see mc_completions)."""
+
+
+# ---------------------------------------------------------------------------------- target
+
+
+@dataclass
+class TargetContext:
+    """What the plugin hands a target when the session opens it."""
+
+    seed: int
+    workdir: Path
+    etcd_endpoints: Any = None
+    """A callable returning ``list[str]`` of ``host:port``; starts etcd on first use."""
+    supervisor: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Target(abc.ABC):
+    """An implementation under test. Subclasses register themselves in ``targets.registry``."""
+
+    kind: str = ""
+    capabilities: frozenset[Capability] = frozenset()
+
+    def __init__(self, variant: str | None = None):
+        self.variant = variant
+
+    @property
+    def label(self) -> str:
+        """The matrix column name: ``kind`` or ``kind:variant``."""
+        return f"{self.kind}:{self.variant}" if self.variant else self.kind
+
+    @property
+    def version(self) -> str:
+        return "unknown"
+
+    def missing(self, capability: Capability | str) -> str | None:
+        """Why this target lacks ``capability``, or None when it has it."""
+        cap = Capability(capability)
+        if cap in self.capabilities:
+            return None
+        return self.lack_reason(cap)
+
+    def lack_reason(self, capability: Capability) -> str:
+        return f"target {self.label} has no means for {capability.value}"
+
+    def open(self, ctx: TargetContext) -> None:
+        """Session start: remember the context; start nothing expensive yet."""
+        self.ctx = ctx
+
+    def close(self) -> None:
+        """Session end: stop and reap everything this target started."""
+
+    # Component factories. Targets override what they support.
+    def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
+        raise TargetLacks(
+            Capability.METADATA_HTTP if kind == "http" else Capability.METADATA_ETCD,
+            f"target {self.label} provides no {kind} metadata store",
+        )
+
+    def start_engine(
+        self, segment: str, metadata: MetadataHandle, **options: Any
+    ) -> EngineHandle:
+        raise TargetLacks(Capability.ENGINE, f"target {self.label} cannot start engines")
+
+    def master_cluster(self, masters: int = 2, clients: int = 1, **options: Any) -> MasterClusterHandle:
+        raise TargetLacks(
+            Capability.MASTER_CLUSTER, f"target {self.label} cannot start master clusters"
+        )
+
+    def rdma(self, **options: Any) -> RdmaHandle:
+        raise TargetLacks(Capability.RDMA_CONTROL, f"target {self.label} has no controllable RDMA path")
+
+    def describe(self) -> Mapping[str, Any]:
+        """Facts for the report header (version, build, capabilities)."""
+        return {
+            "target": self.label,
+            "version": self.version,
+            "capabilities": sorted(c.value for c in self.capabilities),
+        }
+
+
+def capability_names() -> Iterable[str]:
+    return (c.value for c in Capability)
