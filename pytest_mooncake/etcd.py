@@ -1,0 +1,1 @@
+"""Real etcd for tests (placeholder; being written)."""

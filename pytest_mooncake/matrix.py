@@ -1,0 +1,167 @@
+"""The conformance matrix: requirement x target -> pass / FAIL / n/a, from test outcomes.
+
+Verdict rules (per requirement and column): FAIL if any test naming the ID failed; error if
+none failed but one could not be judged (a setup or teardown error); n/a if every test was
+skipped (the target lacked the means); pass if every test that ran passed and at least one ran.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_mooncake.catalogue import Catalogue
+
+PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
+VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR = "pass", "FAIL", "n/a", "error"
+
+
+@dataclass
+class TestOutcome:
+    nodeid: str
+    outcome: str
+    reason: str | None = None
+
+
+@dataclass
+class ConformanceMatrix:
+    """Collects per-test outcomes keyed by requirement and column (target label)."""
+
+    catalogue: Catalogue
+    columns: list[str] = field(default_factory=list)
+    _tests: dict[tuple[str, str], dict[str, TestOutcome]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+
+    def add_column(self, column: str) -> None:
+        if column not in self.columns:
+            self.columns.append(column)
+
+    def record(self, req_ids: list[str], column: str, nodeid: str, phase: str, outcome: str,
+               reason: str | None = None) -> None:
+        """Fold one pytest phase report (setup/call/teardown) into the test's final outcome."""
+        self.add_column(column)
+        for req in req_ids:
+            tests = self._tests[(req, column)]
+            prev = tests.get(nodeid)
+            new = _fold(prev.outcome if prev else None, phase, outcome)
+            if new is None:
+                continue
+            keep_reason = reason if new == SKIPPED else None
+            tests[nodeid] = TestOutcome(nodeid, new, keep_reason)
+
+    def requirement_ids(self) -> list[str]:
+        return sorted({req for req, _ in self._tests}, key=self.catalogue.order)
+
+    def tests(self, req: str, column: str) -> list[TestOutcome]:
+        return list(self._tests.get((req, column), {}).values())
+
+    def verdict(self, req: str, column: str) -> str | None:
+        outcomes = [t.outcome for t in self.tests(req, column)]
+        if not outcomes:
+            return None
+        if FAILED in outcomes:
+            return VERDICT_FAIL
+        if ERROR in outcomes:
+            return VERDICT_ERROR
+        if all(o == SKIPPED for o in outcomes):
+            return VERDICT_NA
+        return VERDICT_PASS
+
+    # ------------------------------------------------------------------ rendering
+
+    def cell(self, req: str, column: str) -> str:
+        verdict = self.verdict(req, column)
+        if verdict is None:
+            return "-"
+        tests = self.tests(req, column)
+        if verdict == VERDICT_PASS:
+            ran = sum(t.outcome == PASSED for t in tests)
+            skipped = len(tests) - ran
+            return f"pass ({ran})" + (f" +{skipped} n/a" if skipped else "")
+        if verdict == VERDICT_FAIL:
+            return f"FAIL ({sum(t.outcome == FAILED for t in tests)}/{len(tests)})"
+        if verdict == VERDICT_ERROR:
+            return f"error ({sum(t.outcome == ERROR for t in tests)}/{len(tests)})"
+        reasons = {t.reason for t in tests if t.reason}
+        return f"n/a ({len(reasons)} reason{'s' if len(reasons) != 1 else ''})"
+
+    def render(self, header: list[str]) -> list[str]:
+        reqs = self.requirement_ids()
+        lines = list(header)
+        if not reqs:
+            lines.append("no collected test names a requirement (mark tests with mc_req)")
+            return lines
+        title_w = 52
+        col_w = [max(12, len(c)) for c in self.columns]
+        head = f"{'requirement':<11}  {'title':<{title_w}}  " + "  ".join(
+            f"{c:<{w}}" for c, w in zip(self.columns, col_w)
+        )
+        lines += [head, "-" * len(head)]
+        for req in reqs:
+            title = self.catalogue[req].title if req in self.catalogue else "?"
+            if len(title) > title_w:
+                title = title[: title_w - 3] + "..."
+            cells = "  ".join(f"{self.cell(req, c):<{w}}" for c, w in zip(self.columns, col_w))
+            lines.append(f"{req:<11}  {title:<{title_w}}  {cells}")
+        counts = defaultdict(int)
+        for req in reqs:
+            for c in self.columns:
+                v = self.verdict(req, c)
+                if v:
+                    counts[v] += 1
+        lines.append(
+            "verdicts: " + ", ".join(f"{counts[v]} {v}" for v in
+                                     (VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR)
+                                     if counts[v])
+        )
+        na = sorted({(req, c, t.reason) for req in reqs for c in self.columns
+                     for t in self.tests(req, c)
+                     if t.outcome == SKIPPED and t.reason and self.verdict(req, c) == VERDICT_NA})
+        for req, c, reason in na:
+            lines.append(f"  n/a {req} [{c}]: {reason}")
+        return lines
+
+    def to_json(self, seed: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The report shape: one column as the documented flat form; several under columns."""
+
+        def column_doc(column: str) -> dict[str, Any]:
+            out = {}
+            for req in self.requirement_ids():
+                verdict = self.verdict(req, column)
+                if verdict is None:
+                    continue
+                tests = []
+                for t in sorted(self.tests(req, column), key=lambda t: t.nodeid):
+                    entry = {"nodeid": t.nodeid, "outcome": t.outcome}
+                    if t.reason:
+                        entry["reason"] = t.reason
+                    tests.append(entry)
+                out[req] = {"verdict": verdict, "tests": tests}
+            return out
+
+        first = self.columns[0] if self.columns else ""
+        doc: dict[str, Any] = {"target": first, "seed": seed, "requirements": column_doc(first)}
+        if len(self.columns) > 1:
+            doc["columns"] = {c: {"requirements": column_doc(c)} for c in self.columns}
+        if extra:
+            doc.update(extra)
+        return doc
+
+    def write_json(self, path: str | Path, seed: int, extra: dict[str, Any] | None = None) -> None:
+        Path(path).write_text(json.dumps(self.to_json(seed, extra), indent=2) + "\n")
+
+
+def _fold(prev: str | None, phase: str, outcome: str) -> str | None:
+    """Combine a phase's outcome with what the test already has."""
+    if phase == "setup":
+        return {PASSED: None, FAILED: ERROR, SKIPPED: SKIPPED}.get(outcome)
+    if phase == "call":
+        return outcome
+    # teardown: an error after a pass means the test could not be judged cleanly
+    if outcome == FAILED and prev in (PASSED, None):
+        return ERROR
+    return None

@@ -1,0 +1,222 @@
+"""pytest hooks of pytest-mooncake: options, markers, target selection, seed, matrix, report."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_mooncake import options as mc_options
+from pytest_mooncake.catalogue import load_catalogue
+from pytest_mooncake.matrix import ConformanceMatrix
+from pytest_mooncake.targets import Capability, Target, TargetContext, TargetLacks, UnknownTarget
+from pytest_mooncake.targets import resolve_target as _resolve_target
+
+MC_CONFIG = pytest.StashKey["mc_options.McConfig"]()
+MC_TARGET = pytest.StashKey[Target]()
+MC_MATRIX = pytest.StashKey[ConformanceMatrix]()
+
+NA_PREFIX = "n/a: "
+REQ_PROPERTY = "mc_req"
+COLUMN_PROPERTY = "mc_column"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    mc_options.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "mc_req(*IDS): the requirement(s) of the catalogue this test checks (e.g. 'MR-3'); "
+        "keys the conformance matrix",
+    )
+    config.addinivalue_line(
+        "markers",
+        "mc_requires(*CAPABILITIES): means the target must have; otherwise the test is n/a "
+        "with the target's reason. Capabilities: "
+        + ", ".join(c.value for c in Capability),
+    )
+    inherited = getattr(config, "workerinput", {}).get("mc_seed")
+    mc_config = mc_options.resolve(mc_options.raw_values(config), inherited_seed=inherited)
+    try:
+        target = _resolve_target(mc_config.target)
+    except UnknownTarget as exc:
+        raise pytest.UsageError(f"--mc-target: {exc}") from None
+    config.stash[MC_CONFIG] = mc_config
+    config.stash[MC_TARGET] = target
+    matrix = ConformanceMatrix(load_catalogue())
+    matrix.add_column(target.label)
+    config.stash[MC_MATRIX] = matrix
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(), "mooncake-xdist")
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_MatrixRecorder(config), "mooncake-matrix")
+
+
+class _XdistHooks:
+    """Hands the controller's seed to every worker so all of them draw from one seed."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["mc_seed"] = node.config.stash[MC_CONFIG].seed
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    mc = config.stash[MC_CONFIG]
+    target = config.stash[MC_TARGET]
+    etcd = ",".join(mc.etcd) if mc.etcd else "start one per worker"
+    toxi = mc.toxiproxy or "embedded Toxiproxy-compatible server"
+    seed_note = "" if mc.seed_was_given else " (random; rerun with --mc-seed=%d)" % mc.seed
+    return [
+        f"mooncake: target={target.label} ({target.version}) seed={mc.seed}{seed_note}",
+        f"mooncake: etcd={etcd} toxiproxy={toxi} verbs={mc.verbs}",
+    ]
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    catalogue = load_catalogue()
+    problems = []
+    for item in items:
+        for mark in item.iter_markers("mc_req"):
+            if not mark.args:
+                problems.append(f"{item.nodeid}: mc_req needs at least one requirement ID")
+            for req in mark.args:
+                if not isinstance(req, str) or req not in catalogue:
+                    hint = catalogue.suggest(str(req))
+                    problems.append(f"{item.nodeid}: unknown requirement {req!r} in mc_req ({hint})")
+                    continue
+                fam = catalogue.families[catalogue[req].family]
+                item.add_marker(pytest.mark.allure_label(f"{fam.id}: {fam.name}", label_type="epic"))
+                item.add_marker(pytest.mark.allure_label(req, label_type="feature"))
+        for mark in item.iter_markers("mc_requires"):
+            for cap in mark.args:
+                try:
+                    Capability(cap)
+                except ValueError:
+                    known = ", ".join(c.value for c in Capability)
+                    problems.append(
+                        f"{item.nodeid}: unknown capability {cap!r} in mc_requires (known: {known})"
+                    )
+    if problems:
+        raise pytest.UsageError("mooncake markers:\n  " + "\n  ".join(problems))
+
+
+def _req_ids(item: pytest.Item) -> list[str]:
+    seen: list[str] = []
+    for mark in item.iter_markers("mc_req"):
+        seen.extend(r for r in mark.args if r not in seen)
+    return seen
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    target = item.config.stash[MC_TARGET]
+    for mark in item.iter_markers("mc_requires"):
+        for cap in mark.args:
+            reason = target.missing(cap)
+            if reason:
+                pytest.skip(f"{NA_PREFIX}{reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(TargetLacks):
+        exc: TargetLacks = call.excinfo.value
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {NA_PREFIX}{exc.reason}")
+    # Every phase report carries its own copy, so the controller can fold each one.
+    for req in _req_ids(item):
+        report.user_properties.append((REQ_PROPERTY, req))
+    report.user_properties.append((COLUMN_PROPERTY, item.config.stash[MC_TARGET].label))
+
+
+def _skip_reason(report: pytest.TestReport) -> str | None:
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        text = str(report.longrepr[2])
+        return text.removeprefix("Skipped: ").removeprefix(NA_PREFIX)
+    return None
+
+
+class _MatrixRecorder:
+    """Folds test reports into the matrix and prints it; on the controller only (under xdist,
+    worker reports reach the controller with their user_properties)."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        reqs = [v for k, v in report.user_properties if k == REQ_PROPERTY]
+        if not reqs:
+            return
+        column = next((v for k, v in report.user_properties if k == COLUMN_PROPERTY),
+                      self.config.stash[MC_TARGET].label)
+        reason = _skip_reason(report) if report.skipped else None
+        self.config.stash[MC_MATRIX].record(
+            reqs, column, report.nodeid, report.when, report.outcome, reason
+        )
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        config = self.config
+        mc = config.stash[MC_CONFIG]
+        matrix = config.stash[MC_MATRIX]
+        target = config.stash[MC_TARGET]
+        terminalreporter.section("mooncake conformance matrix")
+        header = [f"target: {target.label} ({target.version})    seed: {mc.seed}"]
+        for line in matrix.render(header):
+            terminalreporter.write_line(line)
+        if mc.report:
+            matrix.write_json(mc.report, mc.seed)
+            terminalreporter.write_line(f"JSON report written to {mc.report}")
+
+
+# ---------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def mc_config(pytestconfig: pytest.Config) -> mc_options.McConfig:
+    """The resolved plugin options (target, etcd, toxiproxy, seed, ...)."""
+    return pytestconfig.stash[MC_CONFIG]
+
+
+@pytest.fixture(scope="session")
+def mc_target(
+    request: pytest.FixtureRequest, mc_config: mc_options.McConfig,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Target]:
+    """The implementation under test, opened for this session (one per xdist worker)."""
+    target = request.config.stash[MC_TARGET]
+
+    def etcd_endpoints() -> list[str]:
+        return list(request.getfixturevalue("mc_etcd").endpoints)
+
+    ctx = TargetContext(
+        seed=mc_config.seed,
+        workdir=tmp_path_factory.mktemp("mc-target"),
+        etcd_endpoints=etcd_endpoints,
+        options=dict(mc_config.raw),
+    )
+    target.open(ctx)
+    try:
+        yield target
+    finally:
+        target.close()
+
+
+@pytest.fixture
+def mc_seed(request: pytest.FixtureRequest, mc_config: mc_options.McConfig) -> int:
+    """This test's seed: the session seed mixed with the test id, so it does not depend on
+    test order or on which xdist worker runs the test."""
+    return (mc_config.seed + zlib.crc32(request.node.nodeid.encode())) % 2**32
+
+
+@pytest.fixture
+def mc_rng(mc_seed: int) -> random.Random:
+    """A random generator seeded with ``mc_seed``; use it for every random choice in a test."""
+    return random.Random(mc_seed)
