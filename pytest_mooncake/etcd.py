@@ -1,1 +1,186 @@
-"""Real etcd for tests (placeholder; being written)."""
+"""``mc_etcd``: a real etcd for tests, one per xdist worker, or an existing cluster.
+
+The default starts ``etcd`` (Debian's ``etcd-server``) on two free loopback ports with a data
+directory under the worker's temp dir, waits (bounded) for ``/health``, and stops and reaps it
+at session end. ``stop()``/``start()`` keep the data dir and ports, for fault tests. With
+``--mc-etcd=host:port,...`` the given cluster is used and never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_mooncake.logs import attach_fixture_log
+from pytest_mooncake.ports import free_port, release_port
+from pytest_mooncake.processes import ManagedProcess, ProcessStartError
+
+INSTALL_HINT = (
+    "no etcd binary found on PATH: install it with `apt-get install -y etcd-server` "
+    "(Debian/Ubuntu; the README's commands do this when run as root), set MC_ETCD_BIN to its "
+    "path, or pass --mc-etcd=HOST:PORT of an etcd you run yourself"
+)
+
+
+class EtcdUnavailable(RuntimeError):
+    """etcd could not be started or reached; the message says what to do."""
+
+
+def etcd_healthy(endpoint: str, timeout: float = 0.5) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{endpoint}/health", timeout=timeout) as resp:
+            return json.loads(resp.read() or b"{}").get("health") in ("true", True)
+    except (OSError, ValueError):
+        return False
+
+
+def find_etcd() -> str:
+    path = os.environ.get("MC_ETCD_BIN") or shutil.which("etcd")
+    if not path and Path("/usr/bin/etcd").exists():
+        path = "/usr/bin/etcd"
+    if not path:
+        raise EtcdUnavailable(INSTALL_HINT)
+    return path
+
+
+class _EtcdClientMixin:
+    endpoints: list[str]
+
+    def client(self, timeout: float = 5.0) -> Any:
+        """An ``etcd3`` client on the first endpoint."""
+        import etcd3  # noqa: PLC0415 (import-light plugin)
+
+        host, _, port = self.endpoints[0].rpartition(":")
+        return etcd3.client(host=host, port=int(port), timeout=timeout)
+
+    @property
+    def uri(self) -> str:
+        """The metadata connection string as Mooncake spells it."""
+        return "etcd://" + ";".join(self.endpoints)
+
+    def healthy(self) -> bool:
+        return any(etcd_healthy(e) for e in self.endpoints)
+
+
+class EtcdServer(_EtcdClientMixin):
+    """A single-member etcd on loopback that we start, stop and restart ourselves."""
+
+    owned = True
+
+    def __init__(self, data_dir: Path, log_path: Path, binary: str | None = None,
+                 ready_timeout: float = 20.0):
+        self.binary = binary or find_etcd()
+        self.data_dir = Path(data_dir)
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.endpoints = [f"127.0.0.1:{self.client_port}"]
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        client = f"http://127.0.0.1:{self.client_port}"
+        name = f"mc-etcd-{self.client_port}"
+        argv = [
+            self.binary, "--name", name, "--data-dir", str(self.data_dir),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"{name}={peer}", "--initial-cluster-state", "new",
+            "--log-level", "warn", "--logger", "zap",
+        ]
+        env = dict(os.environ, ETCD_UNSUPPORTED_ARCH=os.environ.get("ETCD_UNSUPPORTED_ARCH", ""))
+        self.process = ManagedProcess(
+            "etcd", argv, log_path, env=env, ready=lambda _: self.healthy(),
+            ready_timeout=ready_timeout,
+        )
+        self.process.ready.__doc__ = f"GET http://{self.endpoints[0]}/health reports healthy"
+
+    def start(self) -> EtcdServer:
+        try:
+            self.process.start()
+        except ProcessStartError as exc:
+            raise EtcdUnavailable(f"etcd did not become healthy: {exc}") from None
+        return self
+
+    def stop(self) -> None:
+        """Stop etcd (SIGTERM, then SIGKILL); data dir and ports are kept for ``start``."""
+        self.process.terminate()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def close(self) -> None:
+        self.process.terminate()
+        release_port(self.client_port)
+        release_port(self.peer_port)
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def log_text(self) -> str:
+        return self.process.log_text()
+
+
+class ExternalEtcd(_EtcdClientMixin):
+    """An etcd cluster given with ``--mc-etcd``: used, never started or stopped."""
+
+    owned = False
+
+    def __init__(self, endpoints: list[str]):
+        self.endpoints = list(endpoints)
+
+    def check(self, timeout: float = 5.0) -> None:
+        if not any(etcd_healthy(e, timeout=timeout) for e in self.endpoints):
+            raise EtcdUnavailable(
+                f"--mc-etcd={','.join(self.endpoints)}: no endpoint answers GET /health; check "
+                f"the address and that etcd is running, or omit --mc-etcd to start one"
+            )
+
+    def stop(self) -> None:
+        raise EtcdUnavailable("the --mc-etcd cluster is not ours to stop")
+
+    start = kill = stop
+
+    def close(self) -> None:
+        pass
+
+    def alive(self) -> bool:
+        return self.healthy()
+
+    def log_text(self) -> str:
+        return f"(external etcd at {','.join(self.endpoints)}: no log)"
+
+
+@pytest.fixture(scope="session")
+def mc_etcd(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[EtcdServer | ExternalEtcd]:
+    """A real etcd: ``.endpoints``, ``.uri``, ``.client()``, ``.stop()``/``.start()``."""
+    from pytest_mooncake.plugin import MC_CONFIG
+
+    endpoints = pytestconfig.stash[MC_CONFIG].etcd
+    if endpoints:
+        external = ExternalEtcd(list(endpoints))
+        try:
+            external.check()
+        except EtcdUnavailable as exc:
+            pytest.exit(str(exc), returncode=4)
+        yield external
+        return
+    base = tmp_path_factory.mktemp("etcd")
+    try:
+        server = EtcdServer(base / "data", base / "etcd.log")
+    except EtcdUnavailable as exc:
+        pytest.exit(str(exc), returncode=4)
+    attach_fixture_log(pytestconfig, "mc_etcd", "etcd log", server.log_text)
+    try:
+        server.start()
+    except EtcdUnavailable as exc:
+        server.close()
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.close()

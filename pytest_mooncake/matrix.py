@@ -98,14 +98,14 @@ class ConformanceMatrix:
         title_w = 52
         col_w = [max(12, len(c)) for c in self.columns]
         head = f"{'requirement':<11}  {'title':<{title_w}}  " + "  ".join(
-            f"{c:<{w}}" for c, w in zip(self.columns, col_w)
+            f"{c:<{w}}" for c, w in zip(self.columns, col_w, strict=True)
         )
         lines += [head, "-" * len(head)]
         for req in reqs:
             title = self.catalogue[req].title if req in self.catalogue else "?"
             if len(title) > title_w:
                 title = title[: title_w - 3] + "..."
-            cells = "  ".join(f"{self.cell(req, c):<{w}}" for c, w in zip(self.columns, col_w))
+            cells = "  ".join(f"{self.cell(req, c):<{w}}" for c, w in zip(self.columns, col_w, strict=True))
             lines.append(f"{req:<11}  {title:<{title_w}}  {cells}")
         counts = defaultdict(int)
         for req in reqs:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import random
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_mooncake import options as mc_options
 from pytest_mooncake.catalogue import load_catalogue
+from pytest_mooncake.logs import attach_log, logs_for, tail
 from pytest_mooncake.matrix import ConformanceMatrix
+from pytest_mooncake.processes import Supervisor, reap_all
 from pytest_mooncake.targets import Capability, Target, TargetContext, TargetLacks, UnknownTarget
 from pytest_mooncake.targets import resolve_target as _resolve_target
 
@@ -39,6 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "mc_requires(*CAPABILITIES): means the target must have; otherwise the test is n/a "
         "with the target's reason. Capabilities: "
         + ", ".join(c.value for c in Capability),
+    )
+    # etcd3 0.12's generated protobuf modules use APIs protobuf 3.20 deprecates: noise, not news.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:Call to deprecated create function:DeprecationWarning"
     )
     inherited = getattr(config, "workerinput", {}).get("mc_seed")
     mc_config = mc_options.resolve(mc_options.raw_values(config), inherited_seed=inherited)
@@ -70,7 +78,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     target = config.stash[MC_TARGET]
     etcd = ",".join(mc.etcd) if mc.etcd else "start one per worker"
     toxi = mc.toxiproxy or "embedded Toxiproxy-compatible server"
-    seed_note = "" if mc.seed_was_given else " (random; rerun with --mc-seed=%d)" % mc.seed
+    seed_note = "" if mc.seed_was_given else f" (random; rerun with --mc-seed={mc.seed})"
     return [
         f"mooncake: target={target.label} ({target.version}) seed={mc.seed}{seed_note}",
         f"mooncake: etcd={etcd} toxiproxy={toxi} verbs={mc.verbs}",
@@ -131,6 +139,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         exc: TargetLacks = call.excinfo.value
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {NA_PREFIX}{exc.reason}")
+    if report.failed:
+        _attach_logs(item, report)
     # Every phase report carries its own copy, so the controller can fold each one.
     for req in _req_ids(item):
         report.user_properties.append((REQ_PROPERTY, req))
@@ -142,6 +152,45 @@ def _skip_reason(report: pytest.TestReport) -> str | None:
         text = str(report.longrepr[2])
         return text.removeprefix("Skipped: ").removeprefix(NA_PREFIX)
     return None
+
+
+def _attach_logs(item: pytest.Item, report: pytest.TestReport) -> None:
+    logs = logs_for(item)
+    allure = _allure_if_active(item.config)
+    for title, text in logs:
+        report.sections.append((f"Captured {title}", tail(text)))
+        if allure is not None:
+            try:
+                allure.attach(text, name=title, attachment_type=allure.attachment_type.TEXT)
+            except Exception:  # allure's listener may already have closed the test
+                pass
+
+
+def _allure_if_active(config: pytest.Config) -> Any:
+    if not config.pluginmanager.hasplugin("allure_pytest") or not config.getoption(
+        "allure_report_dir", None
+    ):
+        return None
+    import allure
+
+    return allure
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    leaked = reap_all()
+    if not leaked:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for proc in leaked:
+        line = (f"mooncake: {proc.name} (pid {proc.pid}: {' '.join(proc.argv)[:120]}) was still "
+                f"alive at session end (a teardown leak); killed it")
+        if reporter is not None:
+            reporter.write_line("ERROR " + line, red=True)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+atexit.register(reap_all)
 
 
 class _MatrixRecorder:
@@ -220,3 +269,18 @@ def mc_seed(request: pytest.FixtureRequest, mc_config: mc_options.McConfig) -> i
 def mc_rng(mc_seed: int) -> random.Random:
     """A random generator seeded with ``mc_seed``; use it for every random choice in a test."""
     return random.Random(mc_seed)
+
+
+@pytest.fixture
+def mc_processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Supervisor]:
+    """A process supervisor for this test: every process it starts is stopped and reaped when
+    the test ends (pass or fail), and their logs are shown if the test fails."""
+    supervisor = Supervisor(tmp_path / "logs", name=request.node.name)
+
+    def all_logs() -> str:
+        return "\n".join(f"== {p.name} ({p.log_path})\n{p.log_tail()}"
+                         for p in supervisor.processes)
+
+    attach_log(request, "process logs", all_logs)
+    yield supervisor
+    supervisor.stop_all()
