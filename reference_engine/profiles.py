@@ -1,0 +1,144 @@
+"""Profiles: the RFC behaviour and Mooncake 0.3.13's behaviour, as strategy objects.
+
+A profile bundles the policies that differ between the two: how long a cached remote descriptor
+stays fresh and whether a forced refresh is honoured (cache policy), whether the process
+publishes an ``instance_id`` (identity policy), whether a changed ``instance_id`` is acted on
+(replacement policy), and how many times a failed transfer is retried after a forced refresh.
+Code that uses a profile calls these objects; it never asks which profile it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from reference_engine.descriptor import SegmentDescriptor
+from reference_engine.identity import process_instance_id
+
+DEFAULT_TTL_MS = 1000.0
+
+log = logging.getLogger("reference_engine.cache")
+
+
+class CachePolicy(Protocol):
+    """How the segment cache treats remote entries."""
+
+    ttl_ns: float
+    """A remote entry younger than this is served without I/O (``inf`` = never expires)."""
+    honours_force: bool
+    """Whether a forced lookup bypasses the cache."""
+
+    def set_ttl_ms(self, ttl_ms: float) -> None: ...
+
+
+class TtlPolicy:
+    """RFC: remote entries expire ``ttl_ms`` after their last successful refresh (MR-1, MR-5)."""
+
+    honours_force = True
+
+    def __init__(self, ttl_ms: float = DEFAULT_TTL_MS):
+        self.set_ttl_ms(ttl_ms)
+
+    def set_ttl_ms(self, ttl_ms: float) -> None:
+        if ttl_ms < 0 or math.isnan(ttl_ms):
+            raise ValueError(f"metadata_cache_ttl_ms must be >= 0, got {ttl_ms}")
+        self.ttl_ms = ttl_ms
+        self.ttl_ns = ttl_ms * 1e6
+
+
+class NeverExpirePolicy:
+    """0.3.13: a mapped segment is never refetched, forced or not (observed on the wheel)."""
+
+    honours_force = False
+    ttl_ns = math.inf
+
+    def __init__(self, ttl_ms: float | None = None):
+        self.requested_ttl_ms = ttl_ms
+
+    def set_ttl_ms(self, ttl_ms: float) -> None:
+        """Recorded and ignored: 0.3.13 has no TTL."""
+        self.requested_ttl_ms = ttl_ms
+
+
+Count = Callable[[str], None]
+
+
+class ReplacementPolicy(Protocol):
+    """What a newly installed snapshot means for the peer's derived resources."""
+
+    def observe(self, name: str, old: SegmentDescriptor | None, new: SegmentDescriptor,
+                count: Count) -> bool:
+        """Return True when ``new`` comes from a different process incarnation than ``old``."""
+        ...
+
+
+class InstanceIdReplacement:
+    """RFC: a changed ``instance_id`` is a replacement (MR-9, MR-10); no ID is a legacy peer."""
+
+    def observe(self, name: str, old: SegmentDescriptor | None, new: SegmentDescriptor,
+                count: Count) -> bool:
+        if new.instance_id is None:
+            if old is None or old.instance_id is not None:
+                count("legacy_peers")
+                log.info("legacy peer %s: descriptor carries no instance_id", name)
+            return False
+        if old is None or old.instance_id is None or old.instance_id == new.instance_id:
+            return False
+        count("replacements")
+        log.warning("replacement of %s observed: instance %s -> %s",
+                    name, old.instance_id, new.instance_id)
+        return True
+
+
+class IgnoreIdentity:
+    """0.3.13: the descriptor's identity is never looked at."""
+
+    def observe(self, name: str, old: SegmentDescriptor | None, new: SegmentDescriptor,
+                count: Count) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    publishes_instance_id: bool
+    retry_budget: int
+    """Retries of a failed transfer, each after a forced refresh (MR-12); 0 = fail at once."""
+    make_cache_policy: Callable[[float | None], CachePolicy]
+    replacement: ReplacementPolicy
+
+    def instance_id(self) -> str | None:
+        """What this process publishes as ``instance_id`` (MR-7, MR-8)."""
+        return process_instance_id() if self.publishes_instance_id else None
+
+    def cache_policy(self, ttl_ms: float | None = None) -> CachePolicy:
+        return self.make_cache_policy(ttl_ms)
+
+
+RFC = Profile(
+    name="rfc",
+    publishes_instance_id=True,
+    retry_budget=2,
+    make_cache_policy=lambda ttl: TtlPolicy(DEFAULT_TTL_MS if ttl is None else ttl),
+    replacement=InstanceIdReplacement(),
+)
+
+LEGACY = Profile(
+    name="legacy",
+    publishes_instance_id=False,
+    retry_budget=0,
+    make_cache_policy=NeverExpirePolicy,
+    replacement=IgnoreIdentity(),
+)
+
+PROFILES = {p.name: p for p in (RFC, LEGACY)}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None
