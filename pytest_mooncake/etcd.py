@@ -41,10 +41,16 @@ def etcd_healthy(endpoint: str, timeout: float = 0.5) -> bool:
         return False
 
 
+FALLBACK_PATHS = ("/usr/bin/etcd", "/usr/local/bin/etcd")
+
+
 def find_etcd() -> str:
-    path = os.environ.get("MC_ETCD_BIN") or shutil.which("etcd")
-    if not path and Path("/usr/bin/etcd").exists():
-        path = "/usr/bin/etcd"
+    explicit = os.environ.get("MC_ETCD_BIN")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise EtcdUnavailable(f"MC_ETCD_BIN={explicit} is not an executable file; " + INSTALL_HINT)
+        return explicit
+    path = shutil.which("etcd") or next((p for p in FALLBACK_PATHS if os.access(p, os.X_OK)), None)
     if not path:
         raise EtcdUnavailable(INSTALL_HINT)
     return path

@@ -95,7 +95,7 @@ class ConformanceMatrix:
         if not reqs:
             lines.append("no collected test names a requirement (mark tests with mc_req)")
             return lines
-        title_w = 52
+        title_w = 60
         col_w = [max(12, len(c)) for c in self.columns]
         head = f"{'requirement':<11}  {'title':<{title_w}}  " + "  ".join(
             f"{c:<{w}}" for c, w in zip(self.columns, col_w, strict=True)

@@ -15,7 +15,7 @@ from pytest_mooncake import options as mc_options
 from pytest_mooncake.catalogue import load_catalogue
 from pytest_mooncake.logs import attach_log, logs_for, tail
 from pytest_mooncake.matrix import ConformanceMatrix
-from pytest_mooncake.processes import Supervisor, reap_all
+from pytest_mooncake.processes import Supervisor, live_processes, reap_all
 from pytest_mooncake.targets import Capability, Target, TargetContext, TargetLacks, UnknownTarget
 from pytest_mooncake.targets import resolve_target as _resolve_target
 
@@ -176,8 +176,19 @@ def _allure_if_active(config: pytest.Config) -> Any:
     return allure
 
 
+PREEXISTING = pytest.StashKey[set[int]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A nested run (pytester inline) must not reap what the outer session owns.
+    session.config.stash[PREEXISTING] = {id(p) for p in live_processes()}
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    leaked = reap_all()
+    outer = session.config.stash.get(PREEXISTING, set())
+    leaked = [p for p in live_processes() if id(p) not in outer]
+    for proc in leaked:
+        proc.kill()
     if not leaked:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

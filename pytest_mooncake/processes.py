@@ -66,7 +66,7 @@ def http_ok(url: str) -> ReadyProbe:
 
 
 def log_matches(pattern: str) -> ReadyProbe:
-    regex = re.compile(pattern)
+    regex = re.compile(pattern, re.MULTILINE)
 
     def probe(proc: ManagedProcess) -> bool:
         return bool(regex.search(proc.log_text()))

@@ -1,0 +1,3 @@
+"""Only what this repository's own test runs need."""
+
+pytest_plugins = ["pytester"]

@@ -1,0 +1,163 @@
+"""mc_req / mc_requires markers and the conformance matrix in terminal and JSON."""
+
+import json
+
+import pytest
+
+SUITE = """
+import pytest
+
+@pytest.mark.mc_req("MR-1")
+def test_pass():
+    pass
+
+@pytest.mark.mc_req("MR-2")
+def test_fail():
+    assert False, "observed the wrong thing"
+
+@pytest.mark.mc_req("MR-2")
+def test_pass_same_req():
+    pass
+
+@pytest.mark.mc_req("CO-3")
+@pytest.mark.mc_requires("rdma_control")
+def test_na():
+    pass
+
+@pytest.mark.mc_req("MP-1", "MP-2")
+def test_two_reqs():
+    pass
+
+def test_unmarked():
+    pass
+"""
+
+
+def test_matrix_in_terminal(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--mc-seed=11")
+    result.assert_outcomes(passed=4, failed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*mooncake conformance matrix*",
+        "target: reference (*)    seed: 11",
+        "requirement*title*reference*",
+        "MR-1 *pass (1)*",
+        "MR-2 *FAIL (1/2)*",
+        "CO-3 *n/a (1 reason)*",
+        "MP-1 *pass (1)*",
+        "MP-2 *pass (1)*",
+        "verdicts: 3 pass, 1 FAIL, 1 n/a",
+        "  n/a CO-3 [[]reference[]]: *rdma_control*",
+    ])
+
+
+def test_json_report_shape(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    pytester.runpytest("--mc-seed=123", "--mc-report=report.json")
+    doc = json.loads((pytester.path / "report.json").read_text())
+    assert set(doc) == {"target", "seed", "requirements"}
+    assert doc["target"] == "reference"
+    assert doc["seed"] == 123
+    assert set(doc["requirements"]) == {"MR-1", "MR-2", "CO-3", "MP-1", "MP-2"}
+    assert doc["requirements"]["MR-1"] == {
+        "verdict": "pass",
+        "tests": [{"nodeid": "test_json_report_shape.py::test_pass", "outcome": "passed"}],
+    }
+    mr2 = doc["requirements"]["MR-2"]
+    assert mr2["verdict"] == "FAIL"
+    assert sorted(t["outcome"] for t in mr2["tests"]) == ["failed", "passed"]
+    co3 = doc["requirements"]["CO-3"]
+    assert co3["verdict"] == "n/a"
+    assert co3["tests"][0]["outcome"] == "skipped"
+    assert "rdma_control" in co3["tests"][0]["reason"]
+
+
+def test_setup_error_is_not_a_pass(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+        @pytest.fixture
+        def broken():
+            raise RuntimeError("cannot start")
+        @pytest.mark.mc_req("MR-4")
+        def test_x(broken):
+            pass
+    """)
+    result = pytester.runpytest("--mc-report=r.json")
+    result.stdout.fnmatch_lines(["MR-4 *error (1/1)*"])
+    assert json.loads((pytester.path / "r.json").read_text())["requirements"]["MR-4"]["verdict"] == "error"
+
+
+def test_unknown_requirement_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.mc_req("MR-99")
+        def test_x():
+            pass
+        @pytest.mark.mc_req()
+        def test_y():
+            pass
+    """)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*unknown requirement 'MR-99' in mc_req (MR IDs run MR-1..MR-18)*",
+        "*test_y: mc_req needs at least one requirement ID*",
+    ])
+
+
+def test_unknown_capability_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.mc_requires("warp_drive")
+        def test_x():
+            pass
+    """)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown capability 'warp_drive' in mc_requires (known: engine*"])
+
+
+def test_target_lacks_raised_in_a_test_is_na(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.mc_req("MP-3")
+        def test_x(mc_target):
+            mc_target.rdma()
+    """)
+    result = pytester.runpytest()
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["MP-3 *n/a (1 reason)*"])
+
+
+def test_no_requirements_collected_still_prints_section(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest("--mc-seed=3")
+    result.stdout.fnmatch_lines([
+        "*mooncake conformance matrix*",
+        "target: reference (*)    seed: 3",
+        "no collected test names a requirement*",
+    ])
+
+
+def test_allure_labels(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.mc_req("CO-4")
+        def test_x():
+            pass
+    """)
+    result = pytester.runpytest_subprocess("--alluredir=allure", "-p", "allure_pytest")
+    result.assert_outcomes(passed=1)
+    results = [json.loads(p.read_text()) for p in (pytester.path / "allure").glob("*-result.json")]
+    labels = {(lab["name"], lab["value"]) for lab in results[0]["labels"]}
+    assert ("feature", "CO-4") in labels
+    assert any(name == "epic" and value.startswith("CO") for name, value in labels)
+
+
+def test_xdist_matrix_matches_serial(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    pytester.runpytest_subprocess("--mc-seed=5", "--mc-report=serial.json")
+    pytester.runpytest_subprocess("--mc-seed=5", "--mc-report=par.json", "-n", "2")
+    serial = json.loads((pytester.path / "serial.json").read_text())
+    par = json.loads((pytester.path / "par.json").read_text())
+    assert serial == par

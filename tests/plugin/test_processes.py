@@ -1,0 +1,157 @@
+"""The process supervisor: readiness, stop, kill, restart, reaping after failures and Ctrl-C."""
+
+import os
+import re
+import signal
+import sys
+import time
+
+import pytest
+
+from pytest_mooncake.ports import free_port
+from pytest_mooncake.processes import (
+    ManagedProcess,
+    ProcessStartError,
+    Supervisor,
+    log_matches,
+    port_open,
+)
+
+SERVER = [sys.executable, "-c", (
+    "import socket,sys,signal,time\n"
+    "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); print('listening', flush=True)\n"
+    "while True: time.sleep(1)\n"
+)]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_ready_probe_stop_and_restart(mc_processes: Supervisor) -> None:
+    port = free_port()
+    proc = mc_processes.start("server", SERVER + [str(port)], ready=port_open(port))
+    assert proc.alive()
+    first = proc.pid
+    proc.restart()
+    assert proc.alive() and proc.pid != first
+    assert not _pid_alive(first)
+    assert proc.log_text().splitlines().count("listening") == 2
+    assert proc.terminate() is not None
+    assert not proc.alive()
+
+
+def test_kill_minus_nine_is_reaped(mc_processes: Supervisor) -> None:
+    proc = mc_processes.start("sleeper", ["sleep", "60"])
+    pid = proc.pid
+    proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert not _pid_alive(pid)
+
+
+def test_child_exiting_before_ready_is_reported(mc_processes: Supervisor) -> None:
+    with pytest.raises(ProcessStartError, match=r"(?s)exited with 3 before it was ready.*boom"):
+        mc_processes.start("crasher", [sys.executable, "-c", "print('boom'); raise SystemExit(3)"],
+                           ready=log_matches("never"))
+
+
+def test_ready_deadline_kills_the_child(tmp_path) -> None:
+    proc = ManagedProcess("slow", ["sleep", "60"], tmp_path / "slow.log",
+                          ready=log_matches("never"), ready_timeout=0.3)
+    with pytest.raises(ProcessStartError, match="not ready .* within"):
+        proc.start()
+    assert not proc.alive()
+
+
+def test_sigterm_ignorer_is_killed(mc_processes: Supervisor) -> None:
+    proc = mc_processes.start(
+        "stubborn",
+        [sys.executable, "-c",
+         "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True)\n"
+         "while True: time.sleep(1)"],
+        ready=log_matches("^up$"), stop_timeout=0.5,
+    )
+    assert proc.terminate() == -signal.SIGKILL
+
+
+def test_grandchildren_die_with_the_group(mc_processes: Supervisor) -> None:
+    proc = mc_processes.start(
+        "wrapper",
+        ["bash", "-c", "sleep 60 & echo child=$! ; wait"],
+        ready=log_matches(r"^child=\d+$"),
+    )
+    child = int(re.search(r"^child=(\d+)$", proc.log_text(), re.M).group(1))
+    assert _pid_alive(child)
+    proc.kill()
+    deadline = time.monotonic() + 5
+    while _pid_alive(child) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _pid_alive(child)
+
+
+def test_processes_are_reaped_after_a_failing_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        def test_fails(mc_processes):
+            p = mc_processes.start("sleeper", ["sleep", "60"])
+            print("CHILDPID", p.pid)
+            assert False
+    """)
+    result = pytester.runpytest_subprocess("-s")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*Captured process logs*"])
+    pid = int(next(ln for ln in result.outlines if "CHILDPID" in ln).split("CHILDPID")[1].split()[0])
+    assert not _pid_alive(pid)
+
+
+def test_leaked_process_is_an_error_at_session_end(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        from pytest_mooncake.processes import Supervisor
+        LEAK = []
+        def test_leaks(tmp_path):
+            LEAK.append(Supervisor(tmp_path).start("leaky", ["sleep", "60"]))
+            print("CHILDPID", LEAK[0].pid)
+    """)
+    result = pytester.runpytest_subprocess("-s")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*ERROR mooncake: leaky (pid *) was still alive at session end*"])
+    pid = int(next(ln for ln in result.outlines if "CHILDPID" in ln).split("CHILDPID")[1].split()[0])
+    assert not _pid_alive(pid)
+
+
+def test_ctrl_c_reaps_children(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import os, signal
+        def test_interrupted(mc_processes):
+            p = mc_processes.start("sleeper", ["sleep", "60"])
+            print("CHILDPID", p.pid, flush=True)
+            os.kill(os.getpid(), signal.SIGINT)
+    """)
+    result = pytester.runpytest_subprocess("-s")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    pid = int(next(ln for ln in result.outlines if "CHILDPID" in ln).split("CHILDPID")[1].split()[0])
+    assert not _pid_alive(pid)
+
+
+def test_child_dies_when_the_test_process_is_killed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import os, signal
+        def test_killed(mc_processes):
+            p = mc_processes.start("sleeper", ["sleep", "60"])
+            print("CHILDPID", p.pid, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    result = pytester.runpytest_subprocess("-s")
+    pid = int(next(ln for ln in result.outlines if "CHILDPID" in ln).split("CHILDPID")[1].split()[0])
+    deadline = time.monotonic() + 5
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _pid_alive(pid), "PR_SET_PDEATHSIG should kill the child with its parent"
