@@ -1,0 +1,230 @@
+"""Promotion context, its validation (as a dry run or at restore), and restore into an index.
+
+Validation checks what Mooncake's RestoreFromStandbySnapshot checks: segments well formed and
+unambiguous; every live memory descriptor on a known segment, inside it, of the object's size;
+per-segment capacity; no two live descriptors overlapping. Where Mooncake rejects the whole
+context on the first problem, the report here lists every bad entry, so the caller can choose:
+all-or-nothing (legacy) or partial (drop the bad entries, keep the rest).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference_engine.master.index import ObjectIndex
+from reference_engine.master.model import ObjectMeta, SegmentInfo
+from reference_engine.master.replicated import ReplicatedState
+from reference_engine.master.segments import SegmentRegistry
+
+_DEAD = ("REMOVED", "FAILED")
+
+
+@dataclass(frozen=True)
+class PromotionContext:
+    applied_seq: int
+    objects: Mapping[str, dict[str, Any]]
+    segments: Mapping[str, SegmentInfo]
+
+    @classmethod
+    def of(cls, state: ReplicatedState, applied_seq: int) -> PromotionContext:
+        return cls(applied_seq, dict(state.objects), dict(state.segments))
+
+
+@dataclass(frozen=True)
+class Dropped:
+    key: str
+    reason: str
+    replica_id: int | None = None
+    kind: str = "object"
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "key": self.key, "reason": self.reason}
+        if self.replica_id is not None:
+            out["replica_id"] = self.replica_id
+        return out
+
+
+@dataclass
+class ValidationReport:
+    ok: bool
+    dropped: list[Dropped] = field(default_factory=list)
+    keys_total: int = 0
+    keys_restorable: int = 0
+    seconds: float = 0.0
+    valid_keys: list[str] = field(default_factory=list, repr=False)
+    dead_replicas: dict[str, set[int]] = field(default_factory=dict, repr=False)
+    valid_segments: dict[str, SegmentInfo] = field(default_factory=dict, repr=False)
+
+    @property
+    def dropped_entries(self) -> int:
+        return len(self.dropped)
+
+    def to_json(self, limit: int = 50) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "dropped_entries": self.dropped_entries,
+            "dropped": [d.to_json() for d in self.dropped[:limit]],
+            "keys_total": self.keys_total,
+            "keys_restorable": self.keys_restorable,
+            "seconds": round(self.seconds, 6),
+        }
+
+
+class RestoreRejected(Exception):
+    """All-or-nothing restore met an invalid entry: nothing was restored."""
+
+    def __init__(self, report: ValidationReport):
+        self.report = report
+        first = report.dropped[0] if report.dropped else None
+        super().__init__(
+            f"restore rejected: {first.reason} ({first.kind} {first.key!r})" if first
+            else "restore rejected"
+        )
+
+
+def validate(ctx: PromotionContext) -> ValidationReport:
+    """Check the whole context; never mutates it."""
+    t0 = time.perf_counter()
+    dropped: list[Dropped] = []
+    segments = _valid_segments(ctx.segments, dropped)
+    used: dict[str, int] = dict.fromkeys(segments, 0)
+    ranges: dict[str, list[tuple[int, int, int, str, int]]] = {ep: [] for ep in segments}
+    live: dict[str, int] = {}
+    dead: dict[str, set[int]] = {}
+    bad_keys: set[str] = set()
+
+    for order, (key, obj) in enumerate(ctx.objects.items()):
+        reason = _object_problem(obj)
+        if reason:
+            dropped.append(Dropped(key, reason))
+            bad_keys.add(key)
+            continue
+        size = obj["size"]
+        count = 0
+        for rep in obj["replicas"]:
+            rid = rep.get("id") if isinstance(rep, dict) else None
+            problem = _replica_problem(rep, size, segments)
+            if problem:
+                dropped.append(Dropped(key, problem, rid, "replica"))
+                dead.setdefault(key, set()).add(rid)
+                continue
+            if rep["status"] in _DEAD:
+                continue
+            for endpoint, address, dsize in rep["descriptors"]:
+                used[endpoint] += dsize
+                ranges[endpoint].append((address, address + dsize, order, key, rid))
+            count += 1
+        live[key] = count
+
+    for endpoint, items in ranges.items():
+        if used[endpoint] > segments[endpoint].capacity:
+            dropped.append(Dropped(endpoint, "replicas exceed segment capacity", kind="segment"))
+        items.sort()
+        kept: tuple[int, int, int, str, int] | None = None
+        for item in items:
+            if kept is not None and item[0] < kept[1]:
+                loser, kept = (item, kept) if item[2] > kept[2] else (kept, item)
+                dropped.append(Dropped(loser[3], f"overlapping memory descriptors on {endpoint}",
+                                       loser[4], "replica"))
+                dead.setdefault(loser[3], set()).add(loser[4])
+                live[loser[3]] -= 1
+            else:
+                kept = item
+
+    valid_keys = []
+    for key in ctx.objects:
+        if key in bad_keys:
+            continue
+        if live.get(key, 0) <= 0:
+            if key in dead:
+                dropped.append(Dropped(key, "no valid replica left"))
+            else:
+                dropped.append(Dropped(key, "no live replica"))
+            continue
+        valid_keys.append(key)
+    return ValidationReport(
+        ok=not dropped,
+        dropped=dropped,
+        keys_total=len(ctx.objects),
+        keys_restorable=len(valid_keys),
+        seconds=time.perf_counter() - t0,
+        valid_keys=valid_keys,
+        dead_replicas=dead,
+        valid_segments=segments,
+    )
+
+
+def restore(
+    ctx: PromotionContext, partial: bool, report: ValidationReport | None = None, **index_options: Any
+) -> tuple[ObjectIndex, ValidationReport]:
+    """Build a serving index from ``ctx``; all-or-nothing raises RestoreRejected on any problem."""
+    report = report or validate(ctx)
+    if not report.ok and not partial:
+        raise RestoreRejected(report)
+    registry = SegmentRegistry()
+    for info in report.valid_segments.values():
+        registry.mount(info)
+    index = ObjectIndex(registry, **index_options)
+    metas = []
+    for key in report.valid_keys:
+        meta = ObjectMeta.from_wire(key, ctx.objects[key])
+        dead = report.dead_replicas.get(key, ())
+        meta.replicas = [r for r in meta.replicas if r.id not in dead and r.status.value not in _DEAD]
+        for r in meta.replicas:
+            for d in r.descriptors:
+                registry.get(d.endpoint).allocator.reserve(d.address, d.size)
+        metas.append(meta)
+    index.install(metas)
+    return index, report
+
+
+def _valid_segments(segments: Mapping[str, SegmentInfo], dropped: list[Dropped]) -> dict[str, SegmentInfo]:
+    out: dict[str, SegmentInfo] = {}
+    names: dict[str, str] = {}
+    for endpoint, info in segments.items():
+        if not info.name or not info.endpoint or info.capacity <= 0:
+            dropped.append(Dropped(endpoint, "segment without name, endpoint or capacity", kind="segment"))
+            continue
+        if info.name in names and names[info.name] != endpoint:
+            dropped.append(Dropped(endpoint, f"segment name {info.name!r} is ambiguous", kind="segment"))
+            continue
+        names[info.name] = endpoint
+        out[endpoint] = info
+    return out
+
+
+def _object_problem(obj: Any) -> str | None:
+    if not isinstance(obj, dict) or obj.get("corrupt"):
+        return "undecodable object metadata"
+    size = obj.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        return "object size is not a positive integer"
+    if not isinstance(obj.get("replicas"), list):
+        return "replicas is not a list"
+    return None
+
+
+def _replica_problem(rep: Any, size: int, segments: Mapping[str, SegmentInfo]) -> str | None:
+    if not isinstance(rep, dict) or not isinstance(rep.get("descriptors"), list):
+        return "malformed replica"
+    if not isinstance(rep.get("id"), int):
+        return "replica id is not an integer"
+    if rep.get("status") in _DEAD:
+        return None
+    for raw in rep["descriptors"]:
+        if not (isinstance(raw, list) and len(raw) == 3):
+            return "malformed memory descriptor"
+        endpoint, address, dsize = raw
+        seg = segments.get(endpoint) if isinstance(endpoint, str) else None
+        if seg is None:
+            return f"memory descriptor on unknown segment {endpoint!r}"
+        if not isinstance(address, int) or not isinstance(dsize, int) or address < 0:
+            return "memory descriptor address/size not integers"
+        if dsize != size or dsize == 0:
+            return "memory descriptor size differs from object size"
+        if address < seg.base or address + dsize > seg.base + seg.capacity:
+            return f"memory descriptor outside segment {endpoint!r}"
+    return None
