@@ -1,0 +1,23 @@
+"""The README documents every option, and CI runs exactly the README's test command."""
+
+from pathlib import Path
+
+from pytest_mooncake.options import OPTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_option_and_ini_key_is_documented() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for opt in OPTIONS:
+        assert f"`{opt.flag}" in readme, f"README does not document {opt.flag}"
+        assert f"`{opt.ini}`" in readme, f"README does not document ini key {opt.ini}"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    ci = [ln.strip() for ln in (ROOT / ".ci/run").read_text().splitlines()
+          if ln.strip() and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
+    assert ci == ["bash scripts/run-tests.sh"]
+    assert "\nbash scripts/run-tests.sh\n" in readme
+    assert "\nbash scripts/run-suites.sh\n" in readme
