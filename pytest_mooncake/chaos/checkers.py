@@ -1,0 +1,387 @@
+"""Checkers: judge a history after the run, each for one property.
+
+Every checker takes a ``History`` (or a list of ``Op``) and returns a ``CheckResult``: ``valid``
+is True, False, or None when the history cannot decide (e.g. no final read); ``explanation``
+names the offending operations; ``ops`` holds them. Checkers are sound and partial: a reported
+violation is a real one under the model below; they do not search for linearizations.
+
+Operation vocabulary (``f``), values and keys:
+
+- key-value: ``put`` (key, value written), ``get`` (key; ok value = value read, None when
+  absent), ``remove`` (key), ``scan`` (ok value = ``{key: value}`` of every present key).
+  Values written are unique (the generators make them so).
+- transfers: ``write``/``read`` with key = segment name; the completion's ``instance`` names
+  the incarnation of the peer that served it.
+- descriptors: ``publish`` (key = segment, value = descriptor written) and ``descriptor``
+  (ok value = descriptor observed).
+- faults: process ``"nemesis"``, ``f`` = ``inject``/``heal``, key = what the fault acts on; a
+  completion carrying ``instance`` announces the new incarnation of that subject.
+
+A ``fail`` completion means the operation certainly did not happen; ``info`` (or none) means it
+may take effect at any time after its invoke.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_mooncake.chaos.history import NEMESIS, Call, History, Op, pair
+
+PUT, GET, REMOVE, SCAN = "put", "get", "remove", "scan"
+WRITE, READ = "write", "read"
+PUBLISH, DESCRIPTOR = "publish", "descriptor"
+INJECT, HEAL = "inject", "heal"
+ANNOUNCES = ("start", "restart", "replace")
+"""Worker ops whose completion ``instance`` announces a new incarnation (besides the nemesis')."""
+MAX_LISTED = 10
+
+Checker = Callable[[History | Iterable[Op]], "CheckResult"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    valid: bool | None
+    explanation: str
+    ops: tuple[Op, ...] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        verdict = {True: "valid", False: "INVALID", None: "unknown"}[self.valid]
+        return f"{self.name}: {verdict}: {self.explanation}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Several checkers' results over one history."""
+
+    results: tuple[CheckResult, ...]
+
+    @property
+    def valid(self) -> bool | None:
+        if any(r.valid is False for r in self.results):
+            return False
+        if any(r.valid is None for r in self.results):
+            return None
+        return True
+
+    @property
+    def explanation(self) -> str:
+        return "\n".join(str(r) for r in self.results)
+
+    def __getitem__(self, name: str) -> CheckResult:
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def assert_valid(self) -> None:
+        """Raise AssertionError naming every invalid or undecided property."""
+        if self.valid is not True:
+            bad = [str(r) for r in self.results if r.valid is not True]
+            raise AssertionError("history checks did not pass:\n" + "\n".join(bad))
+
+
+def check(history: History | Iterable[Op], *checkers: Checker) -> Verdict:
+    """Run several checkers over one history."""
+    ops = _ops(history)
+    return Verdict(tuple(c(ops) for c in checkers))
+
+
+def _ops(history: History | Iterable[Op]) -> list[Op]:
+    return history.ops if isinstance(history, History) else list(history)
+
+
+def _listing(lines: Sequence[str]) -> str:
+    shown = "\n  ".join(lines[:MAX_LISTED])
+    more = f"\n  ... and {len(lines) - MAX_LISTED} more" if len(lines) > MAX_LISTED else ""
+    return f"\n  {shown}{more}"
+
+
+def _ops_of(calls: Iterable[Call]) -> tuple[Op, ...]:
+    seen: dict[int, Op] = {}
+    for c in calls:
+        for op in c.ops:
+            seen[op.index] = op
+    return tuple(seen[i] for i in sorted(seen))
+
+
+# ------------------------------------------------------------------ observations
+
+
+@dataclass(frozen=True)
+class _Observation:
+    read: Call
+    key: Any
+    value: Any
+
+
+def _observations(calls: list[Call], reads: Sequence[str], scans: Sequence[str],
+                  keys: Iterable[Any]) -> list[_Observation]:
+    """What each ok read saw, per key; a scan observes every known key (absent = None)."""
+    keys = list(keys)
+    out = []
+    for c in calls:
+        if not c.ok:
+            continue
+        if c.f in reads:
+            out.append(_Observation(c, c.key, c.result))
+        elif c.f in scans:
+            seen = c.result if isinstance(c.result, dict) else {}
+            out.extend(_Observation(c, k, seen.get(k)) for k in keys)
+            out.extend(_Observation(c, k, v) for k, v in seen.items() if k not in keys)
+    return out
+
+
+# ------------------------------------------------------------------ no lost acknowledged put
+
+
+def no_lost_acks(history: History | Iterable[Op], final_only: bool = True,
+                 puts: Sequence[str] = (PUT,), removes: Sequence[str] = (REMOVE,),
+                 reads: Sequence[str] = (GET,), scans: Sequence[str] = (SCAN,)) -> CheckResult:
+    """Every put acknowledged before a read began is seen by that read, unless a later (or
+    concurrent) write explains what the read saw. ``final_only`` judges only final reads
+    (``final=True``: the post-heal phase); otherwise every read is judged, which also
+    catches stale reads during the run."""
+    name = "no-lost-acks" if final_only else "no-stale-reads"
+    calls = pair(_ops(history))
+    writes: dict[Any, list[Call]] = defaultdict(list)
+    for c in calls:
+        if (c.f in puts or c.f in removes) and not c.failed:
+            writes[c.key].append(c)
+    written_values = {(c.key, _canon(c.argument)) for k in writes for c in writes[k]
+                      if c.f in puts}
+    observations = [o for o in _observations(calls, reads, scans, writes)
+                    if not final_only or o.read.final]
+    if final_only and not observations:
+        acked = [c for k in writes for c in writes[k] if c.ok and c.f in puts]
+        if acked:
+            return CheckResult(name, None, f"no final read in the history, so "
+                               f"{len(acked)} acknowledged put(s) cannot be judged")
+        return CheckResult(name, True, "no acknowledged puts and no final reads")
+
+    violations: list[tuple[Call, Call, Any]] = []
+    for obs in observations:
+        if obs.value is not None and (obs.key, _canon(obs.value)) not in written_values:
+            continue  # a phantom: no-phantom-reads reports it
+        r = obs.read
+        for p in writes.get(obs.key, ()):
+            if not (p.ok and p.f in puts and p.end < r.start):
+                continue
+            if _canon(p.argument) == _canon(obs.value):
+                continue
+            if not any(_produces(w, obs.value, puts, removes) and w is not p
+                       and w.end > p.start and w.start < r.end
+                       for w in writes[obs.key]):
+                violations.append((p, r, obs.value))
+
+    unread = []
+    if final_only:
+        read_keys = {o.key for o in observations}
+        unread = [k for k, ws in writes.items()
+                  if k not in read_keys and any(w.ok and w.f in puts for w in ws)]
+
+    if violations:
+        if final_only:
+            lost: dict[int, tuple[Call, Call, Any]] = {}
+            for p, r, v in violations:
+                lost.setdefault(p.invoke.index, (p, r, v))
+            lines = [f"acknowledged {p.f} {p.key}={p.argument!r} ({p.invoke.describe()}, "
+                     f"ok #{p.completion.index}) is lost: final read #{r.completion.index} "
+                     f"saw {v!r}" for p, r, v in lost.values()]
+            text = f"{len(lost)} acknowledged put(s) lost:" + _listing(lines)
+        else:
+            stale: dict[int, tuple[Call, Call, Any]] = {}
+            for p, r, v in violations:
+                stale.setdefault(r.invoke.index, (p, r, v))
+            lines = [f"read #{r.completion.index} of {r.key if r.f in reads else 'scan'} "
+                     f"saw {v!r} although {p.f} {p.key}={p.argument!r} was acknowledged "
+                     f"(#{p.completion.index}) before the read began"
+                     for p, r, v in stale.values()]
+            text = f"{len(stale)} stale read(s):" + _listing(lines)
+        involved = [c for p, r, _ in violations for c in (p, r)]
+        return CheckResult(name, False, text, _ops_of(involved),
+                           {"violations": len(violations)})
+    if unread:
+        return CheckResult(name, None, f"no final read of key(s) {sorted(map(str, unread))} "
+                           f"with acknowledged puts")
+    judged = len({o.read.invoke.index for o in observations})
+    return CheckResult(name, True, f"{judged} read(s) saw every acknowledged put")
+
+
+def no_stale_reads(history: History | Iterable[Op], **kwargs: Any) -> CheckResult:
+    """``no_lost_acks`` over every read, not only the final ones."""
+    return no_lost_acks(history, final_only=False, **kwargs)
+
+
+def _produces(write: Call, value: Any, puts: Sequence[str], removes: Sequence[str]) -> bool:
+    if value is None:
+        return write.f in removes
+    return write.f in puts and _canon(write.argument) == _canon(value)
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+# ------------------------------------------------------------------ values never written
+
+
+def _never_written(name: str, what: str, history: History | Iterable[Op],
+                   writes: Sequence[str], reads: Sequence[str], scans: Sequence[str],
+                   diff: bool) -> CheckResult:
+    calls = pair(_ops(history))
+    versions: dict[Any, list[Call]] = defaultdict(list)
+    for c in calls:
+        if c.f in writes:
+            versions[c.key].append(c)
+    bad: list[tuple[_Observation, str]] = []
+    for obs in _observations(calls, reads, scans, versions):
+        if obs.value is None:
+            continue
+        r = obs.read
+        same = [w for w in versions.get(obs.key, ()) if _canon(w.argument) == _canon(obs.value)]
+        if any(not w.failed and w.start < r.end for w in same):
+            continue
+        if same and all(w.failed for w in same):
+            why = "written only by failed call(s) " + ", ".join(f"#{w.invoke.index}" for w in same)
+        elif same:
+            why = f"written only after the read completed (#{same[0].invoke.index})"
+        else:
+            why = "never written"
+            if diff:
+                why += _version_diffs(obs.value, [w for w in versions.get(obs.key, ())
+                                                  if not w.failed])
+        bad.append((obs, why))
+    if bad:
+        lines = [f"read #{o.read.completion.index} of {o.key} saw {_short(o.value)}: {why}"
+                 for o, why in bad]
+        involved = [o.read for o, _ in bad]
+        return CheckResult(name, False, f"{len(bad)} {what}:" + _listing(lines),
+                           _ops_of(involved))
+    return CheckResult(name, True, "every value read had been written")
+
+
+def no_phantom_reads(history: History | Iterable[Op], puts: Sequence[str] = (PUT,),
+                     reads: Sequence[str] = (GET,), scans: Sequence[str] = (SCAN,)
+                     ) -> CheckResult:
+    """No read returns a value that no (non-failed, already invoked) put wrote."""
+    return _never_written("no-phantom-reads", "read(s) of a value never written", history,
+                          puts, reads, scans, diff=False)
+
+
+def no_torn_descriptors(history: History | Iterable[Op], publishes: Sequence[str] = (PUBLISH,),
+                        observes: Sequence[str] = (DESCRIPTOR,)) -> CheckResult:
+    """Every observed descriptor equals one published version of that segment (whole, not a
+    mix of two versions, not truncated)."""
+    return _never_written("no-torn-descriptors", "torn or unpublished descriptor(s)", history,
+                          publishes, observes, (), diff=True)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _version_diffs(observed: Any, versions: list[Call]) -> str:
+    """Which fields the observed value differs in from each published version (a torn value
+    matches each version in some fields and differs in others)."""
+    if not isinstance(observed, dict):
+        return ""
+    parts = []
+    for w in versions[-MAX_LISTED:]:
+        if isinstance(w.argument, dict):
+            keys = set(w.argument) | set(observed)
+            fields = sorted(k for k in keys
+                            if _canon(w.argument.get(k)) != _canon(observed.get(k)))
+            parts.append(f"from #{w.invoke.index} in {', '.join(fields)}")
+    return f" (differs {'; '.join(parts)})" if parts else ""
+
+
+# ------------------------------------------------------------------ replacement
+
+
+def transfers_reach_new_instance(history: History | Iterable[Op],
+                                 transfers: Sequence[str] = (WRITE, READ)) -> CheckResult:
+    """A transfer invoked after a replacement of its peer was announced (a completed op
+    carrying the new ``instance``) is served by that instance or a later one, never an
+    older one."""
+    name = "transfers-reach-new-instance"
+    calls = pair(_ops(history))
+    announced: dict[Any, list[Call]] = defaultdict(list)
+    for c in calls:
+        if (c.invoke.process == NEMESIS or c.f in ANNOUNCES) and c.completion is not None \
+                and c.completion.instance and not c.failed:
+            announced[c.key].append(c)
+    bad: list[tuple[Call, Call]] = []
+    judged = 0
+    for t in calls:
+        if t.f not in transfers or not t.ok or t.instance is None:
+            continue
+        before = [a for a in announced.get(t.key, ()) if a.completion.time < t.start]
+        if not before:
+            continue
+        judged += 1
+        current = max(before, key=lambda a: a.completion.time)
+        later = {a.instance for a in announced[t.key] if a.start < t.end
+                 and a.completion.time >= current.completion.time}
+        if t.instance not in later:
+            bad.append((t, current))
+    if bad:
+        lines = [f"{t.f} #{t.invoke.index} to {t.key} was served by instance {t.instance!r}, "
+                 f"but instance {cur.instance!r} had replaced it (#{cur.completion.index}) "
+                 f"before the transfer began" for t, cur in bad]
+        return CheckResult(name, False, f"{len(bad)} transfer(s) reached a stale instance:"
+                           + _listing(lines), _ops_of(c for pair_ in bad for c in pair_))
+    if not any(announced.values()):
+        return CheckResult(name, True, "no replacement announced; nothing to judge")
+    return CheckResult(name, True, f"{judged} transfer(s) after a replacement reached the "
+                       f"current instance")
+
+
+# ------------------------------------------------------------------ recovery
+
+
+def bounded_recovery(within: float) -> Checker:
+    """Every heal is followed, within ``within`` seconds of its completion, by an ok
+    operation of a worker (not the nemesis)."""
+
+    def bounded_recovery_checker(history: History | Iterable[Op]) -> CheckResult:
+        name = "bounded-recovery"
+        ops = _ops(history)
+        heals = [op for op in ops if op.process == NEMESIS and op.f == HEAL and op.type != "invoke"]
+        injects = sorted(op.time for op in ops if op.process == NEMESIS and op.f == INJECT
+                         and op.type == "invoke")
+        oks = sorted(op.time for op in ops if op.process != NEMESIS and op.type == "ok")
+        end = max((op.time for op in ops), default=0)
+        bound = int(within * 1e9)
+        slow, times = [], []
+        for heal in heals:
+            after = next((t for t in oks if t >= heal.time), None)
+            next_inject = next((t for t in injects if t > heal.time), math.inf)
+            if after is not None and after - heal.time <= bound:
+                times.append((after - heal.time) / 1e9)
+                continue
+            if next_inject - heal.time < bound and (after is None or after > next_inject):
+                continue  # the next fault came first: cannot judge this one
+            gap = "no ok operation afterwards" if after is None else \
+                f"first ok operation {(after - heal.time) / 1e9:.3f}s later"
+            if after is None and end - heal.time < bound:
+                gap += " (the history ended first)"
+            slow.append((heal, gap))
+        worst = max(times, default=0.0)
+        if slow:
+            lines = [f"heal #{h.index} of {h.key}: {gap}" for h, gap in slow]
+            return CheckResult(name, False, f"{len(slow)} fault(s) not recovered from within "
+                               f"{within}s:" + _listing(lines), tuple(h for h, _ in slow),
+                               {"worst_seconds": worst})
+        return CheckResult(name, True, f"{len(times)} heal(s) recovered; slowest "
+                           f"{worst:.3f}s (bound {within}s)", details={"worst_seconds": worst})
+
+    bounded_recovery_checker.__name__ = f"bounded_recovery({within})"
+    return bounded_recovery_checker

@@ -1,0 +1,243 @@
+"""Checkers on hand-built histories: each property passes on a good history and fails, naming
+the offending ops, on a bad one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pytest_mooncake.chaos.checkers import (
+    bounded_recovery,
+    check,
+    no_lost_acks,
+    no_phantom_reads,
+    no_stale_reads,
+    no_torn_descriptors,
+    transfers_reach_new_instance,
+)
+from pytest_mooncake.chaos.history import NEMESIS, History, Op
+
+
+class Build:
+    """Calls with explicit times (in ms); ``ops()`` sorts them into a history."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def call(self, process: int | str, f: str, key: Any, start: float, end: float | None,
+             type: str = "ok", arg: Any = None, result: Any = None,
+             instance: str | None = None, final: bool = False) -> Build:
+        self.events.append(dict(type="invoke", f=f, process=process, time=int(start * 1e6),
+                                key=key, value=arg, final=final))
+        if end is not None:
+            self.events.append(dict(type=type, f=f, process=process, time=int(end * 1e6),
+                                    key=key, value=result if type == "ok" else None,
+                                    error=None if type == "ok" else "boom", instance=instance,
+                                    final=final))
+        return self
+
+    def put(self, p: int, key: str, value: str, start: float, end: float | None,
+            type: str = "ok") -> Build:
+        return self.call(p, "put", key, start, end, type, arg=value)
+
+    def get(self, p: int, key: str, seen: Any, start: float, end: float,
+            final: bool = False) -> Build:
+        return self.call(p, "get", key, start, end, "ok", result=seen, final=final)
+
+    def ops(self) -> list[Op]:
+        ordered = sorted(self.events, key=lambda e: e["time"])
+        return [Op(index=i, **e) for i, e in enumerate(ordered)]
+
+
+# ------------------------------------------------------------------ lost acks
+
+
+def test_final_read_sees_acknowledged_put() -> None:
+    h = Build().put(0, "k", "a", 0, 1).put(1, "k", "b", 2, 3).get(0, "k", "b", 10, 11, final=True)
+    result = no_lost_acks(h.ops())
+    assert result.valid is True, result
+
+
+def test_lost_ack_is_reported_with_its_ops() -> None:
+    h = (Build().put(0, "k", "a", 0, 1).put(1, "k", "b", 2, 3)
+         .get(0, "k", "a", 10, 11, final=True))
+    result = no_lost_acks(h.ops())
+    assert result.valid is False
+    assert "k='b'" in result.explanation and "lost" in result.explanation
+    assert {op.f for op in result.ops} == {"put", "get"}
+    assert any(op.value == "b" for op in result.ops)
+
+
+def test_key_absent_at_the_end_is_a_lost_ack_unless_removed() -> None:
+    lost = Build().put(0, "k", "a", 0, 1).get(0, "k", None, 10, 11, final=True)
+    assert no_lost_acks(lost.ops()).valid is False
+    removed = (Build().put(0, "k", "a", 0, 1).call(1, "remove", "k", 2, 3)
+               .get(0, "k", None, 10, 11, final=True))
+    assert no_lost_acks(removed.ops()).valid is True
+
+
+def test_concurrent_or_indeterminate_write_explains_the_final_value() -> None:
+    concurrent = (Build().put(0, "k", "a", 0, 5).put(1, "k", "b", 1, 4)
+                  .get(0, "k", "a", 10, 11, final=True))
+    assert no_lost_acks(concurrent.ops()).valid is True
+    crashed = (Build().put(0, "k", "b", 0, 1).put(1, "k", "a", 2, 3, type="info")
+               .get(0, "k", "a", 10, 11, final=True))
+    assert no_lost_acks(crashed.ops()).valid is True
+    failed = (Build().put(0, "k", "b", 0, 1).put(1, "k", "a", 2, 3, type="fail")
+              .get(0, "k", "a", 10, 11, final=True))
+    verdict = check(failed.ops(), no_lost_acks, no_phantom_reads)
+    assert verdict["no-phantom-reads"].valid is False  # reported once, as a phantom
+
+
+def test_final_scan_sees_every_acknowledged_put() -> None:
+    good = (Build().put(0, "a", "1", 0, 1).put(1, "b", "2", 0, 1)
+            .call(0, "scan", None, 5, 6, result={"a": "1", "b": "2"}, final=True))
+    assert no_lost_acks(good.ops()).valid is True
+    bad = (Build().put(0, "a", "1", 0, 1).put(1, "b", "2", 0, 1)
+           .call(0, "scan", None, 5, 6, result={"a": "1"}, final=True))
+    result = no_lost_acks(bad.ops())
+    assert result.valid is False and "b='2'" in result.explanation
+
+
+def test_no_final_read_is_undecided() -> None:
+    h = Build().put(0, "k", "a", 0, 1).get(0, "k", "a", 2, 3)
+    assert no_lost_acks(h.ops()).valid is None
+
+
+def test_stale_read_during_the_run() -> None:
+    h = Build().put(0, "k", "a", 0, 1).put(0, "k", "b", 2, 3).get(1, "k", "a", 4, 5)
+    assert no_lost_acks(h.ops()).valid is None  # no final read
+    result = no_stale_reads(h.ops())
+    assert result.valid is False and "stale" in result.explanation
+
+
+# ------------------------------------------------------------------ phantom reads
+
+
+def test_phantom_read() -> None:
+    good = Build().put(0, "k", "a", 0, 1).get(1, "k", "a", 2, 3).get(1, "k", None, 4, 5)
+    assert no_phantom_reads(good.ops()).valid is True
+    concurrent = Build().put(0, "k", "a", 0, 10).get(1, "k", "a", 2, 3)
+    assert no_phantom_reads(concurrent.ops()).valid is True
+    bad = Build().put(0, "k", "a", 0, 1).get(1, "k", "zzz", 2, 3)
+    result = no_phantom_reads(bad.ops())
+    assert result.valid is False
+    assert "zzz" in result.explanation and "never written" in result.explanation
+    assert [op.f for op in result.ops] == ["get", "get"]
+
+
+def test_reading_a_failed_put_or_a_future_put_is_phantom() -> None:
+    failed = Build().put(0, "k", "a", 0, 1, type="fail").get(1, "k", "a", 2, 3)
+    assert "failed" in no_phantom_reads(failed.ops()).explanation
+    future = Build().get(1, "k", "a", 0, 1).put(0, "k", "a", 2, 3)
+    assert "after the read" in no_phantom_reads(future.ops()).explanation
+
+
+# ------------------------------------------------------------------ torn descriptors
+
+V1 = {"name": "A", "instance": "i1", "buffers": [{"addr": 4096, "len": 64}]}
+V2 = {"name": "A", "instance": "i2", "buffers": [{"addr": 8192, "len": 64}]}
+
+
+def test_descriptor_equal_to_a_published_version() -> None:
+    h = (Build().call(NEMESIS, "publish", "A", 0, 1, arg=V1)
+         .call(0, "descriptor", "A", 2, 3, result=V1)
+         .call(NEMESIS, "publish", "A", 4, 5, arg=V2)
+         .call(0, "descriptor", "A", 4.5, 6, result=V2))
+    assert no_torn_descriptors(h.ops()).valid is True
+
+
+def test_torn_descriptor_names_the_mixed_fields() -> None:
+    torn = dict(V2, instance="i1")
+    h = (Build().call(NEMESIS, "publish", "A", 0, 1, arg=V1)
+         .call(NEMESIS, "publish", "A", 4, 5, arg=V2)
+         .call(0, "descriptor", "A", 6, 7, result=torn))
+    result = no_torn_descriptors(h.ops())
+    assert result.valid is False
+    assert "from #0 in buffers; from #2 in instance" in result.explanation
+    assert result.ops[-1].value == torn
+
+
+# ------------------------------------------------------------------ replacement
+
+
+def _replacement(served_after: str) -> Build:
+    return (Build().call(0, "write", "A", 0, 1, instance="i1")
+            .call(NEMESIS, "inject", "A", 2, 3, type="info")
+            .call(NEMESIS, "heal", "A", 3, 4, type="info", instance="i2")
+            .call(0, "write", "A", 5, 6, instance=served_after)
+            .call(1, "read", "A", 3.5, 7, instance="i1"))
+
+
+def test_transfers_after_replacement_reach_the_new_instance() -> None:
+    result = transfers_reach_new_instance(_replacement("i2").ops())
+    assert result.valid is True, result
+
+
+def test_stale_instance_transfer_is_reported() -> None:
+    result = transfers_reach_new_instance(_replacement("i1").ops())
+    assert result.valid is False
+    assert "'i1'" in result.explanation and "'i2'" in result.explanation
+    assert [op.f for op in result.ops] == ["heal", "heal", "write", "write"]
+
+
+# ------------------------------------------------------------------ recovery
+
+
+def test_bounded_recovery() -> None:
+    h = (Build().call(NEMESIS, "inject", "srv", 0, 1, type="info")
+         .call(0, "get", "k", 1, 2, type="fail")
+         .call(NEMESIS, "heal", "srv", 10, 11, type="info")
+         .call(0, "get", "k", 500, 600))
+    assert bounded_recovery(1.0)(h.ops()).valid is True
+    result = bounded_recovery(0.2)(h.ops())
+    assert result.valid is False and "0.589s later" in result.explanation
+
+
+# ------------------------------------------------------------------ composition and export
+
+
+def test_verdict_composes_and_asserts() -> None:
+    h = Build().put(0, "k", "a", 0, 1).get(0, "k", None, 10, 11, final=True)
+    verdict = check(h.ops(), no_lost_acks, no_phantom_reads)
+    assert verdict.valid is False
+    assert verdict["no-phantom-reads"].valid is True
+    with pytest.raises(AssertionError, match="no-lost-acks: INVALID"):
+        verdict.assert_valid()
+
+
+def test_recorded_history_round_trips_through_jsonl(tmp_path) -> None:
+    history = History()
+    inv = history.invoke(0, "put", key="k", value="a")
+    history.ok(inv, instance="i1")
+    crash = history.invoke(1, "put", key="k", value="b")
+    history.info(crash, error="timeout")
+    final = history.invoke(2, "get", key="k", final=True)
+    history.ok(final, value="a")
+    path = tmp_path / "h.jsonl"
+    history.to_jsonl(path)
+    first = json.loads(path.read_text().splitlines()[0])
+    assert {"index", "type", "f", "process", "time", "value"} <= set(first)
+    again = History.from_jsonl(path)
+    assert again.ops == history.ops
+    assert [c.type for c in again.calls()] == ["ok", "info", "ok"]
+    assert check(again, no_lost_acks, no_phantom_reads).valid is True
+    porcupine = history.to_porcupine()
+    assert porcupine[1]["Return"] is None and porcupine[0]["Return"] is not None
+
+
+def test_history_rejects_a_second_invoke_of_a_busy_process() -> None:
+    history = History()
+    history.invoke(0, "get", key="k")
+    with pytest.raises(RuntimeError, match="pending"):
+        history.invoke(0, "get", key="k")
+
+
+def test_malformed_history_line_names_line_and_field(tmp_path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"index": 0, "type": "invoke", "f": "get", "process": 0, "time": 1}\n'
+                    '{"index": 1, "type": "done", "f": "get", "process": 0, "time": 2}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: field 'type'"):
+        History.from_jsonl(path)
