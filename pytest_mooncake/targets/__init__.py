@@ -11,6 +11,7 @@ import importlib
 from pytest_mooncake.targets.base import (
     Capability,
     EngineHandle,
+    LookupResult,
     MasterClusterHandle,
     MetadataHandle,
     RdmaHandle,
@@ -22,7 +23,7 @@ from pytest_mooncake.targets.base import (
 )
 
 __all__ = [
-    "Capability", "EngineHandle", "MasterClusterHandle", "MetadataHandle", "RdmaHandle",
+    "Capability", "EngineHandle", "LookupResult", "MasterClusterHandle", "MetadataHandle", "RdmaHandle",
     "Target", "TargetContext", "TargetError", "TargetLacks", "TransferResult",
     "KNOWN_TARGETS", "UnknownTarget", "resolve_target",
 ]

@@ -85,6 +85,16 @@ class MetadataHandle(Protocol):
         """Stop what the handle started (an HTTP metadata server); a no-op for shared etcd."""
         ...
 
+    @property
+    def address(self) -> str:
+        """``host:port`` the store listens on (what a fault proxy forwards to)."""
+        ...
+
+    def through(self, address: str) -> MetadataHandle:
+        """The same store reached at ``address`` (a fault proxy in front of it): engines started
+        with the returned handle send their metadata traffic through the proxy."""
+        ...
+
 
 @dataclass(frozen=True)
 class TransferResult:
@@ -94,6 +104,15 @@ class TransferResult:
     data: bytes | None = None
     error: str | None = None
     retries: int = 0
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What an engine's metadata lookup of a peer returned: a descriptor or a failure."""
+
+    ok: bool
+    descriptor: Mapping[str, Any] | None = None
+    error: str | None = None
 
 
 @runtime_checkable
@@ -119,6 +138,15 @@ class EngineHandle(Protocol):
     def read(self, peer: str, offset: int, length: int) -> TransferResult: ...
     def write_at(self, peer: str, address: int, data: bytes) -> TransferResult:
         """Write at an absolute remote address (used to probe foreign memory, MR-18)."""
+        ...
+
+    def lookup(self, peer: str, force: bool = False) -> LookupResult:
+        """Resolve ``peer``'s descriptor the way a transfer would (cache, TTL, refresh);
+        ``force`` asks for a forced refresh (what a transport failure triggers)."""
+        ...
+
+    def set_ttl_ms(self, ttl_ms: int) -> None:
+        """Change ``metadata_cache_ttl_ms`` of the running engine."""
         ...
 
     def stats(self) -> Mapping[str, int]:
