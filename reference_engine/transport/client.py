@@ -1,0 +1,305 @@
+"""Client side of the Mooncake TCP transport: pipelined READ and WRITE batches to one peer.
+
+A batch goes out on one pooled connection in windows: the next window's requests are sent
+before the previous window's responses are read, so the peer never waits on a round trip, and
+every window is one vectored ``sendmsg`` (headers interleaved with payload memoryviews) and, for
+READs, one ``recvmsg_into`` straight into the callers' destination buffers.
+
+Failure handling follows the protocol: the peer serves a connection's requests in order and
+closes it after a rejection, so the requests after a rejected one were never executed and are
+sent again on a fresh connection. After any other failure nothing is retried: the requests not
+yet acknowledged fail with :class:`TransferConnectionError` (a WRITE among them may or may not
+have landed), and the connection is discarded rather than returned to the pool.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections import deque
+from typing import NamedTuple
+
+from . import wire
+from .errors import (
+    PeerRejectedError,
+    ProtocolError,
+    TransferConnectionError,
+    TransferError,
+    batch_error,
+)
+from .pool import Connection, ConnectionPool
+from .sockio import RecvInterrupted, recv_all_into, send_all
+
+_REJECTED = "rejected"
+_CONNECTION = "connection"
+_PROTOCOL = "protocol"
+_SALVAGE_TIMEOUT = 2.0
+
+
+class _Req(NamedTuple):
+    index: int
+    addr: int
+    view: memoryview
+
+
+class _Failure(NamedTuple):
+    kind: str
+    reason: str
+
+
+def _byte_view(data, writable: bool) -> memoryview:
+    mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    if writable and mv.readonly:
+        raise TypeError("destination buffer is read-only")
+    return mv
+
+
+def _scan_frames(frames, count: int) -> tuple[int, _Failure | None]:
+    """How many leading frames are OK, and what the first bad one says."""
+    for j in range(count):
+        value = wire.STATUS.unpack_from(frames, 8 * j)[0]
+        if value == wire.STATUS_OK:
+            continue
+        if value == wire.STATUS_REJECTED:
+            return j, _Failure(
+                _REJECTED, "peer rejected the range (outside its registered buffers)"
+            )
+        return j, _Failure(_PROTOCOL, f"bad status frame: {wire.describe_status(value)}")
+    return count, None
+
+
+class TcpClient:
+    def __init__(self, pool: ConnectionPool, window: int = 256) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        self.pool = pool
+        self.window = window
+
+    # public API ------------------------------------------------------------------------------
+
+    def write_batch(self, host: str, port: int, items, proto_version: int = wire.PROTO_V2) -> None:
+        reqs = [_Req(i, addr, _byte_view(data, False)) for i, (addr, data) in enumerate(items)]
+        self._finish(host, port, reqs, self._run(host, port, reqs, wire.WRITE, proto_version))
+
+    def read_batch_into(
+        self, host: str, port: int, items, proto_version: int = wire.PROTO_V2
+    ) -> None:
+        reqs = [_Req(i, addr, _byte_view(dest, True)) for i, (addr, dest) in enumerate(items)]
+        self._finish(host, port, reqs, self._run(host, port, reqs, wire.READ, proto_version))
+
+    def write(self, host: str, port: int, remote_addr: int, data, proto_version: int = 2) -> None:
+        reqs = [_Req(0, remote_addr, _byte_view(data, False))]
+        failures = self._run(host, port, reqs, wire.WRITE, proto_version)
+        if failures:
+            raise failures[0]
+
+    def read_into(
+        self, host: str, port: int, remote_addr: int, dest, proto_version: int = 2
+    ) -> None:
+        reqs = [_Req(0, remote_addr, _byte_view(dest, True))]
+        failures = self._run(host, port, reqs, wire.READ, proto_version)
+        if failures:
+            raise failures[0]
+
+    # batch driver ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _finish(host, port, reqs, failures: dict[int, TransferError]) -> None:
+        if failures:
+            raise batch_error(failures, len(reqs) - len(failures), len(reqs))
+
+    def _run(self, host, port, reqs: list[_Req], op: int, proto: int) -> dict[int, TransferError]:
+        failures: dict[int, TransferError] = {}
+        reqs = [r for r in reqs if len(r.view)]
+        runner = self._write_run if op == wire.WRITE else self._read_run
+        pos = 0
+        while pos < len(reqs):
+            try:
+                conn = self.pool.acquire(host, port)
+            except TransferConnectionError as e:
+                for r in reqs[pos:]:
+                    failures[r.index] = self._error(TransferConnectionError, str(e), host, port, r)
+                break
+            done, failure = runner(conn, reqs, pos, proto)
+            self.pool.release(conn, failure is None)
+            if failure is None:
+                break
+            at = pos + done
+            r = reqs[at]
+            what = "WRITE" if op == wire.WRITE else "READ"
+            msg = (
+                f"{what} of {len(r.view)} bytes at 0x{r.addr:x} on {host}:{port}: {failure.reason}"
+            )
+            if failure.kind == _REJECTED:
+                failures[r.index] = self._error(PeerRejectedError, msg, host, port, r)
+                pos = at + 1
+                continue
+            cls = ProtocolError if failure.kind == _PROTOCOL else TransferConnectionError
+            failures[r.index] = self._error(cls, msg, host, port, r)
+            for later in reqs[at + 1 :]:
+                failures[later.index] = self._error(
+                    TransferConnectionError,
+                    f"{what} at 0x{later.addr:x} not acknowledged: the connection failed at an "
+                    f"earlier request (index {r.index})",
+                    host,
+                    port,
+                    later,
+                )
+            break
+        return failures
+
+    @staticmethod
+    def _error(cls, msg: str, host: str, port: int, r: _Req) -> TransferError:
+        return cls(msg, host=host, port=port, remote_addr=r.addr, length=len(r.view), index=r.index)
+
+    # WRITE -----------------------------------------------------------------------------------
+
+    def _write_run(self, conn: Connection, reqs, pos: int, proto: int):
+        sock = conn.sock
+        pack = wire.HEADER.pack
+        opbyte = wire.opcode_byte(wire.WRITE, proto)
+        v2 = proto >= wire.PROTO_V2
+        n = len(reqs)
+        acked = 0
+        unacked: deque[int] = deque()
+        nxt = pos
+        try:
+            while nxt < n:
+                hi = min(n, nxt + self.window)
+                bufs = []
+                for k in range(nxt, hi):
+                    r = reqs[k]
+                    bufs.append(pack(len(r.view), r.addr, opbyte))
+                    bufs.append(r.view)
+                unacked.append(hi - nxt)
+                nxt = hi
+                send_all(sock, bufs)
+                if not v2:
+                    acked += unacked.popleft()
+                elif len(unacked) > 1:
+                    ok, failure = self._read_acks(sock, unacked.popleft())
+                    acked += ok
+                    if failure:
+                        return acked, failure
+            while unacked:
+                ok, failure = self._read_acks(sock, unacked.popleft())
+                acked += ok
+                if failure:
+                    return acked, failure
+            return acked, None
+        except OSError as e:
+            if not v2:
+                return acked, _Failure(_CONNECTION, f"sending: {e}")
+            ok, failure = self._salvage_acks(sock, sum(unacked))
+            return acked + ok, failure or _Failure(_CONNECTION, f"sending: {e}")
+
+    @staticmethod
+    def _read_acks(sock: socket.socket, count: int) -> tuple[int, _Failure | None]:
+        frames = bytearray(8 * count)
+        try:
+            got = recv_all_into(sock, [frames])
+        except RecvInterrupted as e:
+            ok, failure = _scan_frames(frames, e.received // 8)
+            return ok, failure or _Failure(_CONNECTION, f"receiving acknowledgement: {e.cause}")
+        if got == len(frames) and frames == wire.STATUS_OK_FRAME * count:
+            return count, None
+        ok, failure = _scan_frames(frames, got // 8)
+        if failure is None and ok < count:
+            failure = _Failure(_CONNECTION, "peer closed the connection before acknowledging")
+        return ok, failure
+
+    @staticmethod
+    def _salvage_acks(sock: socket.socket, count: int) -> tuple[int, _Failure | None]:
+        """After a send error, read the acknowledgements (or a rejection) the peer sent first."""
+        if count == 0:
+            return 0, None
+        frames = bytearray(8 * count)
+        try:
+            sock.settimeout(min(_SALVAGE_TIMEOUT, sock.gettimeout() or _SALVAGE_TIMEOUT))
+            got = recv_all_into(sock, [frames])
+        except RecvInterrupted as e:
+            got = e.received
+        except OSError:
+            got = 0
+        ok, failure = _scan_frames(frames, got // 8)
+        return ok, failure
+
+    # READ ------------------------------------------------------------------------------------
+
+    def _read_run(self, conn: Connection, reqs, pos: int, proto: int):
+        sock = conn.sock
+        pack = wire.HEADER.pack
+        opbyte = wire.opcode_byte(wire.READ, proto)
+        v2 = proto >= wire.PROTO_V2
+        n = len(reqs)
+        done = 0
+        windows: deque[tuple[int, int]] = deque()
+        nxt = pos
+        try:
+            while nxt < n or windows:
+                if nxt < n:
+                    hi = min(n, nxt + self.window)
+                    send_all(
+                        sock,
+                        [
+                            b"".join(
+                                [
+                                    pack(len(reqs[k].view), reqs[k].addr, opbyte)
+                                    for k in range(nxt, hi)
+                                ]
+                            )
+                        ],
+                    )
+                    windows.append((nxt, hi))
+                    nxt = hi
+                    if len(windows) < 2 and nxt < n:
+                        continue
+                lo, hi = windows.popleft()
+                ok, failure = self._read_responses(sock, reqs, lo, hi, v2)
+                done += ok
+                if failure:
+                    return done, failure
+            return done, None
+        except OSError as e:
+            return done, _Failure(_CONNECTION, f"sending: {e}")
+
+    @staticmethod
+    def _read_responses(sock, reqs, lo: int, hi: int, v2: bool) -> tuple[int, _Failure | None]:
+        count = hi - lo
+        if v2:
+            frames = bytearray(8 * count)
+            fv = memoryview(frames)
+            bufs = []
+            for j in range(count):
+                bufs.append(fv[8 * j : 8 * j + 8])
+                bufs.append(reqs[lo + j].view)
+        else:
+            frames = b""
+            bufs = [reqs[k].view for k in range(lo, hi)]
+        expected = sum(len(b) for b in bufs)
+        error = None
+        try:
+            got = recv_all_into(sock, bufs)
+        except RecvInterrupted as e:
+            got, error = e.received, e.cause
+        if got == expected and (not v2 or frames == wire.STATUS_OK_FRAME * count):
+            return count, None
+        left = got
+        for j in range(count):
+            if v2:
+                if left < 8:
+                    break
+                value = wire.STATUS.unpack_from(frames, 8 * j)[0]
+                if value != wire.STATUS_OK:
+                    ok, failure = _scan_frames(frames[8 * j : 8 * j + 8], 1)
+                    return j, failure
+                left -= 8
+            size = len(reqs[lo + j].view)
+            if left < size:
+                break
+            left -= size
+        else:
+            return count, None
+        reason = f"receiving: {error}" if error else "peer closed the connection mid-response"
+        return j, _Failure(_CONNECTION, reason)

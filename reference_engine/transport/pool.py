@@ -1,0 +1,100 @@
+"""Pooled client connections to peers' TCP data ports, keyed by (host, port).
+
+A connection is handed to one caller at a time. ``drop_peer`` closes the idle connections to a
+peer and makes the busy ones close when they come back: after a peer is replaced, no request
+may travel on a connection that was opened to its predecessor.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from .errors import TransferConnectionError
+
+Key = tuple[str, int]
+
+
+class Connection:
+    __slots__ = ("sock", "key", "generation")
+
+    def __init__(self, sock: socket.socket, key: Key, generation: tuple[int, int]) -> None:
+        self.sock = sock
+        self.key = key
+        self.generation = generation
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class ConnectionPool:
+    def __init__(
+        self,
+        connect_timeout: float = 5.0,
+        io_timeout: float = 30.0,
+        max_idle_per_peer: int = 8,
+    ) -> None:
+        self.connect_timeout = connect_timeout
+        self.io_timeout = io_timeout
+        self.max_idle_per_peer = max_idle_per_peer
+        self._lock = threading.Lock()
+        self._idle: dict[Key, list[Connection]] = {}
+        self._generation: dict[Key, int] = {}
+        self._epoch = 0
+        self.opened = 0
+
+    def _current(self, key: Key) -> tuple[int, int]:
+        return (self._epoch, self._generation.get(key, 0))
+
+    def acquire(self, host: str, port: int) -> Connection:
+        key = (host, port)
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop()
+            generation = self._current(key)
+        try:
+            sock = socket.create_connection(key, timeout=self.connect_timeout)
+        except OSError as e:
+            raise TransferConnectionError(
+                f"cannot connect to {host}:{port}: {e}", host=host, port=port
+            ) from e
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self.io_timeout)
+        with self._lock:
+            self.opened += 1
+        return Connection(sock, key, generation)
+
+    def release(self, conn: Connection, healthy: bool) -> None:
+        with self._lock:
+            if healthy and conn.generation == self._current(conn.key):
+                idle = self._idle.setdefault(conn.key, [])
+                if len(idle) < self.max_idle_per_peer:
+                    idle.append(conn)
+                    return
+        conn.close()
+
+    def drop_peer(self, host: str, port: int) -> int:
+        """Close every connection to the peer; return how many idle ones were closed."""
+        key = (host, port)
+        with self._lock:
+            self._generation[key] = self._generation.get(key, 0) + 1
+            idle = self._idle.pop(key, [])
+        for conn in idle:
+            conn.close()
+        return len(idle)
+
+    def idle_count(self, host: str, port: int) -> int:
+        with self._lock:
+            return len(self._idle.get((host, port), ()))
+
+    def close_all(self) -> None:
+        with self._lock:
+            self._epoch += 1
+            idle = [c for conns in self._idle.values() for c in conns]
+            self._idle.clear()
+        for conn in idle:
+            conn.close()

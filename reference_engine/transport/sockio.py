@@ -1,0 +1,73 @@
+"""Vectored socket I/O that copes with short sends and receives, without copying payloads."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+def _advance(bufs: list, start: int, n: int) -> int:
+    """Drop ``n`` bytes from the front of ``bufs[start:]``; return the new start index."""
+    while n:
+        b = bufs[start]
+        size = len(b)
+        if n >= size:
+            n -= size
+            start += 1
+        else:
+            bufs[start] = memoryview(b)[n:]
+            n = 0
+    return start
+
+
+def send_all(sock: socket.socket, bufs: list) -> None:
+    """Send every buffer in order with as few ``sendmsg`` calls as the kernel allows.
+
+    ``bufs`` is consumed (entries may be replaced by shorter views).
+    """
+    start = 0
+    count = len(bufs)
+    while start < count:
+        chunk = bufs if start == 0 and count <= IOV_MAX else bufs[start : start + IOV_MAX]
+        n = sock.sendmsg(chunk)
+        start = _advance(bufs, start, n)
+        while start < count and len(bufs[start]) == 0:
+            start += 1
+
+
+class RecvInterrupted(OSError):
+    """A socket error (or timeout) after ``received`` bytes had already landed."""
+
+    def __init__(self, received: int, cause: OSError) -> None:
+        super().__init__(cause.errno, str(cause))
+        self.received = received
+        self.cause = cause
+
+
+def recv_all_into(sock: socket.socket, bufs: list) -> int:
+    """Fill every writable buffer in order; return bytes received (short only at EOF).
+
+    ``bufs`` is consumed. An EOF before all are full returns the count so far; a socket error
+    raises :class:`RecvInterrupted` carrying the count so far.
+    """
+    total = 0
+    start = 0
+    count = len(bufs)
+    try:
+        while start < count:
+            if len(bufs[start]) == 0:
+                start += 1
+                continue
+            if count - start == 1:
+                n = sock.recv_into(bufs[start])
+            else:
+                n = sock.recvmsg_into(bufs[start : start + IOV_MAX])[0]
+            if n == 0:
+                return total
+            total += n
+            start = _advance(bufs, start, n)
+    except OSError as e:
+        raise RecvInterrupted(total, e) from e
+    return total
