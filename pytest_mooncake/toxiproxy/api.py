@@ -1,0 +1,141 @@
+"""Toxiproxy's HTTP API (``api.go``): routes, status codes and JSON bodies.
+
+Success bodies are compact JSON; errors are ``{"error": "...", "status": N}`` written as Go's
+``http.Error`` writes them (text/plain, trailing newline). Unknown paths answer 404, a known
+path with another method 405, and browsers (User-Agent ``Mozilla/...``) 403, as Toxiproxy does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.parse
+from typing import Any
+
+from pytest_mooncake.toxiproxy import errors
+from pytest_mooncake.toxiproxy.collection import ProxyCollection
+from pytest_mooncake.toxiproxy.errors import ApiError
+from pytest_mooncake.toxiproxy.http import Request, Response, plain_error
+
+UPDATE_METHODS = ("POST", "PATCH")
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(status, json.dumps(obj, separators=(",", ":")).encode())
+
+
+def error_response(err: ApiError) -> Response:
+    return plain_error(err.status, json.dumps(err.to_json(), separators=(",", ":")))
+
+
+def _decode(body: bytes) -> Any:
+    try:
+        return json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise errors.BAD_REQUEST_BODY.joined("body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        detail = "EOF" if not body.strip() else f"invalid JSON: {exc.msg} at char {exc.pos}"
+        raise errors.BAD_REQUEST_BODY.joined(detail) from None
+
+
+class Api:
+    """Dispatches requests to the proxy collection; one mutation at a time."""
+
+    def __init__(self, collection: ProxyCollection, version: str):
+        self.collection = collection
+        self.version = version
+        self._lock = asyncio.Lock()
+
+    async def handle(self, req: Request) -> Response:
+        raw = req.path.strip("/").split("/") if req.path.strip("/") else []
+        if req.path != "/" + "/".join(raw) or any(not seg for seg in raw):
+            return plain_error(404, "404 page not found")
+        parts = [urllib.parse.unquote(seg) for seg in raw]
+        route = self._route(parts)
+        if route is None:
+            return plain_error(404, "404 page not found")
+        methods, handler = route
+        if req.method not in methods:
+            return plain_error(405, "405 method not allowed")
+        if req.headers.get("user-agent", "").startswith("Mozilla/"):
+            return plain_error(403, "User agent not allowed")
+        names = parts[1::2][:2] if parts[0] == "proxies" else []
+        try:
+            if req.method == "GET":
+                return await handler(req, *names)
+            async with self._lock:
+                return await handler(req, *names)
+        except ApiError as err:
+            return error_response(err)
+
+    def _route(self, parts: list[str]) -> tuple[tuple[str, ...], Any] | None:
+        n = len(parts)
+        if parts == ["version"]:
+            return ("GET",), self.version_show
+        if parts == ["reset"]:
+            return ("POST",), self.reset
+        if parts == ["populate"]:
+            return ("POST",), self.populate
+        if not parts or parts[0] != "proxies":
+            return None
+        if n == 1:
+            return ("GET", "POST"), self.proxies
+        if n == 2:
+            return ("GET", "POST", "PATCH", "DELETE"), self.proxy
+        if n == 3 and parts[2] == "toxics":
+            return ("GET", "POST"), self.toxics
+        if n == 4 and parts[2] == "toxics":
+            return ("GET", "POST", "PATCH", "DELETE"), self.toxic
+        return None
+
+    # ------------------------------------------------------------ handlers
+
+    async def version_show(self, req: Request) -> Response:
+        body = f'{{"version": "{self.version}"}}\n'.encode()
+        return Response(200, body, "application/json;charset=utf-8")
+
+    async def reset(self, req: Request) -> Response:
+        await self.collection.reset()
+        return Response(204)
+
+    async def populate(self, req: Request) -> Response:
+        try:
+            body = _decode(req.body)
+        except ApiError as err:
+            return json_response({**err.to_json(), "proxies": None}, err.status)
+        done, err = await self.collection.populate(body)
+        proxies = [p.to_json() for p in done] or None  # Go marshals an empty result as null
+        if err is not None:
+            return json_response({**err.to_json(), "proxies": proxies}, err.status)
+        return json_response({"proxies": proxies}, 201)
+
+    async def proxies(self, req: Request) -> Response:
+        if req.method == "GET":
+            return json_response({name: p.to_json()
+                                  for name, p in self.collection.proxies.items()})
+        proxy = await self.collection.create(_decode(req.body))
+        return json_response(proxy.to_json(), 201)
+
+    async def proxy(self, req: Request, name: str) -> Response:
+        if req.method == "DELETE":
+            await self.collection.remove(name)
+            return Response(204)
+        proxy = self.collection.get(name)
+        if req.method in UPDATE_METHODS:
+            await proxy.update(_decode(req.body))
+        return json_response(proxy.to_json())
+
+    async def toxics(self, req: Request, name: str) -> Response:
+        proxy = self.collection.get(name)
+        if req.method == "GET":
+            return json_response(proxy.toxic_list())
+        return json_response(proxy.add_toxic(_decode(req.body)).to_json())
+
+    async def toxic(self, req: Request, name: str, toxic: str) -> Response:
+        proxy = self.collection.get(name)
+        if req.method == "DELETE":
+            proxy.remove_toxic(toxic)
+            return Response(204)
+        if req.method in UPDATE_METHODS:
+            return json_response(proxy.update_toxic(toxic, _decode(req.body)).to_json())
+        return json_response(proxy.get_toxic(toxic).to_json())

@@ -1,0 +1,246 @@
+"""A proxy: a loopback listener, its upstream, its live connections and its toxics.
+
+Mirrors Toxiproxy's ``proxy.go`` and ``toxic_collection.go``: a disabled proxy has no
+listener and no connections; toxics are added to, updated on and removed from live
+connections; a toxic's name is unique within the proxy across both streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Container
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_mooncake.toxiproxy import errors
+from pytest_mooncake.toxiproxy.addresses import AddressPolicy
+from pytest_mooncake.toxiproxy.errors import ApiError
+from pytest_mooncake.toxiproxy.link import DIRECTIONS, DOWNSTREAM, READ_SIZE, Connection
+from pytest_mooncake.toxiproxy.toxics import TOXIC_TYPES, Toxic, ToxicAttributeError
+
+log = logging.getLogger("mc-toxiproxy")
+UPSTREAM_CONNECT_TIMEOUT = 10.0
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _json_float(value: float) -> float | int:
+    """Toxiproxy (Go) writes a float32 1.0 as ``1``."""
+    return int(value) if value == int(value) else value
+
+
+@dataclass
+class ToxicSpec:
+    """A toxic as the API shows it: name, type, stream, toxicity and attributes."""
+
+    name: str
+    type: str
+    stream: str
+    toxicity: float
+    toxic: Toxic
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attributes": self.toxic.attributes(), "name": self.name, "type": self.type,
+                "stream": self.stream, "toxicity": _json_float(self.toxicity)}
+
+    @staticmethod
+    def toxicity_of(body: dict[str, Any], default: float) -> float:
+        if "toxicity" not in body:
+            return default
+        value = _number(body["toxicity"])
+        if value is None or not 0.0 <= value <= 1.0:
+            raise errors.BAD_REQUEST_BODY.joined(
+                f"toxicity must be a number from 0 to 1, got {body['toxicity']!r}")
+        return value
+
+    @classmethod
+    def create(cls, body: Any, taken: Container[str]) -> ToxicSpec:
+        """Parse a toxic create body, with Toxiproxy's defaults and order of checks; ``taken``
+        holds the names already used on the proxy."""
+        if not isinstance(body, dict):
+            raise errors.BAD_REQUEST_BODY.joined("expected a JSON object")
+        for key in ("name", "type", "stream"):
+            if not isinstance(body.get(key, ""), str):
+                raise errors.BAD_REQUEST_BODY.joined(f"field {key!r} must be a string")
+        stream = body.get("stream", DOWNSTREAM)
+        if stream.lower() not in DIRECTIONS:
+            raise errors.INVALID_STREAM
+        stream = stream.lower()
+        toxic_type = body.get("type", "")
+        name = body.get("name", "") or f"{toxic_type}_{stream}"
+        if toxic_type not in TOXIC_TYPES:
+            raise errors.INVALID_TOXIC_TYPE.joined(
+                f"{toxic_type!r} (known: {', '.join(sorted(TOXIC_TYPES))})")
+        if name in taken:
+            raise errors.TOXIC_ALREADY_EXISTS
+        toxicity = cls.toxicity_of(body, 1.0)
+        return cls(name, toxic_type, stream, toxicity, _attributes(toxic_type, body, None))
+
+    def updated(self, body: Any) -> ToxicSpec:
+        """Toxiproxy's update: new attributes merge into the old ones; toxicity may change."""
+        if not isinstance(body, dict):
+            raise errors.BAD_REQUEST_BODY.joined("expected a JSON object")
+        return ToxicSpec(self.name, self.type, self.stream,
+                         self.toxicity_of(body, self.toxicity),
+                         _attributes(self.type, body, self.toxic))
+
+
+def _attributes(toxic_type: str, body: dict[str, Any], base: Toxic | None) -> Toxic:
+    try:
+        return TOXIC_TYPES[toxic_type].from_attributes(body.get("attributes"), base)
+    except ToxicAttributeError as exc:
+        raise errors.BAD_REQUEST_BODY.joined(str(exc)) from None
+
+
+class Proxy:
+    """One named proxy, enabled (listening) or disabled."""
+
+    def __init__(self, name: str, listen: str, upstream: str, policy: AddressPolicy,
+                 seed: int):
+        self.name = name
+        self.policy = policy
+        self.seed = seed
+        policy.listen(listen)
+        policy.upstream(upstream)
+        self.listen = listen or "127.0.0.1:0"
+        self.upstream = upstream
+        self.enabled = False
+        self.toxics: dict[str, ToxicSpec] = {}
+        self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._serial = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "listen": self.listen, "upstream": self.upstream,
+                "enabled": self.enabled, "toxics": self.toxic_list()}
+
+    def toxic_list(self) -> list[dict[str, Any]]:
+        """Upstream toxics first, then downstream, each in the order added (Toxiproxy's)."""
+        return [spec.to_json() for stream in DIRECTIONS
+                for spec in self.toxics.values() if spec.stream == stream]
+
+    # ------------------------------------------------------------ listener
+
+    async def start(self) -> None:
+        if self.enabled:
+            return
+        host, port = self.policy.listen(self.listen)
+        try:
+            self._server = await asyncio.start_server(self._accept, host, port, limit=READ_SIZE)
+        except OSError as exc:
+            raise ApiError(f"listen tcp {self.listen}: {exc.strerror or exc}", 500) from None
+        bound = self._server.sockets[0].getsockname()
+        self.listen = f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
+        self.enabled = True
+        log.info("proxy %s listening on %s, upstream %s", self.name, self.listen, self.upstream)
+
+    async def stop(self) -> None:
+        """Close the listener (new connections are refused) and drop every connection."""
+        if not self.enabled:
+            return
+        self.enabled = False
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for conn in list(self.connections):
+            conn.abort(reset=False)
+        for task in list(self._handlers):
+            task.cancel()
+        log.info("proxy %s stopped", self.name)
+
+    def differs(self, listen: str, upstream: str) -> bool:
+        """Toxiproxy's ``Differs``: another listen address or upstream (port 0 always differs
+        from a bound port)."""
+        host, port = self.policy.listen(listen)
+        return f"{host}:{port}" != self.listen or upstream != self.upstream
+
+    async def update(self, body: Any) -> None:
+        if not isinstance(body, dict):
+            raise errors.BAD_REQUEST_BODY.joined("expected a JSON object")
+        listen = body.get("listen", self.listen)
+        upstream = body.get("upstream", self.upstream)
+        enabled = body.get("enabled", self.enabled)
+        if not isinstance(listen, str) or not isinstance(upstream, str):
+            raise errors.BAD_REQUEST_BODY.joined("listen and upstream must be strings")
+        if not isinstance(enabled, bool):
+            raise errors.BAD_REQUEST_BODY.joined(f"enabled must be true or false, got {enabled!r}")
+        self.policy.upstream(upstream)
+        if self.differs(listen, upstream):
+            await self.stop()
+            self.listen, self.upstream = listen or "127.0.0.1:0", upstream
+        if enabled and not self.enabled:
+            await self.start()
+        elif not enabled:
+            await self.stop()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self._handlers.discard(task)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = self.policy.upstream(self.upstream)
+        try:
+            upstream = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=READ_SIZE), UPSTREAM_CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError) as exc:
+            log.warning("proxy %s: cannot connect to upstream %s: %s", self.name,
+                        self.upstream, exc)
+            writer.close()
+            return
+        if not self.enabled:
+            writer.close()
+            upstream[1].close()
+            return
+        self._serial += 1
+        conn = Connection((reader, writer), upstream, self.toxics.values(),
+                          f"{self.seed}:{self.name}:{self._serial}", self.connections.discard)
+        self.connections.add(conn)
+        with contextlib.suppress(asyncio.CancelledError):
+            await conn.run()
+
+    # ------------------------------------------------------------ toxics
+
+    def add_toxic(self, body: Any) -> ToxicSpec:
+        spec = ToxicSpec.create(body, self.toxics)
+        self.toxics[spec.name] = spec
+        for conn in list(self.connections):
+            conn.links[spec.stream].add(spec)
+        log.info("proxy %s: added toxic %s", self.name, spec.to_json())
+        return spec
+
+    def get_toxic(self, name: str) -> ToxicSpec:
+        try:
+            return self.toxics[name]
+        except KeyError:
+            raise errors.TOXIC_NOT_FOUND from None
+
+    def update_toxic(self, name: str, body: Any) -> ToxicSpec:
+        spec = self.get_toxic(name).updated(body)
+        self.toxics[name] = spec
+        for conn in list(self.connections):
+            conn.links[spec.stream].update(spec)
+        log.info("proxy %s: updated toxic %s", self.name, spec.to_json())
+        return spec
+
+    def remove_toxic(self, name: str) -> None:
+        spec = self.get_toxic(name)
+        del self.toxics[name]
+        for conn in list(self.connections):
+            conn.links[spec.stream].remove(name)
+        log.info("proxy %s: removed toxic %s", self.name, name)
+
+    def reset_toxics(self) -> None:
+        for name in list(self.toxics):
+            self.remove_toxic(name)
