@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 pytest_plugins = [
     "pytest_mooncake.plugin",
     "pytest_mooncake.etcd",
+    "pytest_mooncake.faults",
     "pytest_mooncake.engines",
     "pytest_mooncake.masters",
     "pytest_mooncake.completions",
