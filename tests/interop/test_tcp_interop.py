@@ -1,0 +1,118 @@
+"""Real Mooncake 0.3.13 engines and reference TCP transports move bytes both ways.
+
+Each backend (etcd, our HTTP metadata server, the wheel's HTTP metadata server) gets one real
+engine; every test publishes a fresh reference segment so no engine has it cached.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from reference_engine import descriptor
+from reference_engine.metadata import KeyLayout
+from reference_engine.transport import PeerRejectedError
+
+pytestmark = pytest.mark.interop
+
+BLOCK = 4096
+BATCH = 128
+
+
+@pytest.mark.mc_req("MR-8")
+@pytest.mark.parametrize("instance_id", ["5f" * 16, None], ids=["with-instance_id", "legacy"])
+def test_real_engine_writes_and_reads_a_reference_buffer(
+    real_engine, ref_segment, metadata, instance_id
+):
+    raw = ref_segment.publish(metadata.store, instance_id=instance_id)
+    assert (b'"instance_id"' in raw) == (instance_id is not None)
+    seg, base, mem = ref_segment.name, ref_segment.addr, ref_segment.mem
+
+    assert real_engine.write(seg, base + 5, b"from real mooncake") == 0
+    assert mem[5:23] == b"from real mooncake"
+
+    mem[1000:1010] = b"0123456789"
+    assert real_engine.read(seg, base + 1000, 10) == (0, b"0123456789")
+
+    payload = random.Random(3).randbytes(BLOCK * BATCH)
+    remotes = [base + 65536 + i * BLOCK for i in range(BATCH)]
+    assert real_engine.write_batch(seg, remotes, BLOCK, payload) == 0
+    assert mem[65536 : 65536 + len(payload)] == payload
+    assert real_engine.read_batch(seg, remotes, BLOCK) == (0, payload)
+    assert ref_segment.transport.server_stats().rejected == 0
+
+
+@pytest.mark.mc_req("MR-18")
+def test_real_engine_is_rejected_outside_the_registered_buffer(real_engine, ref_segment, metadata):
+    # the published descriptor claims twice the memory the process registered (as a stale
+    # descriptor of a predecessor would); the server must refuse the difference
+    ref_segment.publish(metadata.store, instance_id="a1" * 16, advertised_size=2 * ref_segment.size)
+    seg, base, mem = ref_segment.name, ref_segment.addr, ref_segment.mem
+    before = bytes(mem[-16:])
+
+    assert real_engine.write(seg, base + ref_segment.size - 8, b"straddles end!!!") != 0
+    assert real_engine.read(seg, base + ref_segment.size + 64, 8)[0] != 0
+    assert bytes(mem[-16:]) == before
+    assert ref_segment.transport.server_stats().rejected == 2
+    assert real_engine.write(seg, base, b"still serving") == 0
+    assert mem[:13] == b"still serving"
+
+
+def _real_descriptor(metadata, real_engine):
+    raw = metadata.store.get(KeyLayout().segment_key(real_engine.name))
+    assert raw is not None, f"real engine {real_engine.name} published no descriptor"
+    return descriptor.decode(raw, real_engine.name)
+
+
+def test_reference_writes_and_reads_a_real_engine_buffer(real_engine, ref_segment, metadata):
+    desc = _real_descriptor(metadata, real_engine)
+    assert desc.protocol == "tcp" and desc.tcp_proto_version == 2
+    assert desc.find_buffer(real_engine.buffer, real_engine.size) is not None
+    host, port = desc.data_endpoint()
+    assert host == "127.0.0.1"
+    t, rbuf = ref_segment.transport, real_engine.buffer
+
+    t.write(host, port, rbuf + 7, b"from the reference engine")
+    assert real_engine.peek(7, 25) == b"from the reference engine"
+
+    real_engine.poke(4096, b"planted by real")
+    assert t.read(host, port, rbuf + 4096, 15) == b"planted by real"
+
+    rng = random.Random(4)
+    blocks = [rng.randbytes(BLOCK) for _ in range(BATCH)]
+    remotes = [rbuf + (1 << 20) + i * BLOCK for i in range(BATCH)]
+    t.write_batch(host, port, list(zip(remotes, blocks, strict=True)))
+    assert real_engine.peek(1 << 20, BLOCK * BATCH) == b"".join(blocks)
+    local = bytearray(BLOCK * BATCH)
+    lv = memoryview(local)
+    t.read_batch_into(
+        host, port, [(r, lv[i * BLOCK : (i + 1) * BLOCK]) for i, r in enumerate(remotes)]
+    )
+    assert local == b"".join(blocks)
+
+    big = rng.randbytes(3 << 20)
+    t.write(host, port, rbuf + (8 << 20), big)
+    assert t.read(host, port, rbuf + (8 << 20), len(big)) == big
+
+
+@pytest.mark.parametrize("length", [16, 8 << 20], ids=["small", "8MiB"])
+def test_reference_is_rejected_by_a_real_engine_outside_its_buffers(
+    real_engine, ref_segment, metadata, length
+):
+    host, port = _real_descriptor(metadata, real_engine).data_endpoint()
+    t = ref_segment.transport
+    outside = 0x1000
+    with pytest.raises(PeerRejectedError):
+        t.write(host, port, outside, bytes(length))
+    with pytest.raises(PeerRejectedError):
+        t.read(host, port, outside, length)
+    with pytest.raises(PeerRejectedError) as ei:
+        t.write_batch(
+            host,
+            port,
+            [(real_engine.buffer, b"ok"), (outside, b"no"), (real_engine.buffer + 2, b"ok")],
+        )
+    assert list(ei.value.failures) == [1]
+    assert real_engine.peek(0, 4) == b"okok"
+
