@@ -48,6 +48,9 @@ OPTIONS: tuple[Option, ...] = (
            "Default: pct.", "pct|random"),
     Option("replay", "", "replay token printed by a failing exploration; runs exactly that "
            "schedule.", "TOKEN"),
+    Option("matrix", "", "run the suites over several targets in one session: a TOML file "
+           "listing [[column]] target = \"...\" entries (e.g. fixtures/matrices/release.toml); "
+           "the matrix gets a column per target. Overrides --mc-target.", "FILE.toml"),
     Option("chaos_seconds", "10", "length of each nemesis (chaos) run in seconds. Default: 10.",
            "SECONDS"),
 )
@@ -66,6 +69,7 @@ class McConfig:
     strategy: str
     replay: str | None
     chaos_seconds: float
+    matrix: str | None = None
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -157,5 +161,6 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         strategy=strategy,
         replay=raw["replay"].strip() or None,
         chaos_seconds=chaos,
+        matrix=raw["matrix"].strip() or None,
         raw=dict(raw),
     )

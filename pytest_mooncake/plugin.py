@@ -14,13 +14,14 @@ import pytest
 from pytest_mooncake import options as mc_options
 from pytest_mooncake.catalogue import load_catalogue
 from pytest_mooncake.logs import attach_log, logs_for, tail
-from pytest_mooncake.matrix import ConformanceMatrix
+from pytest_mooncake.matrix import ConformanceMatrix, load_matrix_columns
 from pytest_mooncake.processes import Supervisor, live_processes, reap_all
 from pytest_mooncake.targets import Capability, Target, TargetContext, TargetLacks, UnknownTarget
 from pytest_mooncake.targets import resolve_target as _resolve_target
 
 MC_CONFIG = pytest.StashKey["mc_options.McConfig"]()
 MC_TARGET = pytest.StashKey[Target]()
+MC_TARGETS = pytest.StashKey[dict[str, Target]]()
 MC_MATRIX = pytest.StashKey[ConformanceMatrix]()
 
 NA_PREFIX = "n/a: "
@@ -50,14 +51,24 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     inherited = getattr(config, "workerinput", {}).get("mc_seed")
     mc_config = mc_options.resolve(mc_options.raw_values(config), inherited_seed=inherited)
-    try:
-        target = _resolve_target(mc_config.target)
-    except UnknownTarget as exc:
-        raise pytest.UsageError(f"--mc-target: {exc}") from None
+    if mc_config.matrix:
+        specs = load_matrix_columns(mc_config.matrix, config.rootpath)
+        where = f"--mc-matrix={mc_config.matrix}"
+    else:
+        specs, where = [mc_config.target], "--mc-target"
+    targets: dict[str, Target] = {}
+    for spec in specs:
+        try:
+            target = _resolve_target(spec)
+        except UnknownTarget as exc:
+            raise pytest.UsageError(f"{where}: {exc}") from None
+        targets.setdefault(target.label, target)
     config.stash[MC_CONFIG] = mc_config
-    config.stash[MC_TARGET] = target
+    config.stash[MC_TARGETS] = targets
+    config.stash[MC_TARGET] = next(iter(targets.values()))
     matrix = ConformanceMatrix(load_catalogue())
-    matrix.add_column(target.label)
+    for label in targets:
+        matrix.add_column(label)
     config.stash[MC_MATRIX] = matrix
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "mooncake-xdist")
@@ -73,8 +84,29 @@ class _XdistHooks:
         node.workerinput["mc_seed"] = node.config.stash[MC_CONFIG].seed
 
 
+def target_for(item: pytest.Item) -> Target:
+    """The target a test runs against: its matrix column, or the session's one target."""
+    callspec = getattr(item, "callspec", None)
+    label = callspec.params.get("mc_target") if callspec is not None else None
+    targets = item.config.stash[MC_TARGETS]
+    return targets[label] if label in targets else item.config.stash[MC_TARGET]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    targets = metafunc.config.stash[MC_TARGETS]
+    if len(targets) > 1 and "mc_target" in metafunc.fixturenames:
+        labels = list(targets)
+        metafunc.parametrize("mc_target", labels, indirect=True, scope="session", ids=labels)
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     mc = config.stash[MC_CONFIG]
+    targets = config.stash[MC_TARGETS]
+    if len(targets) > 1:
+        lines = [f"mooncake: matrix {mc.matrix}: " + ", ".join(
+            f"{t.label} ({t.version})" for t in targets.values())]
+        lines.append(f"mooncake: seed={mc.seed}")
+        return lines
     target = config.stash[MC_TARGET]
     etcd = ",".join(mc.etcd) if mc.etcd else "start one per worker"
     toxi = mc.toxiproxy or "embedded Toxiproxy-compatible server"
@@ -123,7 +155,7 @@ def _req_ids(item: pytest.Item) -> list[str]:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    target = item.config.stash[MC_TARGET]
+    target = target_for(item)
     for mark in item.iter_markers("mc_requires"):
         for cap in mark.args:
             reason = target.missing(cap)
@@ -144,7 +176,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # Every phase report carries its own copy, so the controller can fold each one.
     for req in _req_ids(item):
         report.user_properties.append((REQ_PROPERTY, req))
-    report.user_properties.append((COLUMN_PROPERTY, item.config.stash[MC_TARGET].label))
+    report.user_properties.append((COLUMN_PROPERTY, target_for(item).label))
 
 
 def _skip_reason(report: pytest.TestReport) -> str | None:
@@ -228,7 +260,12 @@ class _MatrixRecorder:
         matrix = config.stash[MC_MATRIX]
         target = config.stash[MC_TARGET]
         terminalreporter.section("mooncake conformance matrix")
-        header = [f"target: {target.label} ({target.version})    seed: {mc.seed}"]
+        targets = config.stash[MC_TARGETS]
+        if len(targets) > 1:
+            header = [f"matrix: {mc.matrix}    seed: {mc.seed}"] + [
+                f"  {t.label}: {t.version}" for t in targets.values()]
+        else:
+            header = [f"target: {target.label} ({target.version})    seed: {mc.seed}"]
         for line in matrix.render(header):
             terminalreporter.write_line(line)
         if mc.report:
@@ -250,15 +287,17 @@ def mc_target(
     request: pytest.FixtureRequest, mc_config: mc_options.McConfig,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Target]:
-    """The implementation under test, opened for this session (one per xdist worker)."""
-    target = request.config.stash[MC_TARGET]
+    """The implementation under test, opened for this session (one per xdist worker); under
+    ``--mc-matrix`` parametrized over the matrix's targets."""
+    targets = request.config.stash[MC_TARGETS]
+    target = targets.get(getattr(request, "param", None), request.config.stash[MC_TARGET])
 
     def etcd_endpoints() -> list[str]:
         return list(request.getfixturevalue("mc_etcd").endpoints)
 
     ctx = TargetContext(
         seed=mc_config.seed,
-        workdir=tmp_path_factory.mktemp("mc-target"),
+        workdir=tmp_path_factory.mktemp("mc-target-" + target.label.replace(":", "-")),
         etcd_endpoints=etcd_endpoints,
         options=dict(mc_config.raw),
     )

@@ -161,3 +161,42 @@ def test_xdist_matrix_matches_serial(pytester: pytest.Pytester) -> None:
     serial = json.loads((pytester.path / "serial.json").read_text())
     par = json.loads((pytester.path / "par.json").read_text())
     assert serial == par
+
+
+def test_matrix_run_has_a_column_per_target(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", cols='[[column]]\ntarget = "reference"\n[[column]]\ntarget = "reference:legacy"\n')
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.mc_req("MR-7")
+        def test_profile(mc_target):
+            assert mc_target.label == "reference", "only rfc publishes instance_id"
+        @pytest.mark.mc_req("MR-2")
+        def test_no_target():
+            pass
+    """)
+    result = pytester.runpytest("--mc-matrix=cols.toml", "--mc-report=m.json", "-v")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_profile[[]reference[]] PASSED*",
+        "*test_profile[[]reference:legacy[]] FAILED*",
+        "requirement*reference*reference:legacy*",
+        "MR-7 *pass (1)*FAIL (1/1)*",
+    ])
+    doc = json.loads((pytester.path / "m.json").read_text())
+    assert doc["columns"]["reference:legacy"]["requirements"]["MR-7"]["verdict"] == "FAIL"
+    assert doc["columns"]["reference"]["requirements"]["MR-7"]["verdict"] == "pass"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "*--mc-matrix=nosuch.toml: no such file*"),
+    ("[[column]]\nname = 1\n", "*column 1 has no target string*"),
+    ("[[column]]\ntarget = \"bogus\"\n", "*unknown target 'bogus'*"),
+    ("not toml [", "*not valid TOML*"),
+])
+def test_bad_matrix_files(pytester: pytest.Pytester, content, message) -> None:
+    if content is not None:
+        pytester.makefile(".toml", nosuch=content)
+    pytester.makepyfile("def test_a():\n    pass\n")
+    result = pytester.runpytest("--mc-matrix=nosuch.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
