@@ -334,3 +334,14 @@ def mc_processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sup
     attach_log(request, "process logs", all_logs)
     yield supervisor
     supervisor.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def _mc_allure_target(request: pytest.FixtureRequest) -> None:
+    """Allure groups results by parameters: give every requirement test its target."""
+    item = request.node
+    if not isinstance(item, pytest.Item) or not _req_ids(item):
+        return
+    allure = _allure_if_active(item.config)
+    if allure is not None:
+        allure.dynamic.parameter("target", target_for(item).label)

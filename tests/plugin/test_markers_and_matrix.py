@@ -152,6 +152,8 @@ def test_allure_labels(pytester: pytest.Pytester) -> None:
     labels = {(lab["name"], lab["value"]) for lab in results[0]["labels"]}
     assert ("feature", "CO-4") in labels
     assert any(name == "epic" and value.startswith("CO") for name, value in labels)
+    assert {"name": "target", "value": "'reference'"} in results[0]["parameters"] or any(
+        p["name"] == "target" and "reference" in p["value"] for p in results[0]["parameters"])
 
 
 def test_xdist_matrix_matches_serial(pytester: pytest.Pytester) -> None:
