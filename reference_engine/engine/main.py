@@ -1,0 +1,82 @@
+"""``python -m reference_engine engine --name SEG --metadata URI --protocol tcp ...``.
+
+Starts an engine, publishes its segment, then prints one ready line on stdout::
+
+    {"event": "ready", "segment": ..., "control_port": ..., "data_port": ...,
+     "instance_id": ..., "buffers": [[addr, length]], "pid": ..., "profile": ...}
+
+and serves the control channel (see ``control``) until ``stop``, SIGTERM or SIGINT. Exit code 0
+after a clean stop, 1 when the engine could not start (the reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+
+from reference_engine.engine.control import ControlServer, Dispatcher
+from reference_engine.engine.core import Engine
+from reference_engine.metadata import MetadataUriError, open_store
+from reference_engine.profiles import PROFILES, get_profile
+
+
+def _int(text: str) -> int:
+    return int(text, 0)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m reference_engine engine")
+    p.add_argument("--name", required=True, help="segment name")
+    p.add_argument("--metadata", required=True,
+                   help="etcd://h:p[;h:p], h:p (etcd) or http://h:p/metadata")
+    p.add_argument("--protocol", default="tcp", choices=["tcp"])
+    p.add_argument("--profile", default="rfc", choices=sorted(PROFILES))
+    p.add_argument("--ttl-ms", type=float, default=None, help="metadata_cache_ttl_ms")
+    p.add_argument("--buffer-size", type=_int, default=4 << 20)
+    p.add_argument("--fixed-address", type=_int, default=None,
+                   help="map the buffer at this address (a restart that keeps addresses)")
+    p.add_argument("--data-port", type=int, default=0, help="TCP data port (0 = any)")
+    p.add_argument("--host", default="127.0.0.1", help="data and control bind address")
+    p.add_argument("--control-port", type=int, default=0)
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("reference_engine.engine")
+    try:
+        store = open_store(args.metadata)
+        engine = Engine(args.name, store, get_profile(args.profile), ttl_ms=args.ttl_ms,
+                        buffer_size=args.buffer_size, fixed_address=args.fixed_address,
+                        data_host=args.host, data_port=args.data_port)
+        desc = engine.start()
+    except (MetadataUriError, OSError, ValueError) as exc:
+        print(f"engine {args.name}: cannot start: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+    stopped = threading.Event()
+    control = ControlServer(Dispatcher(engine, stopped.set), args.host, args.control_port)
+    threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopped.set())
+    print(json.dumps({
+        "event": "ready", "segment": args.name, "control_port": control.port,
+        "data_port": desc.tcp_data_port, "instance_id": desc.instance_id,
+        "buffers": [[engine.region.addr, engine.region.length]], "pid": os.getpid(),
+        "profile": args.profile,
+    }), flush=True)
+    while not stopped.wait(3600):
+        pass
+    log.info("stopping segment %s", args.name)
+    control.shutdown()
+    control.server_close()
+    engine.stop()
+    return 0

@@ -1,0 +1,107 @@
+"""The engine in-process: publication (MR-18), transfers, rejection, retry after failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from reference_engine.descriptor import decode, encode, tcp_descriptor
+from reference_engine.engine import Engine
+from reference_engine.engine.memory import MappingError, allocate
+from reference_engine.metadata import KeyLayout
+from reference_engine.metadata.memory import MemoryStore
+from reference_engine.profiles import LEGACY, RFC
+
+KEYS = KeyLayout()
+
+
+@pytest.fixture
+def store():
+    return MemoryStore()
+
+
+@pytest.fixture
+def engines(store):
+    started = []
+
+    def start(name, profile=RFC, **kw):
+        engine = Engine(name, store, profile, buffer_size=1 << 16, **kw)
+        engine.start()
+        started.append(engine)
+        return engine
+
+    yield start
+    for engine in started:
+        engine.transport.stop()
+
+
+def test_publishes_a_fresh_descriptor_of_its_own_buffer_only(store, engines):
+    foreign = tcp_descriptor("a", [(4096, 1 << 30), (1 << 40, 4096)], "127.0.0.1", 1, "old-id")
+    store.put(KEYS.segment_key("a"), encode(foreign))
+    store.put(KEYS.rpc_meta_key("a"), b'{"ip_or_host_name":"127.0.0.1","rpc_port":1}\n')
+    a = engines("a")
+    published = decode(store.get(KEYS.segment_key("a")), "a")
+    assert [(b.addr, b.length) for b in published.buffers] == [(a.region.addr, a.region.length)]
+    assert published.instance_id == RFC.instance_id() != "old-id"
+    assert published.data_endpoint() == ("127.0.0.1", a.transport.data_port)
+    assert published.tcp_proto_version == 2 and published.rdma_server_name == ""
+    assert b'"rpc_port":%d' % a.transport.data_port in store.get(KEYS.rpc_meta_key("a"))
+
+
+def test_legacy_publishes_no_instance_id(store, engines):
+    engines("a", LEGACY)
+    assert decode(store.get(KEYS.segment_key("a"))).instance_id is None
+
+
+def test_write_and_read_a_peer(engines):
+    a, b = engines("a"), engines("b")
+    assert b.write("a", 100, b"hello").ok
+    assert a.local_read(100, 5) == b"hello"
+    got = b.read("a", 100, 5)
+    assert got.ok and got.data == b"hello" and got.retries == 0
+
+
+def test_access_outside_the_peers_buffers_is_rejected_and_bounded(engines):
+    a, b = engines("a"), engines("b")
+    before = a.local_read(0, 16)
+    out = b.write_at("a", a.region.addr + a.region.length - 2, b"0123")
+    assert not out.ok and "PeerRejectedError" in out.error
+    assert out.retries == RFC.retry_budget
+    assert b.stats()["retries_exhausted"] == 1
+    assert a.local_read(0, 16) == before
+
+
+def test_legacy_does_not_retry(engines):
+    engines("a")
+    b = engines("b", LEGACY)
+    out = b.write_at("a", 8, b"x")
+    assert not out.ok and out.retries == 0 and b.stats()["refresh_forced"] == 0
+
+
+def test_transport_failure_forces_a_refresh_and_retries(store, engines):
+    a, b = engines("a"), engines("b", ttl_ms=60_000)
+    assert b.write("a", 0, b"one").ok
+    a.transport.stop()
+    a2 = engines("a")
+    out = b.write("a", 0, b"two")
+    assert out.ok and out.retries == 1, out
+    assert a2.local_read(0, 3) == b"two"
+    stats = b.stats()
+    assert stats["refresh_forced"] == 1 and stats["endpoints_retired"] >= 1
+
+
+def test_stop_removes_only_keys_that_are_still_ours(store, engines):
+    a = engines("a")
+    a.stop()
+    assert store.get(KEYS.segment_key("a")) is None
+    a2 = engines("a")
+    a.stop()
+    assert store.get(KEYS.segment_key("a")) is not None, "a successor's key survived"
+    a2.stop()
+
+
+def test_fixed_address_mapping_never_clobbers():
+    region = allocate(1 << 16)
+    with pytest.raises(MappingError, match="already mapped"):
+        allocate(1 << 16, fixed_address=region.addr)
+    with pytest.raises(ValueError, match="page aligned"):
+        allocate(4096, fixed_address=region.addr + 1)
