@@ -22,6 +22,8 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 1024 * 1024
 READ_TIMEOUT = 15.0
 IDLE_TIMEOUT = 60.0
+DISCARD_BYTES = 16 * 1024 * 1024
+DISCARD_SECONDS = 5.0
 
 
 @dataclass
@@ -117,6 +119,18 @@ async def _read_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         raise RequestError(400, "incomplete request body") from None
 
 
+async def _discard(reader: asyncio.StreamReader) -> None:
+    """Read what the client still sends (bounded) before closing, so a client that writes its
+    whole body before reading gets our error response instead of a connection reset."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DISCARD_SECONDS
+    left = DISCARD_BYTES
+    with contextlib.suppress(asyncio.TimeoutError, ConnectionError):
+        while left > 0 and (data := await asyncio.wait_for(
+                reader.read(min(left, 65536)), max(deadline - loop.time(), 0))):
+            left -= len(data)
+
+
 def _encode(resp: Response, keep_alive: bool) -> bytes:
     phrase = HTTPStatus(resp.status).phrase if resp.status in HTTPStatus._value2member_map_ \
         else "Status"
@@ -151,6 +165,7 @@ async def serve_connection(handler: Handler, reader: asyncio.StreamReader,
             except RequestError as exc:
                 writer.write(_encode(plain_error(exc.status, f"{exc.status} {exc}"), False))
                 await writer.drain()
+                await _discard(reader)
                 return
             conn_header = headers.get("connection", "").lower()
             keep_alive = conn_header != "close" and (version == "HTTP/1.1"
