@@ -140,6 +140,14 @@ class EngineHandle(Protocol):
         """Write at an absolute remote address (used to probe foreign memory, MR-18)."""
         ...
 
+    def local_read(self, offset: int, length: int) -> bytes:
+        """Read this engine's own first buffer (to see what a peer's write left there)."""
+        ...
+
+    def local_write(self, offset: int, data: bytes) -> None:
+        """Write this engine's own first buffer (so a peer's read has something to find)."""
+        ...
+
     def lookup(self, peer: str, force: bool = False) -> LookupResult:
         """Resolve ``peer``'s descriptor the way a transfer would (cache, TTL, refresh);
         ``force`` asks for a forced refresh (what a transport failure triggers)."""
