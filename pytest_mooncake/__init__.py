@@ -15,4 +15,5 @@ pytest_plugins = [
     "pytest_mooncake.engines",
     "pytest_mooncake.masters",
     "pytest_mooncake.completions",
+    "pytest_mooncake.chaos.fixtures",
 ]

@@ -1,0 +1,299 @@
+"""Run workers and a nemesis against a system for a bounded time, then heal and read back.
+
+Phases (as Jepsen's): *chaos* (workers invoke generated ops while the nemesis injects faults)
+until ``seconds`` pass, ``max_ops`` ops were invoked, or every worker's stream ends; *heal*
+(every fault healed, always, also after an error); *final* (the ``final`` generator's ops,
+typically one read per key, each retried until it succeeds or ``final_timeout`` passes,
+recorded with ``final=True``). All threads are joined with deadlines.
+
+A *client* is the only target-specific part: ``client_for(worker)`` returns an object whose
+``invoke(spec)`` performs one op and returns its result (recorded ``ok``), or ``ok(...)``,
+``fail(...)``, ``info(...)`` to say more; an exception is recorded ``info`` (indeterminate). A
+client must bound each call itself (socket timeouts, RPC deadlines): a call cannot be
+interrupted from outside. It may define ``close()``.
+
+Fault actions run on the caller's thread, not the nemesis thread: the nemesis thread decides
+*when*, and hands each action to the runner loop. A child process started by a restart thus
+belongs to the long-lived test thread (``PR_SET_PDEATHSIG``, which the process supervisor
+sets, fires when the *thread* that forked the child exits).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pytest_mooncake.chaos.checkers import Checker, Verdict, check
+from pytest_mooncake.chaos.generator import Generator, OpSpec, Workload
+from pytest_mooncake.chaos.history import FAIL, INFO, OK, History, Op
+from pytest_mooncake.chaos.nemesis import Fault, Nemesis
+
+
+@dataclass(frozen=True)
+class Outcome:
+    type: str
+    value: Any = None
+    error: str | None = None
+    instance: str | None = None
+
+
+def ok(value: Any = None, instance: str | None = None) -> Outcome:
+    """The op happened; ``value`` is its result (what a read saw)."""
+    return Outcome(OK, value, None, instance)
+
+
+def fail(error: str, instance: str | None = None) -> Outcome:
+    """The op certainly did not happen (e.g. connection refused before sending)."""
+    return Outcome(FAIL, None, error, instance)
+
+
+def info(error: str, instance: str | None = None) -> Outcome:
+    """Unknown whether the op happened (timeout, connection lost after sending)."""
+    return Outcome(INFO, None, error, instance)
+
+
+class Client(Protocol):
+    def invoke(self, spec: OpSpec) -> Any: ...
+
+
+class ChaosRunError(RuntimeError):
+    """The run could not be finished cleanly (a fault not healed, a thread that would not
+    stop). ``result`` holds what was recorded."""
+
+    def __init__(self, message: str, result: ChaosResult):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class ChaosResult:
+    history: History
+    seconds: float
+    faults_injected: int
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.history.counts()
+
+    def check(self, *checkers: Checker) -> Verdict:
+        return check(self.history, *checkers)
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"{c['invoke']} ops in {self.seconds:.1f}s: {c['ok']} ok, {c['fail']} fail, "
+                f"{c['info']} info; {self.faults_injected} fault(s) injected")
+
+
+class _Budget:
+    def __init__(self, limit: int | None):
+        self.left = limit
+        self.lock = threading.Lock()
+
+    def take(self) -> bool:
+        if self.left is None:
+            return True
+        with self.lock:
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            return True
+
+
+def _call(client: Any, spec: OpSpec) -> Outcome:
+    try:
+        result = client.invoke(spec)
+    except Exception as exc:  # indeterminate, as Jepsen records a crashed client
+        return info(f"{type(exc).__name__}: {exc}")
+    return result if isinstance(result, Outcome) else ok(result)
+
+
+def _record(history: History, op: Op, out: Outcome) -> None:
+    if out.type == OK:
+        history.ok(op, out.value, instance=out.instance)
+    elif out.type == FAIL:
+        history.fail(op, out.error or "failed", instance=out.instance)
+    else:
+        history.info(op, error=out.error, instance=out.instance)
+
+
+def _close(client: Any) -> None:
+    close = getattr(client, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:
+            pass
+
+
+class _CallerThread:
+    """Runs actions submitted from other threads on the thread that calls ``serve``."""
+
+    def __init__(self) -> None:
+        self.owner = threading.get_ident()
+        self.calls: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self.closed = False
+
+    def execute(self, action: Callable[[], Any]) -> Any:
+        if threading.get_ident() == self.owner:
+            return action()
+        future: Future[Any] = Future()
+        self.calls.put((action, future))
+        if self.closed:
+            self.close()
+        return future.result()
+
+    def serve(self, timeout: float) -> None:
+        try:
+            action, future = self.calls.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return
+        try:
+            future.set_result(action())
+        except BaseException as exc:  # handed back to the submitting thread
+            future.set_exception(exc)
+
+    def close(self) -> None:
+        """Refuse what is still queued (the runner no longer serves)."""
+        self.closed = True
+        while True:
+            try:
+                _, future = self.calls.get_nowait()
+            except queue.Empty:
+                return
+            future.set_exception(RuntimeError("the chaos runner stopped serving fault actions"))
+
+
+def run_chaos(
+    client_for: Callable[[int], Any],
+    workload: Workload,
+    *,
+    seconds: float,
+    workers: int = 3,
+    max_ops: int | None = None,
+    nemesis: Nemesis | None = None,
+    final: Generator | None = None,
+    final_timeout: float = 10.0,
+    join_timeout: float = 10.0,
+    history: History | None = None,
+    progress: Callable[[str], None] | None = None,
+    progress_every: float = 1.0,
+) -> ChaosResult:
+    """Run the chaos, heal and final phases; see the module docstring."""
+    if seconds <= 0 or workers <= 0:
+        raise ValueError(f"seconds and workers must be positive (got {seconds}, {workers})")
+    history = history if history is not None else History()
+    stop = threading.Event()
+    budget = _Budget(max_ops)
+    clients: list[Any] = []
+    errors: list[str] = []
+    t0 = time.monotonic()
+
+    def work(worker: int, client: Any) -> None:
+        process = worker
+        for spec in workload.for_worker(worker):
+            if stop.is_set() or (spec.delay and stop.wait(spec.delay)) or not budget.take():
+                return
+            op = history.invoke(process, spec.f, spec.key, spec.value)
+            out = _call(client, spec)
+            _record(history, op, out)
+            if out.type == INFO:
+                process += workers  # a crashed process is retired, as in Jepsen
+
+    threads = []
+    nemesis_thread = None
+    caller = _CallerThread()
+    try:
+        for w in range(workers):
+            clients.append(client_for(w))
+            threads.append(threading.Thread(target=work, args=(w, clients[-1]),
+                                            name=f"mc-chaos-worker-{w}", daemon=True))
+        if nemesis is not None:
+            nemesis_thread = threading.Thread(target=nemesis.run,
+                                              args=(history, stop, caller.execute),
+                                              name="mc-chaos-nemesis", daemon=True)
+        for t in threads + ([nemesis_thread] if nemesis_thread else []):
+            t.start()
+        deadline = t0 + seconds
+        next_report = t0 + progress_every
+        while True:
+            alive = [t for t in threads if t.is_alive()]
+            now = time.monotonic()
+            if not alive or now >= deadline:
+                break
+            if progress is not None and now >= next_report:
+                progress(_progress_line(history, now - t0, seconds, nemesis))
+                next_report += progress_every
+            caller.serve(timeout=min(0.05, deadline - now))
+    finally:
+        stop.set()
+        join_deadline = time.monotonic() + join_timeout
+        while nemesis_thread is not None and nemesis_thread.is_alive() \
+                and time.monotonic() < join_deadline:
+            caller.serve(timeout=0.02)
+        caller.close()
+        for t in threads + ([nemesis_thread] if nemesis_thread else []):
+            t.join(timeout=max(0.0, join_deadline - time.monotonic()))
+            if t.is_alive():
+                errors.append(f"{t.name} did not stop within {join_timeout}s "
+                              f"(a client call without a timeout?)")
+        if nemesis is not None:
+            errors.extend(nemesis.heal_all(history))
+    chaos_seconds = time.monotonic() - t0
+    try:
+        if final is not None:
+            client = client_for(workers)
+            clients.append(client)
+            _final_phase(history, client, Workload(final, workload.seed),
+                         process=workers * 1000, timeout=final_timeout, errors=errors)
+    finally:
+        for c in clients:
+            _close(c)
+    result = ChaosResult(history, chaos_seconds, nemesis.injected if nemesis else 0, errors)
+    if progress is not None:
+        progress("chaos done: " + result.summary())
+    if errors:
+        raise ChaosRunError("; ".join(errors), result)
+    return result
+
+
+def _final_phase(history: History, client: Any, workload: Workload, process: int,
+                 timeout: float, errors: list[str]) -> None:
+    deadline = time.monotonic() + timeout
+    for spec in workload.for_worker(0):
+        delay = 0.01
+        while True:
+            op = history.invoke(process, spec.f, spec.key, spec.value, final=True)
+            out = _call(client, spec)
+            _record(history, op, out)
+            if out.type == OK:
+                break
+            if out.type == INFO:
+                process += 1
+            if time.monotonic() >= deadline:
+                errors.append(f"final {spec.f} {spec.key} did not succeed within {timeout}s "
+                              f"(last: {out.error})")
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
+def _progress_line(history: History, elapsed: float, seconds: float,
+                   nemesis: Nemesis | None) -> str:
+    c = history.counts()
+    faults = ""
+    if nemesis is not None:
+        active = ", ".join(nemesis.active) or "none"
+        faults = f" | faults {nemesis.injected} (active: {active})"
+    return (f"chaos {elapsed:5.1f}/{seconds:g}s | ops {c['invoke']} ok {c['ok']} "
+            f"fail {c['fail']} info {c['info']}{faults}")
+
+
+def faults_nemesis(faults: Sequence[Fault], seed: int, **options: Any) -> Nemesis | None:
+    """A ``Nemesis`` over ``faults``, or None when there are none."""
+    return Nemesis(faults, seed, **options) if faults else None
