@@ -50,3 +50,26 @@ def holds_for(probe: Callable[[], bool], duration: float, what: str,
         if time.monotonic() >= deadline:
             return
         time.sleep(interval)
+
+
+def within(deadline: float, fn: Callable[..., T], *args: object, what: str, **kwargs: object) -> T:
+    """Run ``fn`` in a helper thread; its result, or ``Timeout`` naming ``what`` if it has not
+    returned after ``deadline`` seconds (the thread is left to finish on its own)."""
+    import threading  # noqa: PLC0415
+
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the caller)
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True, name=f"within:{what}")
+    thread.start()
+    thread.join(deadline)
+    if thread.is_alive():
+        raise Timeout(f"{what} did not return within {deadline:g}s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
