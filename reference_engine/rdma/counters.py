@@ -1,0 +1,28 @@
+"""Outstanding-work counters (QP depth, CQ outstanding) that remember their lowest value.
+
+``low`` lets the invariant checker see a counter that went negative even if it came back.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class Counter:
+    __slots__ = ("value", "low", "lock", "name")
+
+    def __init__(self, name: str = ""):
+        self.value = 0
+        self.low = 0
+        self.lock = threading.Lock()
+        self.name = name
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            v = self.value + n
+            self.value = v
+            if v < self.low:
+                self.low = v
+
+    def __repr__(self) -> str:
+        return f"Counter({self.name}={self.value}, low={self.low})"
