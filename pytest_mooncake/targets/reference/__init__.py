@@ -7,18 +7,73 @@ reference_engine; each module here drives one part of it (engines, RDMA, masters
 
 from __future__ import annotations
 
-from pytest_mooncake.targets.base import Capability, Target
+from pathlib import Path
+from typing import Any
+
+from pytest_mooncake.targets.base import (
+    Capability,
+    EngineHandle,
+    MetadataHandle,
+    Target,
+    TargetContext,
+)
 
 PROFILES = ("rfc", "legacy")
+
+ENGINE_CAPABILITIES = frozenset({
+    Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
+    Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD,
+    Capability.METADATA_HTTP,
+})
+MASTER_CAPABILITIES = frozenset({
+    Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
+})
 
 
 class ReferenceTarget(Target):
     kind = "reference"
-    capabilities = frozenset()
+    capabilities = ENGINE_CAPABILITIES | MASTER_CAPABILITIES
 
     def __init__(self, profile: str = "rfc"):
         super().__init__(None if profile == "rfc" else profile)
         self.profile = profile
+        self._engines: Any = None
+
+    def open(self, ctx: TargetContext) -> None:
+        super().open(ctx)
+        self._engines = None
+
+    def _engine_parts(self) -> Any:
+        if self._engines is None:
+            from pytest_mooncake.targets.reference.engines import ReferenceEngines
+
+            self._engines = ReferenceEngines(self.ctx.workdir / "engines", self.profile,
+                                             self.ctx.etcd_endpoints)
+        return self._engines
+
+    def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
+        return self._engine_parts().metadata_store(kind)
+
+    def start_engine(self, segment: str, metadata: MetadataHandle, **options: Any
+                     ) -> EngineHandle:
+        """Options: ttl_ms, buffer_size, profile (rfc/legacy), fixed_address, data_port."""
+        return self._engine_parts().start_engine(segment, metadata, **options)
+
+    def master_cluster(self, masters: int = 2, clients: int = 1, **options: Any) -> Any:
+        """HA masters + store-client processes on mc_etcd; options: see ReferenceMasterCluster."""
+        from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster
+
+        workdir = self.ctx.workdir / "masters"
+        workdir.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
+        return ReferenceMasterCluster(self.ctx.etcd_endpoints(), Path(tempfile.mkdtemp(dir=workdir)),
+                                      self.profile, masters, clients, **options)
+
+    def close(self) -> None:
+        if self._engines is not None:
+            self._engines.close()
+            self._engines = None
 
     @classmethod
     def from_spec(cls, variant: str | None) -> ReferenceTarget:

@@ -1,0 +1,46 @@
+"""The reference target wires its engine and metadata handles into the plugin's fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_mooncake.targets.base import Capability, EngineHandle, MetadataHandle
+from pytest_mooncake.targets.reference import ReferenceTarget
+
+
+@pytest.fixture(autouse=True)
+def _reference_only(mc_target):
+    if not isinstance(mc_target, ReferenceTarget):
+        pytest.skip("tests of the reference target itself")
+
+
+def test_reference_target_declares_its_engine_capabilities(mc_target):
+    for cap in (Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
+                Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS,
+                Capability.METADATA_ETCD, Capability.METADATA_HTTP):
+        assert mc_target.missing(cap) is None
+
+
+@pytest.mark.parametrize("mc_metadata", ["etcd", "http"], indirect=True)
+def test_mc_engine_starts_reference_engines(mc_engine, mc_metadata, tmp_path):
+    assert isinstance(mc_metadata, MetadataHandle)
+    a = mc_engine(f"{tmp_path.name}-a", buffer_size=1 << 16)
+    b = mc_engine(f"{tmp_path.name}-b", ttl_ms=50)
+    assert isinstance(a, EngineHandle) and a.alive() and a.pid
+    assert b.write(a.segment, 0, b"hi").ok
+    assert b.read(a.segment, 0, 2).data == b"hi"
+    assert a.descriptor()["name"] == a.segment
+    assert a.buffers()[0][1] == 1 << 16
+    assert b.lookup(a.segment, force=True).ok
+    assert not b.lookup("nobody").ok
+    b.set_ttl_ms(0)
+    assert {"refresh_ok", "replacements", "endpoints_retired",
+            "retries_exhausted"} <= set(b.stats())
+    assert "published" in a.logs()
+
+
+def test_unknown_engine_options_are_named(mc_engine):
+    from pytest_mooncake.targets.base import TargetError
+
+    with pytest.raises(TargetError, match="warp_speed"):
+        mc_engine("x", warp_speed=9)
