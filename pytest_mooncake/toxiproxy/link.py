@@ -108,6 +108,7 @@ class Link:
         self.rng = rng
         self.chain: dict[str, ActiveToxic] = {}
         self.queue: asyncio.Queue[Chunk | None] = asyncio.Queue(QUEUE_CHUNKS)
+        self._busy = False
 
     def add(self, spec: ToxicSpecLike) -> None:
         self.chain[spec.name] = ActiveToxic(self, spec)
@@ -129,6 +130,11 @@ class Link:
         loop = asyncio.get_running_loop()
         try:
             while data := await self.reader.read(READ_SIZE):
+                if not self.chain and not self._busy and self.queue.empty():
+                    # Fast path: nothing queued or in flight and no toxics, so writing here
+                    # keeps the order and saves a hop through the pump.
+                    await self._write(Chunk(data, 0.0))
+                    continue
                 await self.queue.put(Chunk(data, loop.time()))
         except OSError:
             self.connection.abort(reset=False)
@@ -138,11 +144,13 @@ class Link:
     async def pump(self) -> None:
         try:
             while (chunk := await self.queue.get()) is not None:
+                self._busy = True
                 chain = [t for t in self.chain.values() if t.applied]
                 if chain:
                     await self._through(chain, 0, chunk)
                 else:
                     await self._write(chunk)
+                self._busy = False
             for active in [t for t in self.chain.values() if t.applied]:
                 await active.toxic.on_eof(active)
             if self.writer.can_write_eof():
