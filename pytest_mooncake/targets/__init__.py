@@ -33,6 +33,11 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
         "pytest_mooncake.targets.reference:ReferenceTarget",
         "the Python reference engine; variants: rfc (default), legacy",
     ),
+    "mooncake": (
+        "pytest_mooncake.targets.mooncake:MooncakeTarget",
+        "a real Mooncake build: mooncake (the installed wheel), mooncake:DIR (an install "
+        "directory), mooncake:REQUIREMENT (must be satisfied by the installed wheel)",
+    ),
 }
 """name -> (module:class, one-line description). External targets add themselves here."""
 
