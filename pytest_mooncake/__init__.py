@@ -16,4 +16,5 @@ pytest_plugins = [
     "pytest_mooncake.masters",
     "pytest_mooncake.completions",
     "pytest_mooncake.chaos.fixtures",
+    "pytest_mooncake.skew",
 ]
