@@ -1,0 +1,114 @@
+"""Leader election on etcd, as Mooncake's etcd coordinator does it.
+
+The leader key ``mooncake-store/<cluster>/master_view`` holds the leader's RPC address and is
+bound to a lease (``ttl`` seconds). Acquiring is a transaction "create if the key's
+CreateRevision is 0"; the view version is the key's CreateRevision. A leader may serve only
+while its lease is certainly alive: ``valid_until`` is the time the last successful keepalive
+was *sent* plus the TTL etcd granted, minus a margin, so the leader stops before etcd could have
+expired it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from reference_engine.master.etcd import is_etcd_failure
+from reference_engine.master.oplog import master_view_key
+
+
+@dataclass(frozen=True)
+class LeaderView:
+    address: str
+    view_version: int
+    lease_id: int
+
+
+class LeaderSession:
+    """Held leadership: a lease we keep alive until ``release``."""
+
+    def __init__(self, client: Any, lease: Any, view: LeaderView, ttl: int, margin: float):
+        self._client = client
+        self.lease = lease
+        self.view = view
+        self.ttl = ttl
+        self.margin = margin
+        self._valid_until = time.monotonic() + ttl - margin
+        self._lock = threading.Lock()
+        self.released = False
+
+    @property
+    def view_version(self) -> int:
+        return self.view.view_version
+
+    def valid(self) -> bool:
+        return not self.released and time.monotonic() < self._valid_until
+
+    def keepalive(self) -> bool:
+        """Renew the lease once; False when the lease is gone or etcd did not answer."""
+        sent = time.monotonic()
+        try:
+            responses = list(self._client.refresh_lease(self.lease.id))
+        except Exception as exc:  # noqa: BLE001
+            if is_etcd_failure(exc):
+                return False
+            raise
+        ttl = responses[-1].TTL if responses else 0
+        if ttl <= 0:
+            with self._lock:
+                self._valid_until = 0.0
+            return False
+        with self._lock:
+            self._valid_until = max(self._valid_until, sent + ttl - self.margin)
+        return True
+
+    def still_holds_key(self, key: str) -> bool:
+        value, meta = self._client.get(key)
+        return meta is not None and meta.create_revision == self.view.view_version
+
+    def release(self) -> None:
+        """Give leadership up: revoke the lease (best effort, bounded by the client timeout)."""
+        self.released = True
+        try:
+            self._client.revoke_lease(self.lease.id)
+        except Exception as exc:  # noqa: BLE001
+            if not is_etcd_failure(exc):
+                raise
+
+
+class LeaderElection:
+    def __init__(self, client: Any, cluster: str, address: str, ttl: int = 2,
+                 margin: float = 0.3):
+        self.client = client
+        self.key = master_view_key(cluster)
+        self.address = address
+        self.ttl = ttl
+        self.margin = margin
+
+    def current(self) -> LeaderView | None:
+        value, meta = self.client.get(self.key)
+        if meta is None:
+            return None
+        return LeaderView(value.decode(errors="replace"), meta.create_revision, meta.lease_id)
+
+    def try_acquire(self) -> LeaderSession | None:
+        lease = self.client.lease(self.ttl)
+        tx = self.client.transactions
+        ok, _ = self.client.transaction(
+            compare=[tx.create(self.key) == 0],
+            success=[tx.put(self.key, self.address, lease)],
+            failure=[],
+        )
+        if not ok:
+            try:
+                self.client.revoke_lease(lease.id)
+            except Exception as exc:  # noqa: BLE001
+                if not is_etcd_failure(exc):
+                    raise
+            return None
+        view = self.current()
+        if view is None or view.lease_id != lease.id:
+            return None
+        return LeaderSession(self.client, lease, view, lease.ttl or self.ttl, self.margin)
