@@ -12,6 +12,8 @@ COMMANDS = {
     "engine": ("reference_engine.engine.main", "a transfer-engine process publishing one segment"),
     "metadata-server": ("reference_engine.metadata.server_main",
                         "an HTTP metadata server speaking Mooncake's API"),
+    "master": ("reference_engine.master.main", "an HA store master (etcd election, OpLog)"),
+    "client": ("reference_engine.master.client_main", "a store client mounting one segment"),
 }
 
 
