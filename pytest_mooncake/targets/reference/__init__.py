@@ -7,6 +7,7 @@ reference_engine; each module here drives one part of it (engines, RDMA, masters
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.targets.base import (
@@ -24,11 +25,14 @@ ENGINE_CAPABILITIES = frozenset({
     Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD,
     Capability.METADATA_HTTP,
 })
+MASTER_CAPABILITIES = frozenset({
+    Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
+})
 
 
 class ReferenceTarget(Target):
     kind = "reference"
-    capabilities = ENGINE_CAPABILITIES
+    capabilities = ENGINE_CAPABILITIES | MASTER_CAPABILITIES
 
     def __init__(self, profile: str = "rfc"):
         super().__init__(None if profile == "rfc" else profile)
@@ -54,6 +58,17 @@ class ReferenceTarget(Target):
                      ) -> EngineHandle:
         """Options: ttl_ms, buffer_size, profile (rfc/legacy), fixed_address, data_port."""
         return self._engine_parts().start_engine(segment, metadata, **options)
+
+    def master_cluster(self, masters: int = 2, clients: int = 1, **options: Any) -> Any:
+        """HA masters + store-client processes on mc_etcd; options: see ReferenceMasterCluster."""
+        from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster
+
+        workdir = self.ctx.workdir / "masters"
+        workdir.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
+        return ReferenceMasterCluster(self.ctx.etcd_endpoints(), Path(tempfile.mkdtemp(dir=workdir)),
+                                      self.profile, masters, clients, **options)
 
     def close(self) -> None:
         if self._engines is not None:

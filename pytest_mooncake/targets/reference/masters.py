@@ -1,0 +1,388 @@
+"""The reference target's master cluster: ``python -m reference_engine master`` processes (and
+``client`` processes) on a real etcd, driven through their admin and control HTTP ports.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_mooncake.ports import free_port, release_port
+from pytest_mooncake.processes import ManagedProcess, ProcessStartError, http_ok
+from pytest_mooncake.targets.base import TargetError
+
+PLANT_OP_PUT_END = 1
+
+
+def _http(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (loopback)
+            raw, status, ctype = resp.read(), resp.status, resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        raw, status, ctype = exc.read(), exc.code, exc.headers.get("Content-Type", "")
+    if "json" in ctype:
+        return status, json.loads(raw or b"null")
+    return status, raw.decode(errors="replace")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy; TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (OSError, ValueError) as exc:
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.1f}s"
+                               + (f" (last error: {last_exc})" if last_exc else ""))
+        time.sleep(interval)
+
+
+@dataclass
+class _Master:
+    index: int
+    rpc_port: int
+    admin_port: int
+    process: ManagedProcess
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.rpc_port}"
+
+
+@dataclass
+class ClientProcess:
+    """One ``python -m reference_engine client`` process, driven over its control port."""
+
+    index: int
+    client_id: str
+    control_port: int
+    process: ManagedProcess
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.control_port}"
+
+    def status(self) -> dict[str, Any]:
+        return _http("GET", self.url + "/status")[1]
+
+    def _op(self, op: str, body: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        started = time.time()
+        _, result = _http("POST", f"{self.url}/{op}", body, timeout=timeout)
+        self.history.append({"op": op, "body": body, "start": started, "end": time.time(),
+                             "result": result})
+        return result
+
+    def put(self, key: str, size: int = 64) -> dict[str, Any]:
+        """``{"ok": True, "result": {...sequence_id, view_version}}`` or ``{"ok": False, "error"}``."""
+        return self._op("put", {"key": key, "size": size})
+
+    def get(self, key: str) -> dict[str, Any]:
+        return self._op("get", {"key": key})
+
+    def exists(self, key: str) -> dict[str, Any]:
+        return self._op("exists", {"key": key})
+
+    def remove(self, key: str, force: bool = False) -> dict[str, Any]:
+        return self._op("remove", {"key": key, "force": force})
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+
+class ReferenceMasterCluster:
+    """N reference masters and M store-client processes of one profile on one etcd.
+
+    Options: ``profile`` (rfc/legacy), ``lease_ttl`` (s, etcd minimum 2), ``poll_interval``,
+    ``client_ttl``, ``partial_restore``, ``snapshots`` (a shared snapshot dir),
+    ``trim_oplog_after_snapshot``, ``fault_planting`` (default True), ``warmup`` (legacy
+    leader warm-up), ``client_stall`` (legacy reattach stall), ``reattach_timeout``,
+    ``heartbeat_interval``, ``catch_up_timeout``, ``write_timeout``, ``start`` (default True:
+    start the masters and wait for a leader).
+    """
+
+    def __init__(self, etcd_endpoints: list[str], workdir: Path, profile: str = "rfc",
+                 masters: int = 2, clients: int = 0, **options: Any):
+        self.etcd = list(etcd_endpoints)
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.profile = options.pop("profile", profile)
+        self.cluster_id = options.pop("cluster_id", f"mc-{uuid.uuid4().hex[:10]}")
+        self.lease_ttl = int(options.pop("lease_ttl", 2))
+        self.poll_interval = float(options.pop("poll_interval", 0.05))
+        self.client_ttl = float(options.pop("client_ttl", 10.0))
+        self.partial_restore = bool(options.pop("partial_restore", False))
+        snapshots = options.pop("snapshots", False)
+        self.snapshot_dir = (self.workdir / "snapshots") if snapshots is True else (
+            Path(snapshots) if snapshots else None)
+        self.trim_oplog = bool(options.pop("trim_oplog_after_snapshot", False))
+        self.fault_planting = bool(options.pop("fault_planting", True))
+        self.warmup = options.pop("warmup", None)
+        self.client_stall = float(options.pop("client_stall", 121.0))
+        self.reattach_timeout = float(options.pop("reattach_timeout", 3.0))
+        self.heartbeat_interval = float(options.pop("heartbeat_interval", 0.1))
+        self.catch_up_timeout = float(options.pop("catch_up_timeout", 5.0))
+        self.write_timeout = float(options.pop("write_timeout", 5.0))
+        self.extra_master_args = list(options.pop("master_args", ()))
+        start = options.pop("start", True)
+        if options:
+            raise TargetError(f"reference master cluster: unknown options {sorted(options)}")
+        self.masters: list[_Master] = []
+        self.clients: list[ClientProcess] = []
+        self._library_clients: list[Any] = []
+        if start:
+            for _ in range(masters):
+                self.start_master()
+            self.leader(timeout=30.0)
+            for _ in range(clients):
+                self.start_client()
+
+    # ------------------------------------------------------------------ masters
+
+    def _master_argv(self, m: _Master, **overrides: Any) -> list[str]:
+        argv = [sys.executable, "-m", "reference_engine", "master",
+                "--etcd", ",".join(self.etcd), "--cluster-id", self.cluster_id,
+                "--rpc", f"127.0.0.1:{m.rpc_port}", "--admin", f"127.0.0.1:{m.admin_port}",
+                "--profile", overrides.get("profile", self.profile),
+                "--lease-ttl", str(self.lease_ttl), "--poll-interval", str(self.poll_interval),
+                "--client-ttl", str(self.client_ttl), "--catch-up-timeout", str(self.catch_up_timeout),
+                "--write-timeout", str(self.write_timeout)]
+        if overrides.get("partial_restore", self.partial_restore):
+            argv.append("--partial-restore")
+        if self.snapshot_dir is not None:
+            argv += ["--snapshot-dir", str(self.snapshot_dir)]
+        if self.trim_oplog:
+            argv.append("--trim-oplog-after-snapshot")
+        if self.fault_planting:
+            argv.append("--enable-fault-planting")
+        if self.warmup is not None:
+            argv += ["--warmup", str(self.warmup)]
+        return argv + self.extra_master_args + list(overrides.get("args", ()))
+
+    def start_master(self, index: int | None = None, **overrides: Any) -> int:
+        """Start a new master (``index=None``) or restart master ``index`` on its old ports.
+        ``overrides``: ``profile``, ``partial_restore``, ``args`` (extra CLI arguments)."""
+        if index is None:
+            index = len(self.masters)
+            m = _Master(index, free_port(), free_port(), None)  # type: ignore[arg-type]
+            self.masters.append(m)
+        else:
+            m = self.masters[index]
+            if m.process is not None and m.process.alive():
+                raise TargetError(f"master {index} is already running")
+        m.process = ManagedProcess(
+            f"master-{index}", self._master_argv(m, **overrides), self.workdir / f"master-{index}.log",
+            ready=http_ok(m.admin + "/health"), ready_timeout=30.0, stop_timeout=10.0,
+        )
+        try:
+            m.process.start()
+        except ProcessStartError as exc:
+            raise TargetError(str(exc)) from None
+        return index
+
+    def kill_master(self, index: int) -> None:
+        """SIGKILL: no lease release, no flush."""
+        self.masters[index].process.kill(signal.SIGKILL)
+
+    def stop_master(self, index: int) -> None:
+        """SIGTERM: the master releases its lease and exits."""
+        self.masters[index].process.terminate()
+
+    def alive(self, index: int) -> bool:
+        return self.masters[index].process.alive()
+
+    def health(self, index: int) -> dict[str, Any]:
+        return _http("GET", self.masters[index].admin + "/health", timeout=2.0)[1]
+
+    def _serving(self) -> list[int]:
+        out = []
+        for m in self.masters:
+            if m.process.alive():
+                try:
+                    if self.health(m.index).get("service_ready"):
+                        out.append(m.index)
+                except (OSError, ValueError):
+                    continue
+        return out
+
+    def leader(self, timeout: float = 10.0) -> int:
+        """The index of the serving leader; waits up to ``timeout`` for one."""
+        return wait_for(self._serving, timeout, f"a serving leader in cluster {self.cluster_id}")[0]
+
+    def serving(self) -> list[int]:
+        """Indices of masters that say they serve now (more than one would be split brain)."""
+        return self._serving()
+
+    def standbys(self) -> list[int]:
+        out = []
+        for m in self.masters:
+            if m.process.alive():
+                try:
+                    if self.health(m.index).get("role") == "standby":
+                        out.append(m.index)
+                except (OSError, ValueError):
+                    continue
+        return out
+
+    def promotable(self, index: int) -> Mapping[str, Any]:
+        """``GET /ha/promotable``: {promotable, reason, validation{ok, dropped_entries},
+        applied_seq, primary_seq, keys_restorable}."""
+        return _http("GET", self.masters[index].admin + "/ha/promotable", timeout=10.0)[1]
+
+    def promote(self, index: int, timeout: float = 15.0) -> tuple[int, Mapping[str, Any]]:
+        """Planned handover to standby ``index`` (``POST /ha/promote``): (HTTP status, body).
+        200 = it is now the serving leader; 409 = refused, the old leader stays."""
+        return _http("POST", self.masters[index].admin + "/ha/promote", {"timeout": timeout},
+                     timeout=timeout + 10)
+
+    def snapshot(self, index: int) -> Mapping[str, Any]:
+        """Have standby ``index`` write a snapshot now (``POST /ha/snapshot``)."""
+        status, body = _http("POST", self.masters[index].admin + "/ha/snapshot", {}, timeout=30.0)
+        if status != 200:
+            raise TargetError(f"snapshot on master {index} failed: {body}")
+        return body
+
+    def key_count(self, index: int) -> int:
+        return int(self.metrics(index)["master_key_count"])
+
+    def keys(self, index: int) -> list[str]:
+        return _http("GET", self.masters[index].admin + "/get_all_keys", timeout=10.0)[1]["keys"]
+
+    def metrics(self, index: int) -> Mapping[str, float]:
+        return parse_metrics(_http("GET", self.masters[index].admin + "/metrics", timeout=5.0)[1])
+
+    def wait_caught_up(self, index: int, timeout: float = 10.0) -> Mapping[str, Any]:
+        """Wait until standby ``index`` reports promotable (rfc) / its applied seq reaches the
+        leader's durable sequence; returns the last ``promotable`` answer."""
+        def done() -> Any:
+            p = self.promotable(index)
+            return p if p["applied_seq"] >= p["primary_seq"] and p.get("state") == "WATCHING" else None
+        return wait_for(done, timeout, f"master {index} caught up")
+
+    def master_log(self, index: int) -> str:
+        return self.masters[index].process.log_text()
+
+    # ------------------------------------------------------------------ clients
+
+    def start_client(self, client_id: str | None = None, version: str | None = None,
+                     profile: str | None = None, wait_attached: bool = True,
+                     timeout: float = 15.0) -> ClientProcess:
+        """A store-client process mounting one segment; ``version`` overrides the protocol
+        version it announces (version-skew tests)."""
+        index = len(self.clients)
+        client_id = client_id or f"client-{index}"
+        port = free_port()
+        argv = [sys.executable, "-m", "reference_engine", "client", "--etcd", ",".join(self.etcd),
+                "--cluster-id", self.cluster_id, "--client-id", client_id,
+                "--control", f"127.0.0.1:{port}", "--profile", profile or self.profile,
+                "--reattach-timeout", str(self.reattach_timeout),
+                "--heartbeat-interval", str(self.heartbeat_interval), "--stall", str(self.client_stall)]
+        if version:
+            argv += ["--version", version]
+        proc = ManagedProcess(f"client-{client_id}", argv, self.workdir / f"client-{client_id}.log",
+                              ready=http_ok(f"http://127.0.0.1:{port}/status"), ready_timeout=30.0)
+        handle = ClientProcess(index, client_id, port, proc)
+        self.clients.append(handle)
+        try:
+            proc.start()
+        except ProcessStartError as exc:
+            raise TargetError(str(exc)) from None
+        if wait_attached:
+            wait_for(lambda: handle.status()["attached"], timeout, f"client {client_id} attached")
+        return handle
+
+    def client(self, index: int = 0) -> ClientProcess:
+        return self.clients[index]
+
+    def library_client(self, **options: Any) -> Any:
+        """An in-process ``StoreClient`` (closed with the cluster)."""
+        from reference_engine.master.client import StoreClient
+
+        options.setdefault("profile", self.profile)
+        options.setdefault("reattach_timeout", self.reattach_timeout)
+        options.setdefault("heartbeat_interval", self.heartbeat_interval)
+        options.setdefault("stall_seconds", self.client_stall)
+        client = StoreClient(self.etcd, self.cluster_id, **options)
+        self._library_clients.append(client)
+        return client
+
+    # ------------------------------------------------------------------ faults
+
+    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor") -> int:
+        """Append to the replicated OpLog (through the leader's debug RPC, without touching the
+        leader's own index) an object whose memory descriptor overlaps ``victim_key``'s.
+        Returns the entry's sequence id."""
+        client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
+        client.start(wait=10.0)
+        try:
+            victim = client.get(victim_key)
+            endpoint, address, size = victim["replicas"][0]["descriptors"][0]
+            payload = {"client_id": "planter", "size": size, "replicas": [
+                {"id": 10**9, "status": "COMPLETE",
+                 "descriptors": [[endpoint, address + max(1, size // 2), size]]}]}
+            result = client.call("plant_raw_entry",
+                                 {"op_type": PLANT_OP_PUT_END, "key": key, "payload": payload})
+            return int(result["sequence_id"])
+        finally:
+            client.close()
+
+    # ------------------------------------------------------------------ teardown
+
+    def logs(self) -> str:
+        parts = []
+        for m in self.masters:
+            if m.process is not None:
+                parts.append(f"===== master {m.index} ({m.address})\n{m.process.log_tail(60)}")
+        for c in self.clients:
+            parts.append(f"===== client {c.client_id}\n{c.process.log_tail(30)}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for client in self._library_clients:
+            client.close()
+        self._library_clients.clear()
+        for c in self.clients:
+            c.process.terminate()
+            release_port(c.control_port)
+        for m in self.masters:
+            if m.process is not None:
+                m.process.terminate()
+            release_port(m.rpc_port)
+            release_port(m.admin_port)

@@ -1,0 +1,112 @@
+"""Multi-process HA on a real etcd: failover keeps the index (rfc, and legacy where 0.3.13 works),
+a fresh standby is promotable only once caught up (rfc) and loses everything (legacy)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytest_mooncake.targets.reference.masters import wait_for
+
+
+def put_keys(client, n, prefix="k"):
+    keys = [f"{prefix}{i}" for i in range(n)]
+    for k in keys:
+        result = client.put(k, 64)
+        assert result["ok"], result
+    return keys
+
+
+@pytest.mark.mc_req("MP-6")
+@pytest.mark.parametrize("profile", ["rfc", "legacy"])
+def test_soaked_standby_survives_leader_sigkill_with_every_key(cluster_factory, profile):
+    cluster = cluster_factory(profile, masters=2, clients=1, warmup=0)
+    client = cluster.client(0)
+    keys = put_keys(client, 60)
+    old = cluster.leader()
+    (standby,) = cluster.standbys()
+    wait_for(lambda: cluster.key_count(standby) == 60, 10, "standby applied every put")
+    cluster.kill_master(old)
+    new = cluster.leader(timeout=15)
+    assert new == standby
+    assert sorted(cluster.keys(new)) == sorted(keys)
+    if profile == "rfc":
+        wait_for(lambda: client.exists("k7").get("result", {}).get("exists"), 10,
+                 "client reads on the new leader")
+
+
+@pytest.mark.mc_req("MP-4", "MP-5", "MP-3")
+def test_fresh_standby_not_promotable_until_caught_up_then_keeps_every_key(cluster_factory):
+    cluster = cluster_factory("rfc", masters=1, clients=1,
+                              master_args=["--replay-delay", "0.01"])
+    keys = put_keys(cluster.client(0), 150)
+    fresh = cluster.start_master()
+    answers = []
+
+    def caught_up():
+        p = cluster.promotable(fresh)
+        answers.append(p)
+        return p["promotable"]
+
+    wait_for(caught_up, 30, "fresh standby promotable")
+    assert not answers[0]["promotable"], answers[0]
+    assert answers[0]["keys_restorable"] < 150
+    for p in answers:
+        if p["promotable"]:
+            assert p["applied_seq"] == p["primary_seq"] and p["keys_restorable"] == 150, p
+            assert p["validation"]["ok"] is True and p["validation"]["dropped_entries"] == 0
+        else:
+            assert p["reason"]
+    cluster.kill_master(0)
+    assert cluster.leader(timeout=15) == fresh
+    assert sorted(cluster.keys(fresh)) == sorted(keys)
+
+
+@pytest.mark.mc_req("MP-4", "MP-5")
+def test_legacy_fresh_standby_claims_promotable_at_once_and_promotes_into_an_empty_index(cluster_factory):
+    cluster = cluster_factory("legacy", masters=1, clients=1, warmup=0)
+    put_keys(cluster.client(0), 40)
+    fresh = cluster.start_master()
+    p = wait_for(lambda: (lambda a: a if a["promotable"] else None)(cluster.promotable(fresh)),
+                 10, "legacy standby WATCHING")
+    assert p["keys_restorable"] == 0 and p["primary_seq"] > 0
+    assert cluster.metrics(fresh)["ha_oplog_standby_lag"] == 0
+    cluster.kill_master(0)
+    assert cluster.leader(timeout=15) == fresh
+    assert cluster.key_count(fresh) == 0
+
+
+@pytest.mark.mc_req("MP-7")
+def test_clients_reattach_within_the_bound_after_failover(cluster_factory):
+    cluster = cluster_factory("rfc", masters=2, clients=2, reattach_timeout=3.0)
+    put_keys(cluster.client(0), 10)
+    old = cluster.leader()
+    cluster.kill_master(old)
+    killed_at = time.time()
+    new = cluster.leader(timeout=15)
+    bound = cluster.lease_ttl + cluster.reattach_timeout + 2.0
+    for c in cluster.clients:
+        status = wait_for(lambda c=c: (lambda s: s if s["attached"] and s["reattaches"] else None)(c.status()),
+                          bound, f"{c.client_id} reattached")
+        assert status["leader"] == cluster.masters[new].address
+        assert status["reattaches"][-1]["attached_at"] - killed_at < bound
+    assert cluster.metrics(new)["master_active_clients"] == 2
+    assert cluster.client(1).put("after-failover")["ok"]
+
+
+@pytest.mark.mc_req("MP-7")
+def test_legacy_clients_stay_stuck_on_the_dead_connection(cluster_factory):
+    cluster = cluster_factory("legacy", masters=2, clients=1, warmup=0, client_stall=60.0,
+                              reattach_timeout=1.0)
+    client = cluster.client(0)
+    put_keys(client, 5)
+    cluster.kill_master(cluster.leader())
+    new = cluster.leader(timeout=15)
+    bound = cluster.lease_ttl + 3.0 + 2.0
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        assert not client.status()["attached"]
+        time.sleep(0.2)
+    assert cluster.metrics(new)["master_active_clients"] == 0
+    assert client.put("during-stall")["ok"] is False
