@@ -25,6 +25,7 @@ DOWNSTREAM = "downstream"
 DIRECTIONS = (UPSTREAM, DOWNSTREAM)
 READ_SIZE = 256 * 1024
 QUEUE_CHUNKS = 1024  # Toxiproxy's latency toxic buffers 1024 chunks too
+QUEUE_BYTES = 8 * 1024 * 1024  # ...of at most 32 KiB each; we bound the bytes instead
 CLOSE_GRACE_SECONDS = 5.0
 
 
@@ -109,6 +110,9 @@ class Link:
         self.chain: dict[str, ActiveToxic] = {}
         self.queue: asyncio.Queue[Chunk | None] = asyncio.Queue(QUEUE_CHUNKS)
         self._busy = False
+        self._queued_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
 
     def add(self, spec: ToxicSpecLike) -> None:
         self.chain[spec.name] = ActiveToxic(self, spec)
@@ -135,7 +139,12 @@ class Link:
                     # keeps the order and saves a hop through the pump.
                     await self._write(Chunk(data, 0.0))
                     continue
-                await self.queue.put(Chunk(data, loop.time()))
+                chunk = Chunk(data, loop.time())
+                await self._room.wait()
+                self._queued_bytes += len(data)
+                if self._queued_bytes >= QUEUE_BYTES:
+                    self._room.clear()
+                await self.queue.put(chunk)
         except OSError:
             self.connection.abort(reset=False)
             return
@@ -145,6 +154,9 @@ class Link:
         try:
             while (chunk := await self.queue.get()) is not None:
                 self._busy = True
+                self._queued_bytes -= len(chunk.data)
+                if self._queued_bytes < QUEUE_BYTES:
+                    self._room.set()
                 chain = [t for t in self.chain.values() if t.applied]
                 if chain:
                     await self._through(chain, 0, chunk)

@@ -7,16 +7,25 @@ delay, bandwidth takes at least N/rate); waits for "nothing happens" use a socke
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
 from toxi_net import connect, recv_exact, recv_to_eof
 
+from pytest_mooncake.ports import free_port
+
 
 def roundtrip(sock: socket.socket, payload: bytes) -> tuple[bytes, float]:
+    """Send ``payload`` (from a thread, so a large one cannot deadlock against the echo) and
+    read it back: (data, seconds)."""
     start = time.monotonic()
-    sock.sendall(payload)
-    data = recv_exact(sock, len(payload))
+    sender = threading.Thread(target=sock.sendall, args=(payload,))
+    sender.start()
+    try:
+        data = recv_exact(sock, len(payload))
+    finally:
+        sender.join(timeout=30)
     return data, time.monotonic() - start
 
 
@@ -222,3 +231,25 @@ def test_partial_toxicity_hits_some_connections_reproducibly(mc_faults, echo) ->
     first = _cut_pattern(mc_faults, echo.address, 24)
     assert True in first and False in first, first
     assert _cut_pattern(mc_faults, echo.address, 24) == first, "same seed, same draws"
+
+
+def test_unreachable_upstream_closes_the_client(mc_faults) -> None:
+    proxy, addr = mc_faults.proxy("nowhere", f"127.0.0.1:{free_port()}")
+    with connect(addr) as sock:
+        try:
+            assert sock.recv(10) == b""
+        except ConnectionResetError:
+            pass
+
+
+def test_large_transfer_through_a_slow_toxic_chain_is_intact(mc_faults, echo) -> None:
+    proxy, addr = mc_faults.proxy("chain", echo.address)
+    proxy.add_toxic(type="latency", name="lat", attributes={"latency": 20})
+    proxy.add_toxic(type="slicer", name="sl", attributes={"average_size": 60000,
+                                                          "size_variation": 1000})
+    proxy.add_toxic(type="bandwidth", name="bw", stream="upstream", attributes={"rate": 20000})
+    payload = bytes(range(256)) * 16384  # 4 MiB
+    with connect(addr) as sock:
+        data, elapsed = roundtrip(sock, payload)
+    assert data == payload
+    assert elapsed >= len(payload) / 20_000_000
