@@ -13,8 +13,6 @@ import time
 import pytest
 from toxi_net import connect, recv_exact, recv_to_eof
 
-from pytest_mooncake.ports import free_port
-
 
 def roundtrip(sock: socket.socket, payload: bytes) -> tuple[bytes, float]:
     """Send ``payload`` (from a thread, so a large one cannot deadlock against the echo) and
@@ -234,8 +232,12 @@ def test_partial_toxicity_hits_some_connections_reproducibly(mc_faults, echo) ->
 
 
 def test_unreachable_upstream_closes_the_client(mc_faults) -> None:
-    proxy, addr = mc_faults.proxy("nowhere", f"127.0.0.1:{free_port()}")
-    with connect(addr) as sock:
+    with socket.socket() as bound_not_listening:
+        bound_not_listening.bind(("127.0.0.1", 0))
+        port = bound_not_listening.getsockname()[1]
+        proxy, addr = mc_faults.proxy("nowhere", f"127.0.0.1:{port}")
+        sock = connect(addr)
+    with sock:
         try:
             assert sock.recv(10) == b""
         except ConnectionResetError:
