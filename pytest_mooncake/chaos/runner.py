@@ -76,6 +76,7 @@ class ChaosResult:
     seconds: float
     faults_injected: int
     errors: list[str] = field(default_factory=list)
+    seed: int | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -254,7 +255,8 @@ def run_chaos(
     finally:
         for c in clients:
             _close(c)
-    result = ChaosResult(history, chaos_seconds, nemesis.injected if nemesis else 0, errors)
+    result = ChaosResult(history, chaos_seconds, nemesis.injected if nemesis else 0, errors,
+                         workload.seed)
     if progress is not None:
         progress("chaos done: " + result.summary())
     if errors:

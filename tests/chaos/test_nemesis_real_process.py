@@ -5,12 +5,9 @@ server and report lost acknowledged writes on the lossy one."""
 from __future__ import annotations
 
 import itertools
-import json
-import socket
-import sys
-from pathlib import Path
 
 import pytest
+from kv_client import KvClient, start_server
 
 from pytest_mooncake.chaos import generator as gen
 from pytest_mooncake.chaos.checkers import (
@@ -20,68 +17,16 @@ from pytest_mooncake.chaos.checkers import (
     no_stale_reads,
     transfers_reach_new_instance,
 )
-from pytest_mooncake.chaos.generator import OpSpec
 from pytest_mooncake.chaos.history import NEMESIS
 from pytest_mooncake.chaos.nemesis import Nemesis, process_kill
-from pytest_mooncake.chaos.runner import Outcome, fail, info, ok
-from pytest_mooncake.ports import free_port
-from pytest_mooncake.processes import Supervisor, live_processes, port_open
+from pytest_mooncake.processes import live_processes
 
-SERVER = Path(__file__).with_name("kvserver.py")
 KEYS = 24
 SECONDS = 2.5
 
 
-class KvClient:
-    """One connection per worker; refused connect = fail, lost after sending = info."""
-
-    def __init__(self, port: int):
-        self.port = port
-        self.stream = None
-        self.sock: socket.socket | None = None
-
-    def invoke(self, spec: OpSpec) -> Outcome:
-        if self.sock is None:
-            try:
-                self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=1.0)
-                self.stream = self.sock.makefile("rwb")
-            except OSError as exc:
-                self.close()
-                return fail(f"connect: {exc}")
-        request = {"op": spec.f, "key": spec.key, "value": spec.value}
-        try:
-            self.stream.write(json.dumps(request).encode() + b"\n")
-            self.stream.flush()
-            line = self.stream.readline()
-            if not line:
-                raise ConnectionError("server closed the connection")
-            reply = json.loads(line)
-        except (OSError, ValueError) as exc:
-            self.close()
-            return info(f"{type(exc).__name__}: {exc}")
-        if not reply.get("ok"):
-            return fail(reply.get("error", "refused"), instance=reply.get("instance"))
-        return ok(reply.get("value"), instance=reply.get("instance"))
-
-    def close(self) -> None:
-        for part in (self.stream, self.sock):
-            if part is not None:
-                try:
-                    part.close()
-                except OSError:
-                    pass
-        self.stream = self.sock = None
-
-
-def _start_server(mc_processes: Supervisor, tmp_path: Path, mode: str):
-    port = free_port()
-    argv = [sys.executable, str(SERVER), "--port", str(port), "--log", str(tmp_path / "kv.log"),
-            f"--{mode}", "--flush-every", "0.5"]
-    return port, mc_processes.start(f"kv-{mode}", argv, ready=port_open(port), ready_timeout=15)
-
-
 def _run(mc_chaos, mc_processes, tmp_path, mode: str):
-    port, server = _start_server(mc_processes, tmp_path, mode)
+    port, server = start_server(mc_processes, tmp_path, mode)
     workload = gen.kv(keys=KEYS, put=4, get=4, remove=1).stagger(0.004)
     result = mc_chaos.run(lambda w: KvClient(port), workload, [process_kill(server, "kv")],
                           seconds=SECONDS, workers=3, final=gen.final_reads(KEYS),
@@ -129,7 +74,7 @@ def test_nemesis_plan_is_seeded(mc_processes) -> None:
 
 
 def test_runs_stop_by_op_budget_and_leave_no_process(mc_chaos, mc_processes, tmp_path) -> None:
-    port, server = _start_server(mc_processes, tmp_path, "durable")
+    port, server = start_server(mc_processes, tmp_path, "durable")
     result = mc_chaos.run(lambda w: KvClient(port), gen.kv(keys=4), seconds=60, max_ops=40,
                           workers=2, final=gen.final_reads(4))
     assert result.counts["invoke"] == 40 + 4
@@ -145,7 +90,7 @@ def test_failing_fault_actions_are_recorded_and_healed(mc_chaos, mc_processes, t
     from pytest_mooncake.chaos.nemesis import Fault
     from pytest_mooncake.chaos.runner import ChaosRunError
 
-    port, server = _start_server(mc_processes, tmp_path, "durable")
+    port, server = start_server(mc_processes, tmp_path, "durable")
     calls = []
 
     def boom() -> None:
