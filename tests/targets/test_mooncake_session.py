@@ -22,6 +22,17 @@ def test_needs_cache_control(mc_engine):
 def test_counters_without_marker(mc_engine):
     mc_engine("sess-c").stats()
 
+@pytest.mark.mc_requires("master_cluster")
+def test_store_through_ha_pair(mc_master_cluster):
+    cluster = mc_master_cluster(masters=2, clients=1)
+    cluster.leader(timeout=30)
+    assert cluster.client().put("session-key", 32)["ok"]
+    assert cluster.client().get("session-key")["ok"]
+
+@pytest.mark.mc_requires("master_snapshot")
+def test_needs_snapshots(mc_master_cluster):
+    mc_master_cluster(snapshots=True)
+
 def test_failing_observation(mc_engine):
     a = mc_engine("sess-d")
     assert a.write("no-such-peer", 0, b"x").ok, "write to an absent peer"
@@ -34,12 +45,13 @@ def test_session_against_the_real_wheel_gives_verdicts_and_reasons(pytester: pyt
     pytester.makepyfile(test_tiny=SUITE)
     result = pytester.runpytest_subprocess(
         "-p", "pytest_mooncake", "--mc-target=mooncake", "-rs", timeout=240)
-    result.assert_outcomes(passed=1, skipped=2, failed=1)
+    result.assert_outcomes(passed=2, skipped=3, failed=1)
     out = result.stdout.str()
     assert "target=mooncake (mooncake-transfer-engine" in out
     assert "n/a: mooncake.engine of mooncake-transfer-engine" in out
     assert "exposes no metadata_cache_ttl_ms setting" in out
     assert "exposes no counters" in out
+    assert "does not drive mooncake-transfer-engine" in out
     assert "get_first_buffer_address('no-such-peer') returned" in out
     assert "engine sess-d log" in out or "sess-d" in out
 

@@ -243,7 +243,7 @@ class StoreDriver:
             rc = self.store.is_exist(str(cmd["key"]))
             return {"ok": rc >= 0, "rc": rc, "exists": rc == 1}
         if op == "remove":
-            rc = self.store.remove(str(cmd["key"]))
+            rc = self.store.remove(str(cmd["key"]), bool(cmd.get("force", False)))
             return {"ok": rc == 0, "rc": rc}
         if op == "health":
             return {"ok": True, "rc": self.store.health_check()}

@@ -1,0 +1,350 @@
+"""``MasterClusterHandle`` over real ``mooncake_master`` processes in HA mode on one etcd, with
+real ``mooncake.store`` clients in driver processes.
+
+Leader and role come from each master's admin ``/health`` (``role``, ``ha_state``,
+``service_ready``); key counts and metrics from ``/metrics``. Promotability is probed, not
+invented: the first call asks the admin service for a promotability endpoint and, when none
+answers, raises ``TargetLacks`` naming what was asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_mooncake.ports import free_port, release_port
+from pytest_mooncake.processes import ManagedProcess, Supervisor, http_ok
+from pytest_mooncake.targets.base import Capability, TargetError, TargetLacks
+from pytest_mooncake.targets.mooncake.control import ControlClient, b64, read_ready_file, unb64
+from pytest_mooncake.targets.mooncake.install import MooncakeInstall
+
+PROMOTABILITY_PATHS = ("/ha/promotable", "/promotable", "/api/v1/ha/promotable")
+MASTER_OPTIONS = ("oplog", "snapshots", "client_ttl", "lease_ttl", "flags", "cluster_id",
+                  "ready_timeout")
+
+
+def admin_get(url: str, timeout: float = 2.0) -> tuple[int | None, str]:
+    """(status, body) of a GET on loopback; status None when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback)
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except OSError as exc:
+        return None, str(exc)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text format to ``{"name{labels}": value}`` (comments and junk skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        got = predicate()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"no {what} within {timeout:.0f}s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
+@dataclass
+class _Master:
+    index: int
+    rpc_port: int
+    metrics_port: int
+    process: ManagedProcess | None = None
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.rpc_port}"
+
+
+@dataclass
+class StoreClient:
+    """A real ``mooncake.store`` client in a driver process. Each call returns
+    ``{"ok": bool, "result": {...}}`` or ``{"ok": False, "error": ...}`` (the shape the reference
+    target's clients use)."""
+
+    index: int
+    process: ManagedProcess
+    control: ControlClient
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def _op(self, op: str, **args: Any) -> dict[str, Any]:
+        started = time.time()
+        reply = self.control.call(op, **args)
+        ok = bool(reply.pop("ok", False))
+        result = {"ok": ok, "result": reply} if ok else {"ok": False, "error": reply.get(
+            "error") or f"{op} returned rc={reply.get('rc')}", "result": reply}
+        self.history.append({"op": op, "args": {k: v for k, v in args.items() if k != "data"},
+                             "start": started, "end": time.time(), "result": result})
+        return result
+
+    def put(self, key: str, size: int = 64, data: bytes | None = None) -> dict[str, Any]:
+        """Put ``data`` (default ``size`` bytes derived from the key, so a get can be checked)."""
+        return self._op("put", key=key, data=b64(data if data is not None else payload(key, size)))
+
+    def get(self, key: str) -> dict[str, Any]:
+        out = self._op("get", key=key)
+        res = out.get("result", {})
+        if out["ok"]:
+            data = unb64(res.pop("data", ""))
+            res["size"], res["data"] = len(data), data
+            if not res.get("found"):
+                return {"ok": False, "error": f"get {key!r}: not found (empty reply)", "result": res}
+        return out
+
+    def exists(self, key: str) -> dict[str, Any]:
+        return self._op("exists", key=key)
+
+    def remove(self, key: str, force: bool = False) -> dict[str, Any]:
+        """``force`` skips the object's lease (0.3.13 refuses to remove a leased object)."""
+        return self._op("remove", key=key, force=force)
+
+    def kill(self) -> None:
+        self.control.close()
+        self.process.kill()
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+
+def payload(key: str, size: int) -> bytes:
+    seed = key.encode() or b"-"
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+class MooncakeMasterCluster:
+    """N ``mooncake_master --enable_ha`` processes (OpLog on by default) and M store clients.
+
+    Options: ``oplog`` (default True; without it and without snapshots 0.3.13 has no standby
+    controller able to promote), ``client_ttl`` (s), ``flags`` (extra ``{name: value}`` master
+    flags), ``cluster_id``, ``ready_timeout``."""
+
+    def __init__(self, install: MooncakeInstall, supervisor: Supervisor, workdir: Path,
+                 etcd_endpoints: list[str], master_binary: str, masters: int = 2,
+                 clients: int = 1, **options: Any):
+        unknown = sorted(set(options) - set(MASTER_OPTIONS))
+        if unknown:
+            raise TypeError(f"master_cluster: unknown option(s) {', '.join(unknown)} for the "
+                            f"mooncake target (known: {', '.join(MASTER_OPTIONS)})")
+        if options.get("snapshots"):
+            raise TargetLacks(Capability.MASTER_SNAPSHOT,
+                              f"the mooncake target does not drive {install.version}'s snapshot "
+                              f"flags yet")
+        self.install = install
+        self.supervisor = supervisor
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.etcd = list(etcd_endpoints)
+        self.binary = master_binary
+        self.cluster_id = options.get("cluster_id") or f"mc_{os.getpid()}_{self.workdir.name}"
+        self.options = options
+        self.ready_timeout = float(options.get("ready_timeout") or 30.0)
+        self.masters: list[_Master] = []
+        self.clients: list[StoreClient] = []
+        self._promotability: str | None = None
+        try:
+            for _ in range(masters):
+                self.start_master()
+            if clients:
+                self.leader(timeout=self.ready_timeout)
+            for _ in range(clients):
+                self.start_client()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ masters
+
+    def _argv(self, m: _Master) -> list[str]:
+        argv = [
+            self.binary, "--enable_ha=true", f"--etcd_endpoints={';'.join(self.etcd)}",
+            f"--cluster_id={self.cluster_id}", "--rpc_address=127.0.0.1",
+            f"--rpc_port={m.rpc_port}", "--metrics_host=127.0.0.1",
+            f"--metrics_port={m.metrics_port}",
+            f"--enable_oplog={'true' if self.options.get('oplog', True) else 'false'}",
+        ]
+        if self.options.get("client_ttl") is not None:
+            argv.append(f"--client_ttl={int(self.options['client_ttl'])}")
+        for name, value in (self.options.get("flags") or {}).items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            argv.append(f"--{name}={value}")
+        return argv
+
+    def start_master(self, index: int | None = None) -> int:
+        """Start master ``index`` again (same ports), or a new one; returns its index."""
+        if index is None:
+            m = _Master(len(self.masters), free_port(), free_port())
+            self.masters.append(m)
+        else:
+            m = self.masters[index]
+            if m.process is not None and m.process.alive():
+                raise TargetError(f"master {index} is already running (pid {m.process.pid})")
+        ready = http_ok(f"{m.admin}/health")
+        if m.process is None:
+            m.process = self.supervisor.start(
+                f"mooncake-master-{self.cluster_id}-{m.index}", self._argv(m),
+                env=self.install.env(), ready=ready, ready_timeout=self.ready_timeout)
+        else:
+            m.process.start()
+        return m.index
+
+    def kill_master(self, index: int) -> None:
+        """SIGKILL: no lease release; the standby waits for the lease to expire."""
+        self.masters[index].process.kill(signal.SIGKILL)
+
+    def stop_master(self, index: int) -> None:
+        self.masters[index].process.terminate()
+
+    def alive(self, index: int) -> bool:
+        proc = self.masters[index].process
+        return proc is not None and proc.alive()
+
+    def health(self, index: int) -> dict[str, Any]:
+        status, body = admin_get(self.masters[index].admin + "/health")
+        if status != 200:
+            return {"error": f"GET /health answered {status}: {body[:200]}"}
+        try:
+            return json.loads(body)
+        except ValueError:
+            return {"error": f"GET /health answered non-JSON: {body[:200]}"}
+
+    def serving(self) -> list[int]:
+        """Masters whose /health says service_ready (more than one would be split brain)."""
+        return [m.index for m in self.masters
+                if self.alive(m.index) and self.health(m.index).get("service_ready") is True]
+
+    def leader(self, timeout: float = 10.0) -> int:
+        """Index of the serving leader (``service_ready`` in /health, i.e. past 0.3.13's
+        leader warm-up of one lease TTL); waits up to ``timeout``."""
+        return wait_for(self.serving, timeout, f"serving leader in cluster {self.cluster_id}")[0]
+
+    def standbys(self) -> list[int]:
+        return [m.index for m in self.masters
+                if self.alive(m.index) and self.health(m.index).get("role") == "standby"]
+
+    def leader_view(self) -> dict[str, Any]:
+        """``/leader`` of any live master: ``{present, leader_address, view_version}``."""
+        for m in self.masters:
+            if self.alive(m.index):
+                status, body = admin_get(m.admin + "/leader")
+                if status == 200:
+                    return json.loads(body)
+        return {"present": False}
+
+    def index_of(self, address: str) -> int | None:
+        return next((m.index for m in self.masters if m.address == address), None)
+
+    def promotable(self, index: int) -> Mapping[str, Any]:
+        """The master's own promotability answer, when its admin service has an endpoint for
+        it; otherwise ``TargetLacks`` naming the paths that were asked."""
+        admin = self.masters[index].admin
+        if self._promotability is None:
+            tried = []
+            for path in PROMOTABILITY_PATHS:
+                status, body = admin_get(admin + path)
+                tried.append(f"GET {path} -> {status}")
+                if status == 200:
+                    self._promotability = path
+                    break
+            else:
+                health = self.health(index)
+                raise TargetLacks(Capability.MASTER_CLUSTER, (
+                    f"mooncake_master of {self.install.version} exposes no promotability "
+                    f"endpoint ({'; '.join(tried)}); its /health reports only "
+                    f"ha_state={health.get('ha_state')!r}"))
+        status, body = admin_get(admin + self._promotability)
+        return json.loads(body) if status == 200 else {"error": f"{status}: {body[:200]}"}
+
+    def key_count(self, index: int) -> int:
+        return int(self.metrics(index).get("master_key_count", 0))
+
+    def metrics(self, index: int) -> Mapping[str, float]:
+        status, body = admin_get(self.masters[index].admin + "/metrics", timeout=5.0)
+        if status != 200:
+            raise TargetError(f"GET /metrics of master {index} answered {status}: {body[:200]}")
+        return parse_metrics(body)
+
+    def master_log(self, index: int) -> str:
+        proc = self.masters[index].process
+        return proc.log_text() if proc is not None else ""
+
+    # ------------------------------------------------------------------ clients
+
+    def start_client(self) -> StoreClient:
+        """A store client that finds the leader through etcd (``MC_STORE_CLUSTER_ID``)."""
+        index = len(self.clients)
+        ready_file = self.workdir / f"client-{index}.ready"
+        ready_file.unlink(missing_ok=True)
+        te_port = free_port()
+        etcd_uri = "etcd://" + ";".join(self.etcd)
+        argv = self.install.driver_argv(
+            "store", "--hostname", f"127.0.0.1:{te_port}", "--metadata", etcd_uri,
+            "--master", etcd_uri, "--ready-file", str(ready_file))
+        env = self.install.env({"MC_STORE_CLUSTER_ID": self.cluster_id})
+
+        def ready(_: ManagedProcess) -> bool:
+            return ready_file.exists()
+
+        ready.__doc__ = "the store driver wrote its ready file (setup returned 0)"
+        proc = self.supervisor.start(f"mooncake-client-{self.cluster_id}-{index}", argv, env=env,
+                                     ready=ready, ready_timeout=self.ready_timeout)
+        info = read_ready_file(ready_file) or {}
+        client = StoreClient(index, proc, ControlClient(proc, int(info["control_port"])))
+        self.clients.append(client)
+        release_port(te_port)
+        return client
+
+    def client(self, index: int = 0) -> StoreClient:
+        return self.clients[index]
+
+    # ------------------------------------------------------------------ teardown
+
+    def logs(self) -> str:
+        parts = []
+        for m in self.masters:
+            if m.process is not None:
+                parts.append(f"== master {m.index} ({m.address}, admin {m.admin})\n"
+                             f"{m.process.log_tail(60)}")
+        for c in self.clients:
+            parts.append(f"== client {c.index}\n{c.process.log_tail(30)}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.control.close()
+            c.process.terminate(timeout=3)
+        for m in self.masters:
+            if m.process is not None:
+                m.process.terminate(timeout=3)
+            release_port(m.rpc_port)
+            release_port(m.metrics_port)

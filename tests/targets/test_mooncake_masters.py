@@ -1,0 +1,89 @@
+"""Real ``mooncake_master`` HA pairs on ``mc_etcd`` and real ``mooncake.store`` clients."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from pytest_mooncake.targets import TargetLacks
+from pytest_mooncake.targets.base import Capability
+from pytest_mooncake.targets.mooncake.masters import parse_metrics, payload, wait_for
+
+
+@pytest.fixture(scope="module")
+def cluster(mooncake_target):
+    if mooncake_target.missing(Capability.MASTER_CLUSTER):
+        pytest.skip("n/a: " + mooncake_target.missing(Capability.MASTER_CLUSTER))
+    c = mooncake_target.master_cluster(masters=2, clients=1)
+    yield c
+    c.close()
+
+
+def test_ha_pair_elects_a_leader_and_serves_a_store_client(cluster):
+    leader = cluster.leader(timeout=30)
+    assert cluster.standbys() == [1 - leader]
+    view = cluster.leader_view()
+    assert view["present"] and cluster.index_of(view["leader_address"]) == leader
+    client = cluster.client()
+    key = f"basic-{os.getpid()}"
+    assert client.put(key, 100)["ok"]
+    got = client.get(key)
+    assert got["ok"] and got["result"]["data"] == payload(key, 100)
+    assert client.exists(key)["result"]["exists"] is True
+    assert client.exists(key + "-absent")["result"]["exists"] is False
+    assert not client.get(key + "-absent")["ok"]
+    assert cluster.key_count(leader) >= 1
+    metrics = cluster.metrics(leader)
+    assert "master_key_count" in metrics and "ha_state_transitions_total" in metrics
+    leased = client.remove(key)
+    assert not leased["ok"] and leased["result"]["rc"] != 0  # 0.3.13: the put's lease holds it
+    assert client.remove(key, force=True)["ok"]
+    assert client.exists(key)["result"]["exists"] is False
+
+
+def test_promotability_is_reported_missing_not_invented(cluster):
+    standby = cluster.standbys()[0]
+    with pytest.raises(TargetLacks) as lacks:
+        cluster.promotable(standby)
+    assert lacks.value.capability is Capability.MASTER_CLUSTER
+    assert "exposes no promotability endpoint" in lacks.value.reason
+    assert "GET /ha/promotable -> 404" in lacks.value.reason
+
+
+def test_sigkill_of_the_leader_observed(mooncake_target, request):
+    """What 0.3.13 does when the serving leader is SIGKILLed (observed, then asserted): the
+    standby takes over with a higher view version, restores the object it followed through the
+    OpLog, and the client reads it again; the killed master restarts as a standby."""
+    cluster = mooncake_target.master_cluster(masters=2, clients=1)
+    request.addfinalizer(cluster.close)
+    old = cluster.leader(timeout=30)
+    before = cluster.leader_view()["view_version"]
+    client = cluster.client()
+    key = f"failover-{os.getpid()}"
+    assert client.put(key, 256)["ok"]
+    wait_for(lambda: cluster.metrics(1 - old).get("ha_oplog_applied_sequence_id", 0) >= 1,
+             30, "OpLog entry applied by the standby")
+    started = time.monotonic()
+    cluster.kill_master(old)
+    new = cluster.leader(timeout=60)
+    took = time.monotonic() - started
+    assert new == 1 - old
+    assert cluster.leader_view()["view_version"] > before
+    assert cluster.key_count(new) >= 1
+    got = wait_for(lambda: (r := client.get(key))["ok"] and r, 30, f"get {key} after failover")
+    assert got["result"]["data"] == payload(key, 256)
+    cluster.start_master(old)
+    wait_for(lambda: cluster.health(old).get("role") == "standby", 30, "old leader as standby")
+    assert cluster.serving() == [new]
+    print(f"0.3.13 failover after SIGKILL of the leader: serving again after {took:.1f}s")
+
+
+def test_metrics_parser_keeps_labels_and_skips_junk():
+    text = ("# HELP x\n# TYPE x counter\nmaster_key_count 3\n"
+            'ha_state{role="leader"} 1.5\nbroken line here\n\nnan_value NaN\n')
+    parsed = parse_metrics(text)
+    assert parsed["master_key_count"] == 3.0
+    assert parsed['ha_state{role="leader"}'] == 1.5
+    assert "broken line" not in parsed and "broken" not in parsed
