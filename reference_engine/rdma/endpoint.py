@@ -78,6 +78,7 @@ class Endpoint:
         self.qps = [ctx.verbs.create_qp(ctx.pd, self.cq, max_wr) for _ in range(num_qp)]
         for qp in self.qps:
             ctx.qp_owner[qp.qp_num] = self
+            ctx.qp_paths[qp.qp_num] = self.peer_nic_path
         self.depth = [Counter(f"{self.peer_nic_path}#{self.generation}/qp{i}")
                       for i in range(num_qp)]
         self.state = UNCONNECTED
@@ -89,6 +90,7 @@ class Endpoint:
                     for _ in self.qps]
         for qp in self.qps:
             self.ctx.qp_owner[qp.qp_num] = self
+            self.ctx.qp_paths[qp.qp_num] = self.peer_nic_path
         self.state = UNCONNECTED
 
     # ------------------------------------------------------------------ handshake

@@ -1,0 +1,73 @@
+"""A local RNIC as the transport uses it: PD, CQs with outstanding counters, endpoint store,
+the QP -> endpoint map for async events, an active flag and a failure counter."""
+
+from __future__ import annotations
+
+from reference_engine.rdma.counters import Counter
+from reference_engine.rdma.endpoint import Endpoint
+from reference_engine.rdma.endpoint_store import EndpointStore
+from reference_engine.rdma.verbs import VerbsError
+
+FAILURE_THRESHOLD = 32
+
+
+class LocalContext:
+    def __init__(self, transport, index: int, verbs_ctx, config):
+        self.transport = transport
+        self.index = index
+        self.verbs = verbs_ctx
+        self.device_name = verbs_ctx.device_name
+        self.nic_path = f"{transport.server_name}@{verbs_ctx.device_name}"
+        self.gid_seen = verbs_ctx.query_gid()
+        self.pd = verbs_ctx.alloc_pd()
+        self.cqs = [(verbs_ctx.create_cq(config.max_cqe), Counter(f"{self.nic_path}/cq{i}"))
+                    for i in range(config.num_cq_per_ctx)]
+        self._cq_next = 0
+        self.config = config
+        self.store = EndpointStore(config.max_ep_per_ctx, config.store_type)
+        self.store.clock = transport.clock
+        self.store.on_evict = transport.profile.retire.evict_hook(self.store)
+        self.qp_owner: dict[int, Endpoint] = {}
+        self.qp_paths: dict[int, str] = {}
+        """qp_num -> peer path, never pruned: what a raw endpoint pointer in an async event
+        still leads to after the endpoint is gone (used by the legacy QP-fatal path)."""
+        self.active = True
+        self.failure_count = 0
+        self._generation = 0
+        self.pool = None
+
+    def __repr__(self) -> str:
+        return f"LocalContext({self.nic_path}, active={self.active})"
+
+    def pick_cq(self):
+        cq = self.cqs[self._cq_next % len(self.cqs)]
+        self._cq_next += 1
+        return cq
+
+    def _new_endpoint(self, path: str) -> Endpoint | None:
+        self._generation += 1
+        ep = Endpoint(self, path, self._generation)
+        try:
+            ep.construct(self.config.num_qp_per_ep, self.config.max_wr, self.config.max_cqe)
+        except VerbsError:
+            return None
+        return ep
+
+    def endpoint(self, path: str) -> Endpoint | None:
+        """The active endpoint for ``path``, made (unconnected) when there is none."""
+        if not self.active or not path:
+            return None
+        ep = self.store.get(path)
+        if ep is not None:
+            return ep
+        ep = self.store.insert(path, lambda: self._new_endpoint(path))
+        self.store.reclaim(self.transport.clock.now(), None, self.transport.on_forced_reclaim)
+        return ep
+
+    def note_local_failure(self) -> None:
+        self.failure_count += 1
+        if self.failure_count >= FAILURE_THRESHOLD:
+            self.active = False
+
+    def cq_outstanding(self) -> int:
+        return sum(c.value for _, c in self.cqs)

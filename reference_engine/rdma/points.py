@@ -1,0 +1,17 @@
+"""Named yield points. Worker, monitor and fabric steps are generators that yield these; the
+controlled scheduler decides who runs after each one, free-running threads just continue."""
+
+BEFORE_POST = "before_post"
+AFTER_POST = "after_post"
+POLL = "poll"
+COMPLETION_HANDLED = "completion_handled"
+RETIRE = "retire"
+RETRY = "retry"
+HANDOFF = "handoff"
+EVENT = "event"
+RECLAIM = "reclaim"
+TIME = "time"
+DELIVER = "deliver"
+CHAOS = "chaos"
+IDLE = "idle"
+"""Nothing to do: under the scheduler the actor blocks until its ``has_work`` turns true."""
