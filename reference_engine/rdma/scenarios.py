@@ -1,0 +1,237 @@
+"""The RFC's testing-plan interleavings as named scenarios on a simulated cluster.
+
+Each scenario builds node A (initiator) and node B (target), submits slices and adds a chaos
+actor whose steps wait for a precondition and then inject a fault. ``pinned=True`` adds a
+script (``ScenarioRun.script``) that forces the interleaving the RFC names; ``pinned=False``
+leaves the order to a strategy, for exploration over many seeds.
+
+Names (``SCENARIOS``):
+- ``stale_completion_after_retry``: post succeeds, the slice is retried, the old completion
+  arrives afterwards.
+- ``partial_post_bad_wr``: a chain post fails at ``bad_wr`` while the posted prefix fails
+  remotely.
+- ``completion_error_retire_while_posting``: a completion error retires the endpoint while
+  another worker is posting on it.
+- ``qp_fatal_races_completion``: a QP-fatal event for the old QP is handled after the
+  completion path already moved the slice to a new endpoint.
+- ``reclaim_with_pending_completions``: reclaim runs out of patience while the flush
+  completions of a retired endpoint are still pending.
+- ``handoff_while_flush_drains``: a local RNIC handoff rewrites a slice while its old flush
+  completion is still draining.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from reference_engine.rdma import points as P
+from reference_engine.rdma.invariants import InvariantChecker
+from reference_engine.rdma.sim_cluster import SimCluster
+from reference_engine.rdma.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
+from reference_engine.rdma.slices import POSTED, Slice
+from reference_engine.rdma.verbs import Opcode, QPState, WcStatus
+from reference_engine.rdma.worker_pool import shard_of
+
+SLICE = 4096
+CHAOS_ACTOR = "chaos"
+FABRIC_ACTOR = "fabric"
+
+
+class Chaos:
+    """A scripted environment actor: each step waits for its precondition, then acts."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, Callable[[], bool], Callable[[], None]]] = []
+        self.pos = 0
+        self.done: list[str] = []
+
+    def step(self, name: str, ready: Callable[[], bool], action: Callable[[], None]) -> None:
+        self.steps.append((name, ready, action))
+
+    def has_work(self) -> bool:
+        return self.pos < len(self.steps) and self.steps[self.pos][1]()
+
+    def run(self):
+        while self.pos < len(self.steps):
+            name, ready, action = self.steps[self.pos]
+            if not ready():
+                yield P.IDLE
+                continue
+            action()
+            self.done.append(name)
+            self.pos += 1
+            yield P.CHAOS
+
+
+@dataclass
+class ScenarioRun:
+    name: str
+    profile: str
+    cluster: SimCluster
+    checker: InvariantChecker
+    chaos: Chaos
+    slices: list[Slice]
+    script: list[tuple[str, str | None]] = field(default_factory=list)
+    actors: list = field(default_factory=list)
+
+    @property
+    def initiator(self):
+        return self.cluster.peers["A"].transport
+
+
+def _names(tr, ctx_index: int, target: str, device_id: int) -> tuple[str, str]:
+    """(poster, poller) actor names for a slice to ``target``/``device_id`` on a context."""
+    ctx = tr.contexts[ctx_index]
+    model = tr.model
+    shard = shard_of(target, device_id, model.shards)
+    prefix = f"{tr.server_name}/{ctx.device_name}.w"
+    poster = next(t for t in range(model.workers) if shard in model.post_shards(t))
+    poller = next(t for t in range(model.workers) if 0 in model.poll_cqs(t))
+    return prefix + str(poster), prefix + str(poller)
+
+
+def _setup(name, profile, env, a_nics=("mlx5_0",), b_nics=("mlx5_0",)):
+    checker = InvariantChecker()
+    cluster = SimCluster(profile, controlled=True, env=env, observer=None,
+                         num_qp_per_ep=1, workers_per_ctx=2, slice_size=SLICE)
+    a = cluster.add_node("A", a_nics, buffer_len=1 << 16)
+    b = cluster.add_node("B", b_nics, buffer_len=1 << 16)
+    cluster.observer = checker
+    cluster.fabric.observer = checker
+    a.transport.observer = checker
+    checker.watch(a.transport)
+    for i in range(16):
+        a.node.memory.view(a.buffer_addr + i * SLICE, SLICE)[:] = bytes([i + 1]) * SLICE
+    return cluster, a, b, checker
+
+
+def _submit(a, b, checker, n: int, offset: int = 0) -> list[Slice]:
+    task = a.transport.submit("B", [(Opcode.RDMA_WRITE, a.buffer_addr + offset, n * SLICE,
+                                     b.buffer_addr + offset)])
+    checker.track(task.slices)
+    return task.slices
+
+
+def _qp_of(tr, s: Slice):
+    ctx = tr.contexts[s.ctx_index]
+    ep = ctx.store.get(s.peer_nic_path)
+    return ep.qps[0] if ep is not None else None
+
+
+def stale_completion_after_retry(profile, env, pinned):
+    cluster, a, b, checker = _setup("s1", profile, env, b_nics=("mlx5_0", "mlx5_1"))
+    [s] = _submit(a, b, checker, 1)
+    tr = a.transport
+    chaos = Chaos()
+    if pinned:
+        cluster.fabric.inject(Fault(HOLD, local_addr=s.source_addr, tag="old"))
+    chaos.step("force_retry", lambda: s.status == POSTED, lambda: tr.force_retry(s))
+    if pinned:
+        chaos.step("release_old", lambda: s.terminal, lambda: cluster.fabric.release("old"))
+    return cluster, checker, chaos, [s], []
+
+
+def partial_post_bad_wr(profile, env, pinned):
+    cluster, a, b, checker = _setup("s2", profile, env)
+    slices = _submit(a, b, checker, 4)
+    fabric = cluster.fabric
+    fabric.inject(Fault(ERROR, local_addr=slices[0].source_addr, status=WcStatus.REM_ACCESS_ERR))
+    fabric.inject(Fault(FAIL_POST, local_addr=slices[2].source_addr))
+    poster, poller = _names(a.transport, slices[0].ctx_index, "B", slices[0].device_id)
+    script = [(poster, P.AFTER_POST), (poster, P.RETRY), (poster, P.RETRY),
+              (FABRIC_ACTOR, P.DELIVER), (poster, P.BEFORE_POST), (poller, P.RETIRE),
+              (poster, P.AFTER_POST)] if pinned else []
+    return cluster, checker, Chaos(), slices, script
+
+
+def completion_error_retire_while_posting(profile, env, pinned):
+    cluster, a, b, checker = _setup("s3", profile, env)
+    [s1] = _submit(a, b, checker, 1)
+    cluster.fabric.inject(Fault(ERROR, local_addr=s1.source_addr, status=WcStatus.REM_ACCESS_ERR))
+    chaos = Chaos()
+    later: list[Slice] = []
+    chaos.step("submit_second", lambda: s1.status == POSTED,
+               lambda: later.extend(_submit(a, b, checker, 1, offset=SLICE)))
+    poster, poller = _names(a.transport, s1.ctx_index, "B", s1.device_id)
+    script = [(poster, P.AFTER_POST), (CHAOS_ACTOR, P.CHAOS), (FABRIC_ACTOR, P.DELIVER),
+              (poster, P.BEFORE_POST), (poller, P.RETIRE), (poster, P.AFTER_POST)] if pinned else []
+    return cluster, checker, chaos, [s1], script
+
+
+def qp_fatal_races_completion(profile, env, pinned):
+    cluster, a, b, checker = _setup("s4", profile, env)
+    [s] = _submit(a, b, checker, 1)
+    tr = a.transport
+    fabric = cluster.fabric
+    fabric.inject(Fault(ERROR, local_addr=s.source_addr, status=WcStatus.REM_ACCESS_ERR))
+    chaos = Chaos()
+    first_qp = []
+
+    def qp_in_error() -> bool:
+        if not first_qp:
+            qp = _qp_of(tr, s)
+            if qp is None:
+                return False
+            first_qp.append(qp)
+        return first_qp[0].state == QPState.ERR
+
+    chaos.step("qp_fatal", qp_in_error, lambda: fabric.raise_qp_fatal(first_qp[0]))
+    poster, poller = _names(tr, s.ctx_index, "B", s.device_id)
+    script = [(poster, P.AFTER_POST), (FABRIC_ACTOR, P.DELIVER), (CHAOS_ACTOR, P.CHAOS),
+              (poller, P.RETRY), (poster, P.AFTER_POST), ("A/monitor", P.EVENT)] if pinned else []
+    return cluster, checker, chaos, [s], script
+
+
+def reclaim_with_pending_completions(profile, env, pinned):
+    cluster, a, b, checker = _setup("s5", profile, env)
+    [s] = _submit(a, b, checker, 1)
+    tr = a.transport
+    chaos = Chaos()
+    chaos.step("disconnect_all", lambda: s.status == POSTED, tr.disconnect_all)
+    poster, _ = _names(tr, s.ctx_index, "B", s.device_id)
+    script = [(poster, P.AFTER_POST), (CHAOS_ACTOR, P.CHAOS), ("A/monitor", P.TIME),
+              ("A/monitor", P.RECLAIM)] if pinned else []
+    return cluster, checker, chaos, [s], script
+
+
+def handoff_while_flush_drains(profile, env, pinned):
+    cluster, a, b, checker = _setup("s6", profile, env, a_nics=("mlx5_0", "mlx5_1"))
+    [s] = _submit(a, b, checker, 1)
+    tr = a.transport
+    fabric = cluster.fabric
+    chaos = Chaos()
+    origin = s.ctx_index
+    chaos.step("device_fatal", lambda: s.status == POSTED,
+               lambda: fabric.raise_device_fatal(tr.contexts[origin].verbs))
+    chaos.step("force_handoff", lambda: s.status == POSTED and s.ctx_index == origin,
+               lambda: tr.force_retry(s, handoff=True))
+    poster, _ = _names(tr, origin, "B", s.device_id)
+    other = 1 - origin
+    poster2, _ = _names(tr, other, "B", s.device_id)
+    script = [(poster, P.AFTER_POST), (CHAOS_ACTOR, P.CHAOS), (CHAOS_ACTOR, P.CHAOS),
+              (poster2, P.AFTER_POST)] if pinned else []
+    return cluster, checker, chaos, [s], script
+
+
+SCENARIOS: dict[str, Callable] = {
+    "stale_completion_after_retry": stale_completion_after_retry,
+    "partial_post_bad_wr": partial_post_bad_wr,
+    "completion_error_retire_while_posting": completion_error_retire_while_posting,
+    "qp_fatal_races_completion": qp_fatal_races_completion,
+    "reclaim_with_pending_completions": reclaim_with_pending_completions,
+    "handoff_while_flush_drains": handoff_while_flush_drains,
+}
+
+
+def build(name: str, profile: str = "rfc", env: Mapping[str, str] | None = None,
+          pinned: bool = False) -> ScenarioRun:
+    try:
+        make = SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+    cluster, checker, chaos, slices, script = make(profile, dict(env or {}), pinned)
+    actors = list(cluster.peers["A"].transport.actors())
+    actors.append((FABRIC_ACTOR, cluster.fabric_actor(), cluster.fabric_has_work))
+    actors.append((CHAOS_ACTOR, chaos.run(), chaos.has_work))
+    return ScenarioRun(name, profile, cluster, checker, chaos, slices, script, actors)
