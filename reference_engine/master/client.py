@@ -4,7 +4,7 @@ A maintenance thread pings the master every ``heartbeat_interval``; on NEED_REMO
 its segments; when the connection breaks or the master answers NOT_LEADER it detaches, asks the
 reattach policy what to do (rfc: nothing; legacy: keep waiting on the old connection for the
 stall), looks the leader up again in etcd and reattaches. The rfc policy also watches the leader
-key so a change of leader is noticed without waiting for a failed call.
+key (polling it every heartbeat) so a change of leader is noticed without a failed call.
 
 Every call has a deadline: a call waits for an attached master at most ``reattach_timeout`` and
 for one answer at most ``call_timeout``; nothing blocks forever.
@@ -131,7 +131,7 @@ class StoreClient:
         self._state = threading.Condition()
         self._closed = threading.Event()
         self._wake = threading.Event()
-        self._watch_id: Any = None
+        self._watcher: threading.Thread | None = None
         self._thread = threading.Thread(target=self._maintain, name=f"store-client-{self.client_id}",
                                         daemon=True)
 
@@ -151,13 +151,9 @@ class StoreClient:
     def close(self) -> None:
         self._closed.set()
         self._wake.set()
-        if self._watch_id is not None:
-            try:
-                self.etcd.cancel_watch(self._watch_id)
-            except Exception:  # noqa: BLE001
-                pass
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        for thread in (self._thread, self._watcher):
+            if thread is not None and thread.is_alive():
+                thread.join(timeout=5)
         with self._state:
             if self._link is not None:
                 self._link.close()
@@ -345,21 +341,22 @@ class StoreClient:
         self.stats.remounts += 1
 
     def _start_watch(self) -> None:
-        def on_event(response: Any) -> None:
-            link = self._link
-            if link is None or isinstance(response, Exception):
-                self._wake.set()
-                return
-            for ev in getattr(response, "events", []):
-                value = getattr(ev, "value", b"") or b""
-                if value.decode(errors="replace") != link.address:
-                    self._detach(link, "leader key changed")
-                    return
+        self._watcher = threading.Thread(target=self._watch_leader, daemon=True,
+                                         name=f"leader-watch-{self.client_id}")
+        self._watcher.start()
 
-        try:
-            self._watch_id = self.etcd.add_watch_callback(self.leader_key, on_event)
-        except Exception as exc:  # noqa: BLE001
-            if not is_etcd_failure(exc):
-                raise
-            log.warning("client %s: cannot watch the leader key (%s); relying on failed calls",
-                        self.client_id, exc)
+    def _watch_leader(self) -> None:
+        """Poll the leader key; a different leader than ours detaches us at once (a hung
+        master would otherwise hold us until the call timeout)."""
+        while not self._closed.wait(self.heartbeat_interval):
+            link = self._link
+            if link is None:
+                continue
+            try:
+                value, _ = self.etcd.get(self.leader_key)
+            except Exception as exc:  # noqa: BLE001
+                if not is_etcd_failure(exc):
+                    raise
+                continue
+            if value is not None and value.decode(errors="replace") != link.address:
+                self._detach(link, f"leader key now names {value.decode(errors='replace')}")
