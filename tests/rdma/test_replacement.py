@@ -1,0 +1,137 @@
+"""Replacement recovery on the RDMA path (MR-9..MR-13): a peer restarts under the same segment
+name with the same NIC names, GIDs, buffer addresses and rkeys; only instance_id differs."""
+
+import dataclasses
+
+from reference_engine.descriptor import Buffer
+from reference_engine.rdma.verbs import Opcode
+
+W = Opcode.RDMA_WRITE
+
+
+def _pair(controlled, settle, profile="rfc"):
+    cluster = controlled(profile, slice_size=4096)
+    a = cluster.add_node("A")
+    b = cluster.add_node("B", ["mlx5_0", "mlx5_1"])
+    a.write(0, b"first" * 1000)
+    task = a.transport.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+    settle(cluster)
+    assert task.status() == "COMPLETED"
+    return cluster, a, b
+
+
+def _retired(tr, cause=None):
+    return [entry for ctx in tr.contexts for entry in ctx.store.retire_log
+            if cause is None or entry[0] == cause]
+
+
+def test_restart_with_identical_resources_is_detected_and_queued_transfer_completes_on_new_peer(
+        controlled, settle):
+    cluster, a, b = _pair(controlled, settle)
+    tr = a.transport
+    old_desc = cluster.directory.published["B"]
+    old_eps = [ep for ctx in tr.contexts for ep in ctx.store.endpoints()]
+    assert old_eps
+    tr.rails.mark_failed(old_eps[0].peer_nic_path, immediate=True)
+
+    b2 = cluster.restart_node("B")
+    new_desc = cluster.directory.published["B"]
+    assert new_desc.instance_id != old_desc.instance_id
+    assert dataclasses.replace(new_desc, instance_id=None) == dataclasses.replace(
+        old_desc, instance_id=None), "the new process must reuse names, addresses and rkeys"
+
+    a.write(8192, b"second" * 2000)
+    task = tr.submit("B", [(W, a.buffer_addr + 8192, 3 * 4096, b2.buffer_addr + 8192)])
+    assert tr.queued() == 3 and tr.stats["replacements"] == 0
+
+    assert tr.lookup("B", True) is new_desc
+    assert tr.stats["replacements"] == 1
+    assert {(c, p) for c, p, _ in _retired(tr, "replacement")} == {
+        ("replacement", ep.peer_nic_path) for ep in old_eps}
+    assert all(ep.retired for ep in old_eps)
+    assert tr.rails.available(old_eps[0].peer_nic_path), "rail state of old paths not cleared"
+    assert not any(ctx.store.endpoints() for ctx in tr.contexts), "new endpoints must be lazy"
+    assert tr.queued() == 3
+
+    settle(cluster)
+    assert task.status() == "COMPLETED"
+    assert tr.stats["retries"] == 0
+    assert b2.read(8192, 3 * 4096) == a.read(8192, 3 * 4096)
+    assert b2.read(8192, 12) == b"second" * 2
+    new_eps = [ep for ctx in tr.contexts for ep in ctx.store.endpoints()]
+    assert new_eps and all(ep.generation > max(e.generation for e in old_eps) for ep in new_eps)
+    live_b_qps = {qp.qp_num for ctx in b2.node.contexts.values() for qp in ctx.qps}
+    assert all(set(ep.peer_qp_nums) <= live_b_qps for ep in new_eps)
+    assert all(ctx.store.waiting == [] for ctx in tr.contexts), "old endpoints not reclaimed"
+
+
+def test_transport_failure_forces_refresh_and_recovers_within_budget(controlled, settle):
+    cluster, a, b = _pair(controlled, settle)
+    tr = a.transport
+    b2 = cluster.restart_node("B")
+    task = tr.submit("B", [(W, a.buffer_addr, 4096, b2.buffer_addr + 100)])
+    settle(cluster)
+    assert task.status() == "COMPLETED"
+    assert tr.stats["replacements"] == 1
+    assert tr.stats["refresh_forced"] >= 1
+    assert 1 <= task.slices[0].retry_cnt < task.slices[0].max_retry_cnt
+    assert b2.read(100, 4096) == a.read(0, 4096)
+
+
+def test_same_instance_id_never_retires_anything(controlled, settle):
+    cluster, a, b = _pair(controlled, settle)
+    tr = a.transport
+    desc = cluster.directory.published["B"]
+    extra = b.node.memory.alloc(4096)
+    mr = b.transport.contexts[0].pd.reg_mr(extra, 4096)
+    changed = dataclasses.replace(desc, buffers=desc.buffers + (
+        Buffer("cpu:1", extra, 4096, (mr.lkey, mr.lkey), (mr.rkey, mr.rkey)),))
+    cluster.directory.publish(changed)
+    eps = [ep for ctx in tr.contexts for ep in ctx.store.endpoints()]
+    assert tr.lookup("B", True) is changed
+    assert tr.stats["replacements"] == 0 and _retired(tr) == []
+    assert not any(ep.retired for ep in eps)
+
+
+def test_legacy_never_detects_replacement(controlled, settle):
+    cluster, a, b = _pair(controlled, settle, profile="legacy")
+    tr = a.transport
+    b2 = cluster.restart_node("B")
+    task = tr.submit("B", [(W, a.buffer_addr, 4096, b2.buffer_addr)])
+    tr.lookup("B", True)
+    assert tr.stats["replacements"] == 0 and _retired(tr) == []
+    settle(cluster)
+    assert task.status() == "COMPLETED"
+    assert tr.stats["retries"] >= 1, "legacy recovers only through failed work requests"
+
+
+def test_failed_forced_refresh_consumes_budget_and_never_loops(controlled, settle):
+    cluster, a, b = _pair(controlled, settle)
+    tr = a.transport
+    b.node.shutdown()
+    cluster.directory.fail_refresh = 10_000
+    task = tr.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+    settle(cluster)
+    s = task.slices[0]
+    assert task.status() == "FAILED"
+    assert s.retry_cnt == s.max_retry_cnt
+    assert tr.stats["retries_exhausted"] == 1
+    assert cluster.directory.fail_refresh > 10_000 - s.max_retry_cnt - 1
+
+
+def test_endpoints_are_retired_outside_the_target_state_mutex(controlled, settle):
+    cluster, a, b = _pair(controlled, settle)
+    tr = a.transport
+    held = []
+    for ctx in tr.contexts:
+        store = ctx.store
+        original = store.retire
+
+        def retire(ep, cause, _orig=original):
+            held.append(tr.peers.mutex.locked())
+            return _orig(ep, cause)
+
+        store.retire = retire
+    cluster.restart_node("B")
+    tr.lookup("B", True)
+    assert held and not any(held)
