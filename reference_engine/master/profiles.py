@@ -41,10 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("reference_engine.master")
 
 PROFILES = ("rfc", "legacy")
-WRITE_OPS = frozenset({
-    "put_start", "put_end", "put_revoke", "remove", "mount_segment", "remount_segment",
-    "unmount_segment", "drain_segment",
-})
+OBJECT_WRITE_OPS = frozenset({"put_start", "put_end", "put_revoke", "remove"})
+"""The write path 0.3.13 rejected from a skewed client (mounting and reads kept working)."""
 
 
 # ------------------------------------------------------------------------------ baseline
@@ -263,7 +261,7 @@ class ExactVersionOnWrites(VersionGate):
     """0.3.13: the handshake passes; writes from another version fail, with no master log."""
 
     def on_request(self, op: str, client_version: str, server_version: str) -> None:
-        if op in WRITE_OPS and client_version != server_version:
+        if op in OBJECT_WRITE_OPS and client_version != server_version:
             raise MasterError(ErrorCode.INVALID_RPC_ARGUMENTS, "invalid rpc arg")
 
 
