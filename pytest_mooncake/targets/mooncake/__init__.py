@@ -29,6 +29,7 @@ from pytest_mooncake.targets.base import (
 )
 from pytest_mooncake.targets.mooncake.install import MooncakeInstall, SpecError, locate
 from pytest_mooncake.targets.mooncake.metadata import EtcdMetadata, HttpMetadata
+from pytest_mooncake.targets.mooncake.placement import LocalPlacement
 
 ENGINE_API = ("initialize", "register_memory", "transfer_sync_write", "transfer_sync_read",
               "get_first_buffer_address")
@@ -157,6 +158,11 @@ class MooncakeTarget(Target):
             raise TargetError("the mooncake target was not opened (no session context)")
         return self.supervisor
 
+    def placement(self) -> LocalPlacement:
+        """Components of this target run as local processes under the session supervisor."""
+        master = self.facts.get("probe", {}).get("binaries", {}).get("mooncake_master", "")
+        return LocalPlacement(self.install, self._session(), master)
+
     # ------------------------------------------------------------------ factories
 
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
@@ -199,7 +205,7 @@ class MooncakeTarget(Target):
         if options.get("profile") not in (None, "", "mooncake"):
             raise TargetLacks(Capability.VERSION_SKEW, self.lack_reason(Capability.VERSION_SKEW))
         engine = MooncakeEngine(
-            self.install, self._session(), self.workdir, segment, metadata, self._lacks,
+            self.placement(), self.workdir, segment, metadata, self._lacks,
             buffer_size=int(options.get("buffer_size") or 1 << 20),
             fixed_address=int(options.get("fixed_address") or 0),
             ready_timeout=float(options.get("ready_timeout") or 30.0))
@@ -236,6 +242,5 @@ class MooncakeTarget(Target):
 
         self._require(Capability.MASTER_CLUSTER)
         return MooncakeMasterCluster(
-            self.install, self._session(), self.workdir / f"cluster-{next(_counter)}",
-            list(self.ctx.etcd_endpoints()), self.facts["probe"]["binaries"]["mooncake_master"],
-            masters=masters, clients=clients, **options)
+            self.placement(), self.workdir / f"cluster-{next(_counter)}",
+            list(self.ctx.etcd_endpoints()), masters=masters, clients=clients, **options)

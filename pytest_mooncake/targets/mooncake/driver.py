@@ -253,9 +253,9 @@ class StoreDriver:
 # ------------------------------------------------------------------------------------- serve
 
 
-def serve(driver, ready_file: str) -> None:
+def serve(driver, ready_file: str, host: str = "127.0.0.1", port: int = 0) -> None:
     """Answer commands one connection at a time until ``stop`` (or the parent goes away)."""
-    listener = socket.create_server(("127.0.0.1", 0))
+    listener = socket.create_server((host, port))
     info = {"control_port": listener.getsockname()[1], **driver.info()}
     tmp = ready_file + ".tmp"
     with open(tmp, "w") as f:
@@ -297,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     eng.add_argument("--staging-size", type=int, default=4 << 20)
     eng.add_argument("--address", type=lambda s: int(s, 0), default=0)
     eng.add_argument("--avoid", type=lambda s: int(s, 0), default=0)
-    sto = sub.add_parser("store")
+    for p in (eng, sto := sub.add_parser("store")):
+        p.add_argument("--control-host", default="127.0.0.1")
+        p.add_argument("--control-port", type=int, default=0)
     sto.add_argument("--hostname", required=True)
     sto.add_argument("--metadata", required=True)
     sto.add_argument("--master", required=True)
@@ -309,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(probe()))
         return 0
     driver = EngineDriver(args) if args.mode == "engine" else StoreDriver(args)
-    serve(driver, args.ready_file)
+    serve(driver, args.ready_file, args.control_host, args.control_port)
     return 0
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.processes import ManagedProcess, Supervisor
+from pytest_mooncake.processes import ManagedProcess
 from pytest_mooncake.targets.base import (
     Capability,
     LookupResult,
@@ -25,7 +25,7 @@ from pytest_mooncake.targets.mooncake.control import (
     read_ready_file,
     unb64,
 )
-from pytest_mooncake.targets.mooncake.install import MooncakeInstall
+from pytest_mooncake.targets.mooncake.placement import Placement
 
 ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_timeout")
 
@@ -38,11 +38,10 @@ class MooncakeEngine:
     Python API reveals of the cached descriptor. Forced refreshes, TTLs and counters are absent in
     the wheel, so those calls raise ``TargetLacks`` with the reason the target probed."""
 
-    def __init__(self, install: MooncakeInstall, supervisor: Supervisor, workdir: Path,
+    def __init__(self, placement: Placement, workdir: Path,
                  segment: str, metadata: MetadataHandle, lacks: Mapping[Capability, str],
                  buffer_size: int = 1 << 20, fixed_address: int = 0, ready_timeout: float = 30.0):
-        self.install = install
-        self.supervisor = supervisor
+        self.placement = placement
         self.segment = segment
         self.metadata = metadata
         self.lacks = dict(lacks)
@@ -51,6 +50,7 @@ class MooncakeEngine:
         self.ready_file = Path(workdir) / f"engine-{safe}.ready"
         self.ready_timeout = ready_timeout
         self.info: dict[str, Any] = {}
+        self._control_port = placement.control_port
         self.process: ManagedProcess | None = None
         self.control: ControlClient | None = None
         self._start(address=fixed_address, avoid=0)
@@ -58,9 +58,10 @@ class MooncakeEngine:
     # ------------------------------------------------------------------ lifecycle
 
     def _argv(self, address: int, avoid: int) -> list[str]:
-        argv = self.install.driver_argv(
+        argv = self.placement.driver_argv(
             "engine", "--segment", self.segment, "--metadata", self.metadata.uri,
-            "--ready-file", str(self.ready_file), "--buffer-size", str(self.buffer_size))
+            "--ready-file", str(self.ready_file), "--buffer-size", str(self.buffer_size),
+            "--control-host", self.placement.bind_host, "--control-port", str(self._control_port))
         if address:
             argv += ["--address", hex(address)]
         if avoid:
@@ -72,16 +73,17 @@ class MooncakeEngine:
         argv = self._argv(address, avoid)
         try:
             if self.process is None:
-                self.process = self.supervisor.start(
-                    f"mooncake-engine-{self.segment}", argv, env=self.install.env(),
-                    ready=self._ready, ready_timeout=self.ready_timeout)
+                self.process = self.placement.start(
+                    f"mooncake-engine-{self.segment}", argv, None, self._ready,
+                    self.ready_timeout, publish=[self._control_port] if self._control_port else [])
             else:
                 self.process.argv = argv
                 self.process.start()
         except Exception as exc:
             raise TargetError(f"real Mooncake engine {self.segment!r} did not start: {exc}") from None
         self.info = read_ready_file(self.ready_file) or {}
-        self.control = ControlClient(self.process, int(self.info["control_port"]))
+        port = self.placement.host_port(self.process, int(self.info["control_port"]))
+        self.control = ControlClient(self.process, port)
 
     def _ready(self, _: ManagedProcess) -> bool:
         return self.ready_file.exists()

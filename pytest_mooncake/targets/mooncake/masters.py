@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.ports import free_port, release_port
-from pytest_mooncake.processes import ManagedProcess, Supervisor, http_ok
+from pytest_mooncake.processes import ManagedProcess, http_ok
 from pytest_mooncake.targets.base import Capability, TargetError, TargetLacks
 from pytest_mooncake.targets.mooncake.control import ControlClient, b64, read_ready_file, unb64
-from pytest_mooncake.targets.mooncake.install import MooncakeInstall
+from pytest_mooncake.targets.mooncake.placement import Placement
 
 PROMOTABILITY_PATHS = ("/ha/promotable", "/promotable", "/api/v1/ha/promotable")
 MASTER_OPTIONS = ("oplog", "snapshots", "client_ttl", "lease_ttl", "flags", "cluster_id",
@@ -76,14 +75,16 @@ class _Master:
     rpc_port: int
     metrics_port: int
     process: ManagedProcess | None = None
+    admin_port: int = 0
+    """Where this host reaches ``metrics_port`` (the same port unless published by docker)."""
 
     @property
     def admin(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}"
+        return f"http://127.0.0.1:{self.admin_port or self.metrics_port}"
 
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.rpc_port}"
+    def serves(self, address: str) -> bool:
+        """Whether ``address`` (a leader address from /health or /leader) is this master's."""
+        return address.rpartition(":")[2] == str(self.rpc_port)
 
 
 @dataclass
@@ -148,23 +149,20 @@ class MooncakeMasterCluster:
     controller able to promote), ``client_ttl`` (s), ``flags`` (extra ``{name: value}`` master
     flags), ``cluster_id``, ``ready_timeout``."""
 
-    def __init__(self, install: MooncakeInstall, supervisor: Supervisor, workdir: Path,
-                 etcd_endpoints: list[str], master_binary: str, masters: int = 2,
-                 clients: int = 1, **options: Any):
+    def __init__(self, placement: Placement, workdir: Path, etcd_endpoints: list[str],
+                 masters: int = 2, clients: int = 1, **options: Any):
         unknown = sorted(set(options) - set(MASTER_OPTIONS))
         if unknown:
             raise TypeError(f"master_cluster: unknown option(s) {', '.join(unknown)} for the "
                             f"mooncake target (known: {', '.join(MASTER_OPTIONS)})")
         if options.get("snapshots"):
             raise TargetLacks(Capability.MASTER_SNAPSHOT,
-                              f"the mooncake target does not drive {install.version}'s snapshot "
-                              f"flags yet")
-        self.install = install
-        self.supervisor = supervisor
+                              f"the mooncake target does not drive {placement.version}'s "
+                              f"snapshot flags yet")
+        self.placement = placement
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.etcd = list(etcd_endpoints)
-        self.binary = master_binary
         self.cluster_id = options.get("cluster_id") or f"mc_{os.getpid()}_{self.workdir.name}"
         self.options = options
         self.ready_timeout = float(options.get("ready_timeout") or 30.0)
@@ -186,10 +184,10 @@ class MooncakeMasterCluster:
 
     def _argv(self, m: _Master) -> list[str]:
         argv = [
-            self.binary, "--enable_ha=true", f"--etcd_endpoints={';'.join(self.etcd)}",
-            f"--cluster_id={self.cluster_id}", "--rpc_address=127.0.0.1",
-            f"--rpc_port={m.rpc_port}", "--metrics_host=127.0.0.1",
-            f"--metrics_port={m.metrics_port}",
+            self.placement.master_binary(), "--enable_ha=true",
+            f"--etcd_endpoints={';'.join(self.etcd)}", f"--cluster_id={self.cluster_id}",
+            *self.placement.master_rpc_flags, f"--rpc_port={m.rpc_port}",
+            f"--metrics_host={self.placement.bind_host}", f"--metrics_port={m.metrics_port}",
             f"--enable_oplog={'true' if self.options.get('oplog', True) else 'false'}",
         ]
         if self.options.get("client_ttl") is not None:
@@ -203,20 +201,28 @@ class MooncakeMasterCluster:
     def start_master(self, index: int | None = None) -> int:
         """Start master ``index`` again (same ports), or a new one; returns its index."""
         if index is None:
-            m = _Master(len(self.masters), free_port(), free_port())
+            m = _Master(len(self.masters), self.placement.port(), self.placement.port())
             self.masters.append(m)
         else:
             m = self.masters[index]
             if m.process is not None and m.process.alive():
                 raise TargetError(f"master {index} is already running (pid {m.process.pid})")
-        ready = http_ok(f"{m.admin}/health")
         if m.process is None:
-            m.process = self.supervisor.start(
-                f"mooncake-master-{self.cluster_id}-{m.index}", self._argv(m),
-                env=self.install.env(), ready=ready, ready_timeout=self.ready_timeout)
+            m.process = self.placement.start(
+                f"mooncake-master-{self.cluster_id}-{m.index}", self._argv(m), None,
+                self._admin_ready(m), self.ready_timeout, publish=[m.metrics_port])
         else:
             m.process.start()
+        m.admin_port = self.placement.host_port(m.process, m.metrics_port)
         return m.index
+
+    def _admin_ready(self, m: _Master) -> Any:
+        def ready(proc: ManagedProcess) -> bool:
+            port = self.placement.host_port(proc, m.metrics_port)
+            return http_ok(f"http://127.0.0.1:{port}/health")(proc)
+
+        ready.__doc__ = f"master {m.index} answers GET /health on its admin port"
+        return ready
 
     def kill_master(self, index: int) -> None:
         """SIGKILL: no lease release; the standby waits for the lease to expire."""
@@ -262,7 +268,7 @@ class MooncakeMasterCluster:
         return {"present": False}
 
     def index_of(self, address: str) -> int | None:
-        return next((m.index for m in self.masters if m.address == address), None)
+        return next((m.index for m in self.masters if m.serves(address)), None)
 
     def promotable(self, index: int) -> Mapping[str, Any]:
         """The master's own promotability answer, when its admin service has an endpoint for
@@ -279,7 +285,7 @@ class MooncakeMasterCluster:
             else:
                 health = self.health(index)
                 raise TargetLacks(Capability.MASTER_CLUSTER, (
-                    f"mooncake_master of {self.install.version} exposes no promotability "
+                    f"mooncake_master of {self.placement.version} exposes no promotability "
                     f"endpoint ({'; '.join(tried)}); its /health reports only "
                     f"ha_state={health.get('ha_state')!r}"))
         status, body = admin_get(admin + self._promotability)
@@ -305,23 +311,27 @@ class MooncakeMasterCluster:
         index = len(self.clients)
         ready_file = self.workdir / f"client-{index}.ready"
         ready_file.unlink(missing_ok=True)
-        te_port = free_port()
+        te_port = self.placement.port()
         etcd_uri = "etcd://" + ";".join(self.etcd)
-        argv = self.install.driver_argv(
-            "store", "--hostname", f"127.0.0.1:{te_port}", "--metadata", etcd_uri,
-            "--master", etcd_uri, "--ready-file", str(ready_file))
-        env = self.install.env({"MC_STORE_CLUSTER_ID": self.cluster_id})
+        name = f"mooncake-client-{self.cluster_id}-{index}"
+        control = self.placement.control_port
+        argv = self.placement.driver_argv(
+            "store", "--hostname", f"{self.placement.host_name(name)}:{te_port}",
+            "--metadata", etcd_uri, "--master", etcd_uri, "--ready-file", str(ready_file),
+            "--control-host", self.placement.bind_host, "--control-port", str(control))
+        env = {"MC_STORE_CLUSTER_ID": self.cluster_id}
 
         def ready(_: ManagedProcess) -> bool:
             return ready_file.exists()
 
         ready.__doc__ = "the store driver wrote its ready file (setup returned 0)"
-        proc = self.supervisor.start(f"mooncake-client-{self.cluster_id}-{index}", argv, env=env,
-                                     ready=ready, ready_timeout=self.ready_timeout)
+        proc = self.placement.start(name, argv, env, ready, self.ready_timeout,
+                                    publish=[control] if control else [])
         info = read_ready_file(ready_file) or {}
-        client = StoreClient(index, proc, ControlClient(proc, int(info["control_port"])))
+        port = self.placement.host_port(proc, int(info["control_port"]))
+        client = StoreClient(index, proc, ControlClient(proc, port))
         self.clients.append(client)
-        release_port(te_port)
+        self.placement.release(te_port)
         return client
 
     def client(self, index: int = 0) -> StoreClient:
@@ -346,5 +356,5 @@ class MooncakeMasterCluster:
         for m in self.masters:
             if m.process is not None:
                 m.process.terminate(timeout=3)
-            release_port(m.rpc_port)
-            release_port(m.metrics_port)
+            self.placement.release(m.rpc_port)
+            self.placement.release(m.metrics_port)
