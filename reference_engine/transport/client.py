@@ -27,7 +27,7 @@ from .errors import (
     batch_error,
 )
 from .pool import Connection, ConnectionPool
-from .sockio import RecvInterrupted, recv_all_into, send_all
+from .sockio import RecvInterrupted, recv_all_into, send_all, set_kernel_timeouts
 
 _REJECTED = "rejected"
 _CONNECTION = "connection"
@@ -198,7 +198,7 @@ class TcpClient:
     def _read_acks(sock: socket.socket, count: int) -> tuple[int, _Failure | None]:
         frames = bytearray(8 * count)
         try:
-            got = recv_all_into(sock, [frames])
+            got = recv_all_into(sock, [frames], waitall=True)
         except RecvInterrupted as e:
             ok, failure = _scan_frames(frames, e.received // 8)
             return ok, failure or _Failure(_CONNECTION, f"receiving acknowledgement: {e.cause}")
@@ -216,7 +216,7 @@ class TcpClient:
             return 0, None
         frames = bytearray(8 * count)
         try:
-            sock.settimeout(min(_SALVAGE_TIMEOUT, sock.gettimeout() or _SALVAGE_TIMEOUT))
+            set_kernel_timeouts(sock, _SALVAGE_TIMEOUT)
             got = recv_all_into(sock, [frames])
         except RecvInterrupted as e:
             got = e.received
@@ -280,7 +280,7 @@ class TcpClient:
         expected = sum(len(b) for b in bufs)
         error = None
         try:
-            got = recv_all_into(sock, bufs)
+            got = recv_all_into(sock, bufs, waitall=True)
         except RecvInterrupted as e:
             got, error = e.received, e.cause
         if got == expected and (not v2 or frames == wire.STATUS_OK_FRAME * count):

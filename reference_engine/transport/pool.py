@@ -11,6 +11,7 @@ import socket
 import threading
 
 from .errors import TransferConnectionError
+from .sockio import set_kernel_timeouts
 
 Key = tuple[str, int]
 
@@ -63,7 +64,7 @@ class ConnectionPool:
                 f"cannot connect to {host}:{port}: {e}", host=host, port=port
             ) from e
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self.io_timeout)
+        set_kernel_timeouts(sock, self.io_timeout)
         with self._lock:
             self.opened += 1
         return Connection(sock, key, generation)

@@ -22,12 +22,13 @@ from dataclasses import dataclass, fields
 
 from . import wire
 from .buffers import RegisteredBuffers
-from .sockio import recv_all_into, send_all
+from .sockio import send_all
 
 log = logging.getLogger("reference_engine.transport.tcp.server")
 
 STAGING_SIZE = 256 * 1024
-_SMALL_BODY = STAGING_SIZE // 4
+_SMALL_BODY = 16 * 1024
+_TAIL = 16 * 1024
 _FLUSH_BYTES = 4 * 1024 * 1024
 _FLUSH_BUFFERS = 512
 
@@ -227,13 +228,9 @@ class _Session:
                 else:
                     if have:
                         dest[:have] = mv[start:end]
-                    start = end = 0
                     self.flush()
                     out = self.out
-                    if recv_all_into(sock, [dest[have:]]) < size - have:
-                        self.close(
-                            logging.WARNING, "peer closed mid-body of WRITE 0x%x+%d", addr, size
-                        )
+                    start, end = 0, self.recv_body(dest[have:], mv[:_TAIL], addr, size)
                 st.writes += 1
                 st.bytes_written += size
                 if v2:
@@ -256,6 +253,18 @@ class _Session:
             else:
                 st.malformed += 1
                 self.close(logging.WARNING, "malformed header: opcode byte 0x%02x", raw)
+
+    def recv_body(self, rest: memoryview, tail: memoryview, addr: int, size: int) -> int:
+        """Receive the rest of a large body straight into its destination; bytes that follow it
+        on the wire land in ``tail`` (the staging buffer). Returns how many did."""
+        recvmsg_into = self.sock.recvmsg_into
+        while True:
+            n = recvmsg_into([rest, tail])[0]
+            if n == 0:
+                self.close(logging.WARNING, "peer closed mid-body of WRITE 0x%x+%d", addr, size)
+            if n >= len(rest):
+                return n - len(rest)
+            rest = rest[n:]
 
     def reject(self, addr: int, size: int, v2: int, what: str) -> None:
         self.st.rejected += 1

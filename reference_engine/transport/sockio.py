@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+_WAITALL = getattr(socket, "MSG_WAITALL", 0)
+
+
+def set_kernel_timeouts(sock: socket.socket, seconds: float) -> None:
+    """Blocking socket whose sends and receives give up after ``seconds`` without progress.
+
+    Unlike ``settimeout`` (non-blocking socket + poll before every call), the kernel does the
+    waiting, so a large vectored send or a ``MSG_WAITALL`` receive is a single system call. A
+    call that times out raises ``BlockingIOError`` (EAGAIN).
+    """
+    sock.settimeout(None)
+    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
 
 
 def _advance(bufs: list, start: int, n: int) -> int:
@@ -46,12 +61,14 @@ class RecvInterrupted(OSError):
         self.cause = cause
 
 
-def recv_all_into(sock: socket.socket, bufs: list) -> int:
+def recv_all_into(sock: socket.socket, bufs: list, waitall: bool = False) -> int:
     """Fill every writable buffer in order; return bytes received (short only at EOF).
 
     ``bufs`` is consumed. An EOF before all are full returns the count so far; a socket error
-    raises :class:`RecvInterrupted` carrying the count so far.
+    raises :class:`RecvInterrupted` carrying the count so far. ``waitall`` lets a blocking
+    socket fill all buffers in one call (MSG_WAITALL).
     """
+    flags = _WAITALL if waitall else 0
     total = 0
     start = 0
     count = len(bufs)
@@ -61,9 +78,9 @@ def recv_all_into(sock: socket.socket, bufs: list) -> int:
                 start += 1
                 continue
             if count - start == 1:
-                n = sock.recv_into(bufs[start])
+                n = sock.recv_into(bufs[start], 0, flags)
             else:
-                n = sock.recvmsg_into(bufs[start : start + IOV_MAX])[0]
+                n = sock.recvmsg_into(bufs[start : start + IOV_MAX], 0, flags)[0]
             if n == 0:
                 return total
             total += n
