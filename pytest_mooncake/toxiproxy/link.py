@@ -1,6 +1,7 @@
 """One proxied TCP connection: two links (upstream = client to server, downstream = server to
-client), each a reader that timestamps chunks and a pump that sends them through the link's
-toxics to the other socket.
+client). A link takes what its source socket reads; with no toxics it writes it straight to the
+other socket, else it queues timestamped chunks for a pump task that sends them through the
+link's toxics.
 
 A natural close is passed on as a half-close (``shutdown(SHUT_WR)``); the connection ends when
 both directions have closed. A toxic (timeout, limit_data, reset_peer) or a socket error tears
@@ -10,23 +11,18 @@ the whole connection down, with a TCP RST for reset_peer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import random
-import socket
-import struct
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from pytest_mooncake.toxiproxy.side import Side
 from pytest_mooncake.toxiproxy.toxics import Chunk, Toxic
 
 UPSTREAM = "upstream"
 DOWNSTREAM = "downstream"
 DIRECTIONS = (UPSTREAM, DOWNSTREAM)
-READ_SIZE = 256 * 1024
-QUEUE_CHUNKS = 1024  # Toxiproxy's latency toxic buffers 1024 chunks too
-QUEUE_BYTES = 8 * 1024 * 1024  # ...of at most 32 KiB each; we bound the bytes instead
-CLOSE_GRACE_SECONDS = 5.0
+QUEUE_BYTES = 8 * 1024 * 1024  # reading pauses above this many bytes waiting for toxics
 
 
 class ToxicSpecLike(Protocol):
@@ -100,19 +96,18 @@ class ActiveToxic:
 class Link:
     """One direction of a connection with its chain of toxics."""
 
-    def __init__(self, connection: Connection, direction: str, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, rng: random.Random):
+    def __init__(self, connection: Connection, direction: str, source: Side, dest: Side,
+                 rng: random.Random):
         self.connection = connection
         self.direction = direction
-        self.reader = reader
-        self.writer = writer
+        self.source = source
+        self.dest = dest
         self.rng = rng
         self.chain: dict[str, ActiveToxic] = {}
-        self.queue: asyncio.Queue[Chunk | None] = asyncio.Queue(QUEUE_CHUNKS)
-        self._busy = False
+        self.queue: asyncio.Queue[Chunk | None] = asyncio.Queue()
         self._queued_bytes = 0
-        self._room = asyncio.Event()
-        self._room.set()
+        self._busy = False
+        dest.on_resume_writing = lambda: source.resume_reading("dest")
 
     def add(self, spec: ToxicSpecLike) -> None:
         self.chain[spec.name] = ActiveToxic(self, spec)
@@ -130,45 +125,45 @@ class Link:
         for active in self.chain.values():
             active._stop()
 
-    async def read_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while data := await self.reader.read(READ_SIZE):
-                if not self.chain and not self._busy and self.queue.empty():
-                    # Fast path: nothing queued or in flight and no toxics, so writing here
-                    # keeps the order and saves a hop through the pump.
-                    await self._write(Chunk(data, 0.0))
-                    continue
-                chunk = Chunk(data, loop.time())
-                await self._room.wait()
-                self._queued_bytes += len(data)
-                if self._queued_bytes >= QUEUE_BYTES:
-                    self._room.clear()
-                await self.queue.put(chunk)
-        except OSError:
-            self.connection.abort(reset=False)
+    # ---------------------------------------------------------------- from the source side
+
+    def feed(self, data: bytes) -> None:
+        if self.connection.aborted:
             return
-        await self.queue.put(None)
+        if not self.chain and not self._busy and self.queue.empty():
+            # Nothing queued or in flight and no toxics: writing now keeps the order.
+            self.dest.write(data)
+            if not self.dest.writable():
+                self.source.pause_reading("dest")
+            return
+        self.queue.put_nowait(Chunk(data, asyncio.get_running_loop().time()))
+        self._queued_bytes += len(data)
+        if self._queued_bytes >= QUEUE_BYTES:
+            self.source.pause_reading("queue")
+
+    def feed_eof(self) -> None:
+        self.queue.put_nowait(None)
+
+    def lost(self, exc: Exception | None) -> None:
+        self.connection.abort(reset=False)
+
+    # ---------------------------------------------------------------- to the dest side
 
     async def pump(self) -> None:
-        try:
-            while (chunk := await self.queue.get()) is not None:
-                self._busy = True
-                self._queued_bytes -= len(chunk.data)
-                if self._queued_bytes < QUEUE_BYTES:
-                    self._room.set()
-                chain = [t for t in self.chain.values() if t.applied]
-                if chain:
-                    await self._through(chain, 0, chunk)
-                else:
-                    await self._write(chunk)
-                self._busy = False
-            for active in [t for t in self.chain.values() if t.applied]:
-                await active.toxic.on_eof(active)
-            if self.writer.can_write_eof():
-                self.writer.write_eof()
-        except OSError:
-            self.connection.abort(reset=False)
+        while (chunk := await self.queue.get()) is not None:
+            self._busy = True
+            self._queued_bytes -= len(chunk.data)
+            if self._queued_bytes < QUEUE_BYTES:
+                self.source.resume_reading("queue")
+            chain = [t for t in self.chain.values() if t.applied]
+            if chain:
+                await self._through(chain, 0, chunk)
+            else:
+                await self._write(chunk)
+            self._busy = False
+        for active in [t for t in self.chain.values() if t.applied]:
+            await active.toxic.on_eof(active)
+        self.dest.write_eof()
 
     async def _through(self, chain: list[ActiveToxic], index: int, chunk: Chunk) -> None:
         if index == len(chain):
@@ -180,49 +175,37 @@ class Link:
     async def _write(self, chunk: Chunk) -> None:
         if self.connection.aborted:
             return
-        self.writer.write(chunk.data)
-        await self.writer.drain()
-
-
-def _nodelay(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.dest.write(chunk.data)
+        await self.dest.drained()
 
 
 class Connection:
-    """A client connection and its upstream connection, joined by two links."""
+    """A client socket and its upstream socket, joined by two links."""
 
-    def __init__(self, client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                 upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                 specs: Iterable[ToxicSpecLike], rng_seed: str,
-                 on_done: Callable[[Connection], None]):
-        self.writers = (client[1], upstream[1])
-        for writer in self.writers:
-            _nodelay(writer)
+    def __init__(self, client: Side, upstream: Side, specs: Iterable[ToxicSpecLike],
+                 rng_seed: str, on_done: Callable[[Connection], None]):
+        self.sides = (client, upstream)
         self.links = {
-            UPSTREAM: Link(self, UPSTREAM, client[0], upstream[1],
+            UPSTREAM: Link(self, UPSTREAM, client, upstream,
                            random.Random(f"{rng_seed}:{UPSTREAM}")),
-            DOWNSTREAM: Link(self, DOWNSTREAM, upstream[0], client[1],
+            DOWNSTREAM: Link(self, DOWNSTREAM, upstream, client,
                              random.Random(f"{rng_seed}:{DOWNSTREAM}")),
         }
         self._specs = list(specs)
         self._on_done = on_done
-        self._tasks: list[asyncio.Task[None]] = []
+        self._pumps: list[asyncio.Task[None]] = []
         self.aborted = False
 
     async def run(self) -> None:
+        """Join the sockets until both directions closed or the connection is torn down."""
         loop = asyncio.get_running_loop()
         for spec in self._specs:
             self.links[spec.stream].add(spec)
-        pumps = []
         for link in self.links.values():
-            self._tasks.append(loop.create_task(link.read_loop()))
-            pumps.append(loop.create_task(link.pump()))
-        self._tasks += pumps
+            link.source.attach(link)
+        self._pumps = [loop.create_task(link.pump()) for link in self.links.values()]
         try:
-            await asyncio.wait(pumps)
+            await asyncio.wait(self._pumps)
         finally:
             self.abort(reset=False)
 
@@ -232,26 +215,13 @@ class Connection:
             return
         self.aborted = True
         current = asyncio.current_task()
-        for task in self._tasks:
+        for task in self._pumps:
             if task is not current:
                 task.cancel()
         for link in self.links.values():
             link.stop_toxics()
-        for writer in self.writers:
-            _close(writer, reset)
-        if current in self._tasks:
+        for side in self.sides:
+            side.close(reset)
+        if current in self._pumps:
             current.cancel()
         self._on_done(self)
-
-
-def _close(writer: asyncio.StreamWriter, reset: bool) -> None:
-    transport = writer.transport
-    if reset:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        transport.abort()
-        return
-    transport.close()
-    asyncio.get_running_loop().call_later(CLOSE_GRACE_SECONDS, transport.abort)

@@ -17,7 +17,8 @@ from typing import Any
 from pytest_mooncake.toxiproxy import errors
 from pytest_mooncake.toxiproxy.addresses import AddressPolicy
 from pytest_mooncake.toxiproxy.errors import ApiError
-from pytest_mooncake.toxiproxy.link import DIRECTIONS, DOWNSTREAM, READ_SIZE, Connection
+from pytest_mooncake.toxiproxy.link import DIRECTIONS, DOWNSTREAM, Connection
+from pytest_mooncake.toxiproxy.side import Side
 from pytest_mooncake.toxiproxy.toxics import TOXIC_TYPES, Toxic, ToxicAttributeError
 
 log = logging.getLogger("mc-toxiproxy")
@@ -133,7 +134,8 @@ class Proxy:
             return
         host, port = self.policy.listen(self.listen)
         try:
-            self._server = await asyncio.start_server(self._accept, host, port, limit=READ_SIZE)
+            self._server = await asyncio.get_running_loop().create_server(
+                self._new_client, host, port)
         except OSError as exc:
             raise ApiError(f"listen tcp {self.listen}: {exc.strerror or exc}", 500) from None
         bound = self._server.sockets[0].getsockname()
@@ -180,31 +182,31 @@ class Proxy:
         elif not enabled:
             await self.stop()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    def _new_client(self) -> Side:
+        side = Side()
+        task = asyncio.get_running_loop().create_task(self._serve(side))
         self._handlers.add(task)
-        try:
-            await self._serve(reader, writer)
-        finally:
-            self._handlers.discard(task)
+        task.add_done_callback(self._handlers.discard)
+        return side
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, client: Side) -> None:
+        loop = asyncio.get_running_loop()
+        await client.connected
         host, port = self.policy.upstream(self.upstream)
         try:
-            upstream = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=READ_SIZE), UPSTREAM_CONNECT_TIMEOUT)
+            _, upstream = await asyncio.wait_for(
+                loop.create_connection(Side, host, port), UPSTREAM_CONNECT_TIMEOUT)
         except (OSError, asyncio.TimeoutError) as exc:
             log.warning("proxy %s: cannot connect to upstream %s: %s", self.name,
                         self.upstream, exc)
-            writer.close()
+            client.close(reset=False)
             return
-        if not self.enabled:
-            writer.close()
-            upstream[1].close()
+        if not self.enabled or client.closed:
+            client.close(reset=False)
+            upstream.close(reset=False)
             return
         self._serial += 1
-        conn = Connection((reader, writer), upstream, self.toxics.values(),
+        conn = Connection(client, upstream, self.toxics.values(),
                           f"{self.seed}:{self.name}:{self._serial}", self.connections.discard)
         self.connections.add(conn)
         with contextlib.suppress(asyncio.CancelledError):
