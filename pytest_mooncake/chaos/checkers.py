@@ -10,8 +10,9 @@ Operation vocabulary (``f``), values and keys:
 - key-value: ``put`` (key, value written), ``get`` (key; ok value = value read, None when
   absent), ``remove`` (key), ``scan`` (ok value = ``{key: value}`` of every present key).
   Values written are unique (the generators make them so).
-- transfers: ``write``/``read`` with key = segment name; the completion's ``instance`` names
-  the incarnation of the peer that served it.
+- transfers: ``write``/``read`` with key = ``"<segment>/<slot>"`` (a register in a peer's
+  buffer), value = the data; a completion's ``instance``, when the client knows it, names the
+  incarnation of the peer that served it. Final reads read the current incarnation's memory.
 - descriptors: ``publish`` (key = segment, value = descriptor written) and ``descriptor``
   (ok value = descriptor observed).
 - faults: process ``"nemesis"``, ``f`` = ``inject``/``heal``, key = what the fault acts on; a
@@ -306,13 +307,28 @@ def _version_diffs(observed: Any, versions: list[Call]) -> str:
 # ------------------------------------------------------------------ replacement
 
 
+def segment_of(key: Any) -> Any:
+    """The segment a transfer key addresses (``"A/3"`` -> ``"A"``)."""
+    return key.rsplit("/", 1)[0] if isinstance(key, str) and "/" in key else key
+
+
 def transfers_reach_new_instance(history: History | Iterable[Op],
-                                 transfers: Sequence[str] = (WRITE, READ)) -> CheckResult:
-    """A transfer invoked after a replacement of its peer was announced (a completed op
-    carrying the new ``instance``) is served by that instance or a later one, never an
-    older one."""
+                                 writes: Sequence[str] = (WRITE,),
+                                 reads: Sequence[str] = (READ,)) -> CheckResult:
+    """Transfers invoked after a replacement of their peer was announced (a completed op of
+    the nemesis, or a ``start``/``restart``/``replace``, carrying the new ``instance``, keyed
+    by the segment) reach the new incarnation. Two kinds of evidence:
+
+    - a transfer's completion names the ``instance`` that served it: it must be the one
+      announced last before the transfer began, or a later one;
+    - final reads of the peer's memory: every write acknowledged after the peer's last
+      replacement is there, unless a later write explains what is (writes before the last
+      replacement are gone with the old process and are not judged).
+    """
     name = "transfers-reach-new-instance"
-    calls = pair(_ops(history))
+    ops = _ops(history)
+    calls = pair(ops)
+    transfers = tuple(writes) + tuple(reads)
     announced: dict[Any, list[Call]] = defaultdict(list)
     for c in calls:
         if (c.invoke.process == NEMESIS or c.f in ANNOUNCES) and c.completion is not None \
@@ -323,25 +339,38 @@ def transfers_reach_new_instance(history: History | Iterable[Op],
     for t in calls:
         if t.f not in transfers or not t.ok or t.instance is None:
             continue
-        before = [a for a in announced.get(t.key, ()) if a.completion.time < t.start]
+        seg = segment_of(t.key)
+        before = [a for a in announced.get(seg, ()) if a.completion.time < t.start]
         if not before:
             continue
         judged += 1
         current = max(before, key=lambda a: a.completion.time)
-        later = {a.instance for a in announced[t.key] if a.start < t.end
+        later = {a.instance for a in announced[seg] if a.start < t.end
                  and a.completion.time >= current.completion.time}
         if t.instance not in later:
             bad.append((t, current))
-    if bad:
-        lines = [f"{t.f} #{t.invoke.index} to {t.key} was served by instance {t.instance!r}, "
-                 f"but instance {cur.instance!r} had replaced it (#{cur.completion.index}) "
-                 f"before the transfer began" for t, cur in bad]
-        return CheckResult(name, False, f"{len(bad)} transfer(s) reached a stale instance:"
-                           + _listing(lines), _ops_of(c for pair_ in bad for c in pair_))
+    lines = [f"{t.f} #{t.invoke.index} to {t.key} was served by instance {t.instance!r}, "
+             f"but instance {cur.instance!r} had replaced it (#{cur.completion.index}) "
+             f"before the transfer began" for t, cur in bad]
+    involved: list[Call] = [c for pair_ in bad for c in pair_]
+
+    last_replacement = {seg: max(a.completion.time for a in cs) for seg, cs in announced.items()}
+    since = [c for c in calls if (c.f in writes and c.start > last_replacement.get(
+        segment_of(c.key), -1)) or (c.f in reads and c.final)]
+    lost = no_lost_acks([op for c in since for op in c.ops], puts=writes, removes=(),
+                        reads=reads, scans=())
+    if lost.valid is False:
+        lines.append("acknowledged after the last replacement but not in the peer's memory "
+                     "(reached a stale instance, or was lost):" + lost.explanation.split(":", 1)[1])
+        involved += [c for c in calls if any(op in lost.ops for op in c.ops)]
+    if lines:
+        return CheckResult(name, False, f"{len(bad) + (lost.valid is False)} violation(s):"
+                           + _listing(lines), _ops_of(involved))
     if not any(announced.values()):
         return CheckResult(name, True, "no replacement announced; nothing to judge")
+    finals = "" if lost.valid is None else "; final reads saw every write since the replacement"
     return CheckResult(name, True, f"{judged} transfer(s) after a replacement reached the "
-                       f"current instance")
+                       f"current instance{finals}")
 
 
 # ------------------------------------------------------------------ recovery

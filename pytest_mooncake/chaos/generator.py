@@ -106,26 +106,35 @@ def kv(keys: int | Sequence[str] = 8, put: float = 3, get: float = 3, remove: fl
     return _FromFunction(make, f"kv({len(names)} keys)")
 
 
+def slot_key(segment: str, slot: int) -> str:
+    """The register a transfer op addresses: ``"<segment>/<slot>"``."""
+    return f"{segment}/{slot}"
+
+
+def transfer_keys(segments: Sequence[str], slots: int) -> list[str]:
+    """Every slot of every segment, e.g. for ``final_reads(transfer_keys(...), f="read")``."""
+    return [slot_key(seg, i) for seg in segments for i in range(slots)]
+
+
 def transfers(segments: Sequence[str], slots: int = 16, write: float = 1, read: float = 1
               ) -> Generator:
-    """Writes of unique data into slots of peer segments, and reads of them. The value is
-    ``{"slot": i, "data": unique}`` for a write, ``{"slot": i}`` for a read; a client maps
-    slots to offsets."""
+    """Writes of unique data into slots of peer segments, and reads of them. Key =
+    ``"<segment>/<slot>"`` (a client maps the slot to an offset), value = the data written."""
     if not segments or slots <= 0:
         raise ValueError("transfers need at least one segment and one slot")
 
     def make(ctx: GenContext) -> Iterator[OpSpec]:
         for f in _weighted(ctx, {WRITE: write, READ: read}):
-            seg, slot = ctx.rng.choice(list(segments)), ctx.rng.randrange(slots)
-            value = {"slot": slot, "data": ctx.unique()} if f == WRITE else {"slot": slot}
-            yield OpSpec(f, seg, value)
+            key = slot_key(ctx.rng.choice(list(segments)), ctx.rng.randrange(slots))
+            yield OpSpec(f, key, ctx.unique() if f == WRITE else None)
 
     return _FromFunction(make, f"transfers({list(segments)}, {slots} slots)")
 
 
 def final_reads(keys: int | Sequence[str] = 8, key_prefix: str = "k", f: str = GET
                 ) -> Generator:
-    """One read of every key, marked final (the post-heal phase the checkers judge)."""
+    """One read of every key, marked final (the post-heal phase the checkers judge); for
+    transfers: ``final_reads(transfer_keys(segments, slots), f="read")``."""
     names = _keys(keys, key_prefix)
     return _FromFunction(lambda ctx: (OpSpec(f, k, final=True) for k in names),
                          f"final_reads({len(names)} keys)")

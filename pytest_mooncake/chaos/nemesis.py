@@ -65,6 +65,15 @@ def process_kill(proc: Any, subject: str | None = None) -> Fault:
                         announce=lambda: f"pid-{proc.pid}")
 
 
+def engine_kill(engine: Any, keep_addresses: bool = False,
+                announce: Callable[[], str | None] | None = None) -> Fault:
+    """Kill an ``EngineHandle``'s process and restart it under the same segment name (a
+    replacement). ``announce`` names the new incarnation; default: its pid."""
+    return kill_restart(engine.segment, engine.kill,
+                        lambda: engine.restart(keep_addresses=keep_addresses),
+                        announce=announce or (lambda: f"pid-{engine.pid}"))
+
+
 def process_pause(proc: Any, subject: str | None = None) -> Fault:
     """SIGSTOP a ``ManagedProcess`` group (inject) and SIGCONT it (heal)."""
     return Fault("pause", subject or proc.name, lambda: proc.send_signal(signal.SIGSTOP),

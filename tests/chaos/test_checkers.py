@@ -164,11 +164,11 @@ def test_torn_descriptor_names_the_mixed_fields() -> None:
 
 
 def _replacement(served_after: str) -> Build:
-    return (Build().call(0, "write", "A", 0, 1, instance="i1")
+    return (Build().call(0, "write", "A/0", 0, 1, arg="x", instance="i1")
             .call(NEMESIS, "inject", "A", 2, 3, type="info")
             .call(NEMESIS, "heal", "A", 3, 4, type="info", instance="i2")
-            .call(0, "write", "A", 5, 6, instance=served_after)
-            .call(1, "read", "A", 3.5, 7, instance="i1"))
+            .call(0, "write", "A/1", 5, 6, arg="y", instance=served_after)
+            .call(1, "read", "A/1", 3.5, 7, instance="i1"))
 
 
 def test_transfers_after_replacement_reach_the_new_instance() -> None:
@@ -181,6 +181,17 @@ def test_stale_instance_transfer_is_reported() -> None:
     assert result.valid is False
     assert "'i1'" in result.explanation and "'i2'" in result.explanation
     assert [op.f for op in result.ops] == ["heal", "heal", "write", "write"]
+
+
+def test_final_reads_of_the_new_instance_judge_writes_since_the_replacement() -> None:
+    seen = (_replacement("i2").call(2, "read", "A/1", 10, 11, result="y", final=True)
+            .call(2, "read", "A/0", 12, 13, result=None, final=True))
+    assert transfers_reach_new_instance(seen.ops()).valid is True  # A/0 was written before
+    missing = _replacement("i2").call(2, "read", "A/1", 10, 11, result=None, final=True)
+    result = transfers_reach_new_instance(missing.ops())
+    assert result.valid is False
+    assert "not in the peer's memory" in result.explanation and "A/1='y'" in result.explanation
+    assert {op.f for op in result.ops} == {"write", "read"}
 
 
 # ------------------------------------------------------------------ recovery
