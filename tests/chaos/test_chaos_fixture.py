@@ -1,0 +1,43 @@
+"""mc_chaos in a pytest session: --mc-chaos-seconds, history shown on failure, allure steps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SUITE = """
+from pytest_mooncake.chaos import generator as gen
+from pytest_mooncake.chaos.nemesis import Fault
+
+class Echo:
+    def invoke(self, spec):
+        return spec.value
+
+def test_run(mc_chaos):
+    fault = Fault("blink", "thing", inject=lambda: None, heal=lambda: None)
+    result = mc_chaos.run(lambda w: Echo(), gen.kv(keys=2).stagger(0.02), [fault],
+                          quiet=(0.01, 0.05), hold=(0.01, 0.05))
+    print("SECONDS", round(result.seconds, 1), "FAULTS", result.faults_injected)
+    assert FAIL is False, "made to fail"
+"""
+
+
+def test_chaos_seconds_option_and_history_on_failure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE.replace("FAIL", "True"))
+    result = pytester.runpytest("--mc-chaos-seconds=0.4", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "SECONDS 0.4 FAULTS" in out
+    result.stdout.fnmatch_lines(["*Captured chaos history 1 (history-1.jsonl, seed *)*",
+                                 '*"process": "nemesis"*'])
+
+
+def test_fault_injections_are_allure_steps(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE.replace("FAIL", "False"))
+    result = pytester.runpytest("--mc-chaos-seconds=0.3", "--alluredir=allure",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    docs = [json.loads(p.read_text()) for p in (pytester.path / "allure").glob("*-result.json")]
+    steps = [s["name"] for d in docs for s in d.get("steps", [])]
+    assert "nemesis: inject blink:thing" in steps and "nemesis: heal blink:thing" in steps
