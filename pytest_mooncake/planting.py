@@ -65,7 +65,8 @@ def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
         MalformedValue("zero-length", json.dumps(
             dict(valid, buffers=[dict(first, length=0)])).encode(), "a buffer of length 0"),
         MalformedValue("overlapping-buffers", json.dumps(overlap).encode(), "two buffers overlap"),
-        MalformedValue("huge", b'{"name":"' + b"x" * (16 << 20) + b'"}', "a 16 MiB value"),
+        # over any sane descriptor limit (1 MiB), under etcd's default 1.5 MiB request limit
+        MalformedValue("huge", b'{"name":"' + b"x" * 1_400_000 + b'"}', "a 1.4 MB value"),
         MalformedValue("empty", b"", "an empty value"),
         MalformedValue("array", b"[]", "a JSON array instead of an object"),
     ]

@@ -1,0 +1,110 @@
+"""MR-7, MR-8, MR-18: incarnation identity, wire compatibility, fresh snapshots of a new owner.
+
+Stage 2 exit criteria of the metadata RFC: two restarts always produce different IDs; old
+descriptors remain decodable; new descriptors stay readable by readers that ignore unknown
+fields (the real 0.3.13 side of that is observed by the mooncake target and the compat suite).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_mooncake.planting import buffer_names, plant, published, without_instance_id
+
+HEX128 = re.compile(r"^[0-9a-f]{32,}$")
+
+pytestmark = pytest.mark.mc_requires("engine")
+
+
+@pytest.mark.mc_req("MR-7")
+@pytest.mark.mc_requires("engine_restart")
+def test_instance_id_is_random_per_process_and_stable_within_it(mc_engine, mc_metadata):
+    a = mc_engine("seg-a")
+    first = published(mc_metadata, "seg-a").get("instance_id")
+    assert first is not None, (
+        "A published no instance_id in its descriptor; MR-7 requires every process to publish "
+        "a random instance_id of at least 128 bits")
+    assert isinstance(first, str) and HEX128.match(first.lower()), (
+        f"instance_id {first!r} is not at least 128 bits of hex (MR-7)")
+    assert a.descriptor().get("instance_id") == first, "A's own view and the store disagree"
+    ids = [first]
+    for _ in range(3):
+        a.restart()
+        ids.append(published(mc_metadata, "seg-a").get("instance_id"))
+    assert len(set(ids)) == len(ids), (
+        f"instance_ids over four starts of seg-a were {[i and i[:8] for i in ids]}: MR-7 "
+        f"requires a different ID on every process start")
+    again = published(mc_metadata, "seg-a").get("instance_id")
+    assert again == ids[-1], "instance_id changed within one process lifetime (MR-7)"
+
+
+@pytest.mark.mc_req("MR-8")
+def test_descriptor_without_instance_id_is_read_as_a_legacy_peer(mc_engine, mc_metadata):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b")
+    plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
+    seen = b.lookup("seg-a", force=True)
+    if not seen.ok:
+        seen = b.lookup("seg-a")
+    assert seen.ok, f"B rejected a descriptor without instance_id: {seen.error} (MR-8)"
+    assert "instance_id" not in seen.descriptor, (
+        f"B reports instance_id {seen.descriptor.get('instance_id')!r} for a peer that published "
+        f"none; MR-8 says a missing ID marks a legacy peer and no ID is synthesized")
+    a.local_write(0, b"\0" * 16)
+    written = b.write("seg-a", 0, b"legacy-peer-ok!!")
+    assert written.ok, f"B could not write to a peer that publishes no instance_id: {written.error}"
+    assert a.local_read(0, 16) == b"legacy-peer-ok!!"
+
+
+@pytest.mark.mc_req("MR-8")
+def test_unknown_fields_are_accepted(mc_engine, mc_metadata):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b")
+    doc = published(mc_metadata, "seg-a")
+    doc["future_field"] = {"nested": [1, 2, 3]}
+    doc["buffers"][0]["future_buffer_field"] = "x"
+    plant(mc_metadata, "seg-a", doc)
+    seen = b.lookup("seg-a", force=True)
+    if not seen.ok:
+        seen = b.lookup("seg-a")
+    assert seen.ok, f"B rejected a descriptor with unknown fields: {seen.error} (MR-8)"
+    assert b.write("seg-a", 0, b"unknown-fields!!").ok
+    assert a.local_read(0, 16) == b"unknown-fields!!"
+
+
+@pytest.mark.mc_req("MR-18")
+@pytest.mark.mc_requires("engine_restart")
+def test_new_owner_publishes_only_its_own_buffers(mc_engine, mc_metadata):
+    a = mc_engine("seg-a")
+    doc = published(mc_metadata, "seg-a")
+    foreign = dict(doc, buffers=doc["buffers"] + [
+        {"name": "predecessor-only", "addr": 1 << 44, "length": 1 << 20}])
+    plant(mc_metadata, "seg-a", foreign)
+    a.restart()
+    fresh = published(mc_metadata, "seg-a")
+    own = sorted(addr for addr, _ in a.buffers())
+    assert "predecessor-only" not in buffer_names(fresh), (
+        "the restarted owner of seg-a republished a buffer only its predecessor's value had; "
+        "MR-18 requires a fresh snapshot of its own resources, never a merge")
+    assert sorted(b["addr"] for b in fresh["buffers"]) == own, (
+        f"published buffers {[hex(b['addr']) for b in fresh['buffers']]} are not the process's "
+        f"own {[hex(x) for x in own]} (MR-18)")
+
+
+@pytest.mark.mc_req("MR-18")
+def test_access_outside_registered_buffers_is_rejected(mc_engine):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b")
+    (addr, length), = a.buffers()[:1]
+    before = a.local_read(0, 16)
+    outside = b.write_at("seg-a", addr + length, b"x" * 16)
+    assert not outside.ok, (
+        "a write just past A's registered buffer was accepted; MR-18 requires the owner to "
+        "reject transfers that address memory outside the buffers it registered")
+    straddling = b.write_at("seg-a", addr + length - 8, b"y" * 16)
+    assert not straddling.ok, "a write straddling the end of A's buffer was accepted (MR-18)"
+    assert a.alive(), "A crashed on an out-of-bounds transfer"
+    assert a.local_read(0, 16) == before
+    assert a.local_read(length - 8, 8) != b"y" * 8, "the rejected write was partially applied"

@@ -1,0 +1,238 @@
+"""MR-9..MR-16: acting on a new incarnation, failure-triggered recovery, legacy peers,
+observability and the end-to-end restart (stages 3 and 4 of the metadata RFC, at the transfer
+level; the RDMA endpoint side is in suites/rdma).
+
+Validation scenarios 2 (a transport failure bypasses the TTL), 3 (a new instance_id retires old
+endpoints), 4 (the same instance_id does not), 5 (identical NIC names, addresses and keys), 6 (a
+failed refresh or retry returns a bounded failure); stage 4 exit criterion: the restart test
+passes without endpoint leaks, deadlocks or infinite retries.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pytest_mooncake.planting import (
+    buffer_names,
+    plant,
+    published,
+    with_probe_buffer,
+    without_instance_id,
+)
+from pytest_mooncake.waits import Timeout, holds_for, wait_until, within
+
+WAIT = 10.0
+SHORT_TTL_MS = 200
+LONG_TTL_MS = 600_000
+CALL_DEADLINE = 30.0
+
+pytestmark = pytest.mark.mc_requires("engine", "engine_restart")
+
+
+def short(instance_id: str | None) -> str:
+    return f"{instance_id[:8]}.." if instance_id else "none"
+
+
+def lands(b, a, payload: bytes) -> bool:
+    """B writes ``payload`` to seg-a and it is found in the buffer of the *current* A."""
+    result = within(CALL_DEADLINE, b.write, "seg-a", 0, payload, what="a write to seg-a")
+    return result.ok and a.local_read(0, len(payload)) == payload
+
+
+@pytest.mark.mc_req("MR-9")
+@pytest.mark.mc_requires("engine_counters")
+def test_new_instance_retires_old_endpoints(mc_engine):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    assert lands(b, a, b"before-restart!!"), "B cannot write to A at all"
+    old_id = a.descriptor().get("instance_id")
+    before = dict(b.stats())
+    a.restart()
+    new_id = a.descriptor().get("instance_id")
+    try:
+        wait_until(lambda: lands(b, a, b"after-restart!!!"), WAIT, "B's writes to reach the new A")
+    except Timeout:
+        pytest.fail(
+            f"after the peer restarted (instance {short(old_id)} -> {short(new_id)}), B's writes "
+            f"never reached the new process within {WAIT:g}s (TTL {SHORT_TTL_MS} ms); MR-9 "
+            f"requires the target state to move to the new instance", pytrace=False)
+    after = dict(b.stats())
+    assert after.get("replacements", 0) > before.get("replacements", 0), (
+        f"B moved to the new A but counted no replacement (instance {short(old_id)} -> "
+        f"{short(new_id)}); MR-9 requires detecting the instance change")
+    assert after.get("endpoints_retired", 0) > before.get("endpoints_retired", 0), (
+        f"after the peer restarted (instance {short(old_id)} -> {short(new_id)}), B retired no "
+        f"endpoint of the old instance; MR-9 requires every old endpoint be retired")
+
+
+@pytest.mark.mc_req("MR-10")
+@pytest.mark.mc_requires("engine_counters")
+def test_same_instance_never_triggers_cleanup(mc_engine, mc_metadata):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    assert lands(b, a, b"first-write-ok!!")
+    before = dict(b.stats())
+    changed = with_probe_buffer(published(mc_metadata, "seg-a"), "same-instance-v2")
+    plant(mc_metadata, "seg-a", changed)
+    b.lookup("seg-a", force=True)
+    holds_for(lambda: lands(b, a, b"still-same-peer!"), 3 * SHORT_TTL_MS / 1000,
+              "B writing to A after A's descriptor changed under the same instance_id")
+    after = dict(b.stats())
+    for counter in ("replacements", "endpoints_retired"):
+        assert after.get(counter, 0) == before.get(counter, 0), (
+            f"{counter} went {before.get(counter, 0)} -> {after.get(counter, 0)} although A's "
+            f"instance_id never changed (only its buffers did); MR-10 forbids replacement "
+            f"cleanup for the same instance_id")
+
+
+@pytest.mark.mc_req("MR-11")
+@pytest.mark.mc_requires("engine_counters", "keep_addresses")
+def test_replacement_detected_with_identical_addresses(mc_engine, mc_metadata):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    assert lands(b, a, b"before-restart!!")
+    old = published(mc_metadata, "seg-a")
+    before = dict(b.stats())
+    a.restart(keep_addresses=True)
+    new = published(mc_metadata, "seg-a")
+    assert [x["addr"] for x in new["buffers"]] == [x["addr"] for x in old["buffers"]], (
+        "precondition: the restarted A did not reuse its buffer addresses")
+    try:
+        wait_until(lambda: lands(b, a, b"after-restart!!!")
+                   and b.stats().get("replacements", 0) > before.get("replacements", 0), WAIT,
+                   "B, transferring to A, to detect the replacement")
+    except Timeout:
+        pytest.fail(
+            f"A restarted with identical buffer addresses (instance {short(old.get('instance_id'))}"
+            f" -> {short(new.get('instance_id'))}); {WAIT:g}s later B had not detected the "
+            f"replacement; MR-11 requires detection even when addresses and keys are reused",
+            pytrace=False)
+
+
+@pytest.mark.mc_req("MR-12")
+@pytest.mark.mc_requires("engine_counters")
+def test_transport_failure_forces_refresh_and_retries(mc_engine):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=LONG_TTL_MS)
+    assert lands(b, a, b"before-restart!!")
+    forced_before = b.stats().get("refresh_forced", 0)
+    a.restart()
+    result = within(CALL_DEADLINE, b.write, "seg-a", 0, b"retried-write-ok", what="a write")
+    assert result.ok and a.local_read(0, 16) == b"retried-write-ok", (
+        f"A restarted and B's cached descriptor (TTL {LONG_TTL_MS} ms, far from expiry) points at "
+        f"the dead process; B's write failed ({result.error}) instead of retiring the failed "
+        f"endpoint, forcing a refresh and retrying (MR-12)")
+    assert b.stats().get("refresh_forced", 0) > forced_before, (
+        "B recovered but counted no forced refresh (MR-12 recovers through a forced refresh)")
+
+
+@pytest.mark.mc_req("MR-12", "MR-16")
+@pytest.mark.mc_requires("engine_counters")
+def test_retries_are_bounded_when_the_peer_is_gone(mc_engine):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    assert lands(b, a, b"peer-is-alive!!!")
+    exhausted_before = b.stats().get("retries_exhausted", 0)
+    a.kill()
+    try:
+        result = within(CALL_DEADLINE, b.write, "seg-a", 0, b"nobody-home", what="a write to a dead peer")
+    except Timeout:
+        pytest.fail(f"a write to a killed peer did not return within {CALL_DEADLINE:g}s; MR-12 "
+                    f"requires bounded retries, never an unbounded loop", pytrace=False)
+    assert not result.ok, "a write to a killed peer reported success"
+    assert b.stats().get("retries_exhausted", 0) > exhausted_before, (
+        "the write to a dead peer failed without counting an exhausted retry budget (MR-12, MR-15)")
+    assert b.alive()
+
+
+@pytest.mark.mc_req("MR-14")
+def test_legacy_peer_contents_still_refresh(mc_engine, mc_metadata):
+    a = mc_engine("seg-a")
+    plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    assert lands(b, a, b"legacy-peer-ok!!")
+    a.restart()
+    plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
+    try:
+        wait_until(lambda: lands(b, a, b"legacy-restarted"), WAIT, "writes to the restarted peer")
+    except Timeout:
+        pytest.fail(
+            f"a peer that publishes no instance_id restarted; {WAIT:g}s later (TTL "
+            f"{SHORT_TTL_MS} ms) B still could not reach it; MR-14 requires TTL refresh to keep "
+            f"updating a legacy peer's descriptor", pytrace=False)
+
+
+@pytest.mark.mc_req("MR-14")
+def test_legacy_peer_transport_failure_forces_refresh(mc_engine, mc_metadata):
+    a = mc_engine("seg-a")
+    plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
+    b = mc_engine("seg-b", ttl_ms=LONG_TTL_MS)
+    assert lands(b, a, b"legacy-peer-ok!!")
+    a.restart()
+    plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
+    result = within(CALL_DEADLINE, b.write, "seg-a", 0, b"legacy-recovered", what="a write")
+    assert result.ok and a.local_read(0, 16) == b"legacy-recovered", (
+        f"a legacy peer (no instance_id) restarted; B's write failed ({result.error}) instead of "
+        f"retiring the endpoint and forcing a refresh; MR-14 keeps failure-triggered recovery "
+        f"for legacy peers")
+
+
+@pytest.mark.mc_req("MR-15")
+@pytest.mark.mc_requires("engine_counters")
+def test_recovery_is_observable(mc_engine, proxied_metadata):
+    proxy, via_proxy = proxied_metadata
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", metadata=via_proxy, ttl_ms=SHORT_TTL_MS)
+    assert lands(b, a, b"observable-ok!!!")
+    a.restart()
+    b.lookup("seg-a", force=True)
+    wait_until(lambda: lands(b, a, b"observable-new!!"), WAIT, "B to reach the restarted A")
+    proxy.disable()
+    b.lookup("seg-a", force=True)
+    proxy.enable()
+    stats = dict(b.stats())
+    missing = [name for name in ("refresh_ok", "refresh_failed", "refresh_forced",
+                                 "replacements", "endpoints_retired") if not stats.get(name)]
+    assert not missing, (
+        f"after a replacement, a forced refresh and a failed refresh, these counters of B are "
+        f"still zero or absent: {missing} (all counters: {stats}); MR-15 requires operators can "
+        f"see refreshes (ok/failed/forced), replacements and retired endpoints")
+    log = b.logs().lower()
+    assert "replac" in log and "refresh" in log, (
+        "B's log says nothing about the refresh or the replacement it went through (MR-15)")
+
+
+@pytest.mark.mc_req("MR-16")
+def test_peer_killed_and_restarted_recovers(mc_engine):
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    assert lands(b, a, b"before-the-kill!")
+    outcomes: list[bool] = []
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        i = 0
+        while not stop.is_set() and i < 2000:
+            result = within(CALL_DEADLINE, b.write, "seg-a", 0, b"background-write", what="a write")
+            outcomes.append(result.ok)
+            i += 1
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        wait_until(lambda: len(outcomes) >= 3, WAIT, "B's background writes to start")
+        a.kill()
+        a.restart()
+        wait_until(lambda: lands(b, a, b"after-the-kill!!"), WAIT,
+                   "B's writes to reach A after kill -9 and restart")
+    except Timeout as exc:
+        pytest.fail(f"A was killed with SIGKILL and restarted under the same name; {exc}. MR-16 "
+                    f"requires transfers to recover end to end", pytrace=False)
+    finally:
+        stop.set()
+        writer.join(timeout=CALL_DEADLINE * 2)
+    assert not writer.is_alive(), "B's writer hung: a transfer never returned (MR-16: no deadlock)"
+    assert a.alive() and b.alive()
+    assert buffer_names(a.descriptor())
