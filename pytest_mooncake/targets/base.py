@@ -170,17 +170,75 @@ class EngineHandle(Protocol):
 
 
 class MasterClusterHandle(Protocol):
-    """N HA masters and M store clients on one etcd."""
+    """N HA masters and M store clients on one etcd. Masters and clients are numbered in the
+    order they were started; a killed master keeps its index (``start_master(i)`` restarts it)."""
 
-    def leader(self, timeout: float = 10.0) -> int: ...
+    def leader(self, timeout: float = 10.0) -> int:
+        """Index of the master serving as leader; waits up to ``timeout`` for one."""
+        ...
+
+    def serving(self) -> list[int]:
+        """Indices of every master that says it serves right now (two = split brain)."""
+        ...
+
     def standbys(self) -> list[int]: ...
-    def start_master(self, index: int | None = None) -> int: ...
-    def kill_master(self, index: int) -> None: ...
-    def stop_master(self, index: int) -> None: ...
-    def promotable(self, index: int) -> Mapping[str, Any]: ...
+    def start_master(self, index: int | None = None) -> int:
+        """Start a fresh master (``None``) or restart master ``index``; returns its index."""
+        ...
+
+    def kill_master(self, index: int) -> None:
+        """SIGKILL: no lease release, no flush."""
+        ...
+
+    def stop_master(self, index: int) -> None:
+        """Graceful stop (SIGTERM): the master releases its leadership."""
+        ...
+
+    def promotable(self, index: int) -> Mapping[str, Any]:
+        """The standby's promotability: ``{promotable, reason, validation: {ok,
+        dropped_entries}, applied_seq, primary_seq, keys_restorable}`` (MP-3)."""
+        ...
+
+    def promote(self, index: int, timeout: float = 15.0) -> tuple[int, Mapping[str, Any]]:
+        """Planned handover to standby ``index`` (the rolling-upgrade step): ``(200, ...)``
+        when it now serves, ``(409, {refused: True, reason})`` when it refused and the old
+        leader stays."""
+        ...
+
     def key_count(self, index: int) -> int: ...
-    def metrics(self, index: int) -> Mapping[str, float]: ...
-    def client(self, index: int = 0) -> Any: ...
+    def keys(self, index: int) -> list[str]:
+        """Every object key master ``index`` holds (leader: its index; standby: replicated)."""
+        ...
+
+    def metrics(self, index: int) -> Mapping[str, float]:
+        """The master's Prometheus metrics by name (``master_key_count``,
+        ``ha_oplog_standby_lag``, ``ha_promotions_refused_total``, ...)."""
+        ...
+
+    def master_log(self, index: int) -> str: ...
+    def snapshot(self, index: int) -> Mapping[str, Any]:
+        """Have master ``index`` write a snapshot now (needs MASTER_SNAPSHOT); returns
+        ``{path, last_included_seq, objects, ...}``."""
+        ...
+
+    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor") -> int:
+        """Put into the replicated state (not the leader's own index) an object whose memory
+        descriptor overlaps ``victim_key``'s; returns its OpLog sequence id (needs
+        MASTER_FAULT_PLANTING)."""
+        ...
+
+    def start_client(self, client_id: str | None = None, version: str | None = None,
+                     profile: str | None = None, wait_attached: bool = True) -> Any:
+        """Start another store-client process; ``version`` is the protocol version it
+        announces (version skew)."""
+        ...
+
+    def client(self, index: int = 0) -> Any:
+        """Store client ``index``: ``put(key, size)``, ``get``, ``exists``, ``remove`` return
+        ``{"ok": bool, "result"|"error"}``; ``status()`` gives ``{attached, leader,
+        reattaches: [{seconds, attached_at, ...}]}``; ``kill()``."""
+        ...
+
     def logs(self) -> str: ...
     def close(self) -> None: ...
 
