@@ -190,20 +190,15 @@ class Proxy:
         return side
 
     async def _serve(self, client: Side) -> None:
-        loop = asyncio.get_running_loop()
-        await client.connected
-        host, port = self.policy.upstream(self.upstream)
         try:
-            _, upstream = await asyncio.wait_for(
-                loop.create_connection(Side, host, port), UPSTREAM_CONNECT_TIMEOUT)
-        except (OSError, asyncio.TimeoutError) as exc:
-            log.warning("proxy %s: cannot connect to upstream %s: %s", self.name,
-                        self.upstream, exc)
+            upstream = await self._connect_upstream(client)
+        except BaseException:  # cannot connect, or the proxy stopped meanwhile
             client.close(reset=False)
-            return
-        if not self.enabled or client.closed:
+            raise
+        if upstream is None or not self.enabled or client.closed:
             client.close(reset=False)
-            upstream.close(reset=False)
+            if upstream is not None:
+                upstream.close(reset=False)
             return
         self._serial += 1
         conn = Connection(client, upstream, self.toxics.values(),
@@ -211,6 +206,19 @@ class Proxy:
         self.connections.add(conn)
         with contextlib.suppress(asyncio.CancelledError):
             await conn.run()
+
+    async def _connect_upstream(self, client: Side) -> Side | None:
+        await client.connected
+        host, port = self.policy.upstream(self.upstream)
+        try:
+            _, upstream = await asyncio.wait_for(
+                asyncio.get_running_loop().create_connection(Side, host, port),
+                UPSTREAM_CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError) as exc:
+            log.warning("proxy %s: cannot connect to upstream %s: %s", self.name,
+                        self.upstream, exc)
+            return None
+        return upstream
 
     # ------------------------------------------------------------ toxics
 
