@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import threading
 from dataclasses import dataclass, fields
 
@@ -29,6 +30,7 @@ log = logging.getLogger("reference_engine.transport.tcp.server")
 STAGING_SIZE = 256 * 1024
 _SMALL_BODY = 16 * 1024
 _TAIL = 16 * 1024
+_SEND_TIMEOUT = struct.pack("ll", 60, 0)
 _FLUSH_BYTES = 4 * 1024 * 1024
 _FLUSH_BUFFERS = 512
 
@@ -123,6 +125,8 @@ class TcpServer:
                     log.warning("tcp server on port %d: accept failed, listener closed", self.port)
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # a peer that stops reading may hold a session for this long, not forever
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SEND_TIMEOUT)
             st = ServerStats(connections=1)
             t = threading.Thread(
                 target=self._run_session,

@@ -9,7 +9,7 @@ import ctypes
 import json
 import mmap
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -94,7 +94,14 @@ class ReferenceSegment:
         self.port = self.transport.start()
         self.name = f"127.0.0.1:{free_port()}"
 
-    def publish(self, store, *, instance_id: str | None, advertised_size: int | None = None):
+    def publish(
+        self,
+        store,
+        *,
+        instance_id: str | None,
+        advertised_size: int | None = None,
+        proto_version: int = 2,
+    ):
         layout = KeyLayout()
         desc = descriptor.tcp_descriptor(
             self.name,
@@ -103,6 +110,7 @@ class ReferenceSegment:
             self.port,
             instance_id,
         )
+        desc = replace(desc, tcp_proto_version=proto_version)
         raw = descriptor.encode(desc)
         store.put(layout.segment_key(self.name), raw)
         rpc_port = int(self.name.rsplit(":", 1)[1])

@@ -7,6 +7,7 @@ engine; every test publishes a fresh reference segment so no engine has it cache
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -18,6 +19,14 @@ pytestmark = pytest.mark.interop
 
 BLOCK = 4096
 BATCH = 128
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.005)
 
 
 @pytest.mark.mc_req("MR-8")
@@ -41,6 +50,16 @@ def test_real_engine_writes_and_reads_a_reference_buffer(
     assert mem[65536 : 65536 + len(payload)] == payload
     assert real_engine.read_batch(seg, remotes, BLOCK) == (0, payload)
     assert ref_segment.transport.server_stats().rejected == 0
+
+
+def test_real_engine_speaks_v1_to_a_segment_that_advertises_v1(real_engine, ref_segment, metadata):
+    # Mooncake picks the framing from the target's tcp_proto_version: our server must serve both
+    ref_segment.publish(metadata.store, instance_id="c3" * 16, proto_version=1)
+    seg, base, mem = ref_segment.name, ref_segment.addr, ref_segment.mem
+    assert real_engine.write(seg, base + 64, b"v1 framing") == 0
+    # v1 has no acknowledgement: "completed" only means the bytes left the initiator
+    wait_until(lambda: mem[64:74] == b"v1 framing", 10, "the v1 WRITE to land")
+    assert real_engine.read(seg, base + 64, 10) == (0, b"v1 framing")
 
 
 @pytest.mark.mc_req("MR-18")
@@ -95,6 +114,9 @@ def test_reference_writes_and_reads_a_real_engine_buffer(real_engine, ref_segmen
     t.write(host, port, rbuf + (8 << 20), big)
     assert t.read(host, port, rbuf + (8 << 20), len(big)) == big
 
+    t.write(host, port, rbuf + 100, b"legacy framing", proto_version=1)
+    assert t.read(host, port, rbuf + 100, 14, proto_version=1) == b"legacy framing"
+
 
 @pytest.mark.parametrize("length", [16, 8 << 20], ids=["small", "8MiB"])
 def test_reference_is_rejected_by_a_real_engine_outside_its_buffers(
@@ -115,4 +137,3 @@ def test_reference_is_rejected_by_a_real_engine_outside_its_buffers(
         )
     assert list(ei.value.failures) == [1]
     assert real_engine.peek(0, 4) == b"okok"
-
