@@ -42,10 +42,22 @@ class EtcdStore:
                 result = fn(self._client(index))
             except Exception as exc:  # etcd3 raises grpc errors of many kinds
                 last = exc
+                self._forget(index)
                 continue
             self._current = index
             return result
         raise MetadataError(self.uri, op, key, f"{type(last).__name__}: {last}")
+
+    def _forget(self, index: int) -> None:
+        """Drop a failed endpoint's channel: a fresh one reconnects at once, while gRPC's own
+        reconnect backoff can keep a healed endpoint unusable for many seconds."""
+        with self._lock:
+            client = self._clients.pop(index, None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a broken channel must not mask the caller's error
+                pass
 
     def get(self, key: str) -> bytes | None:
         value, _ = self._call("get", key, lambda c: c.get(key))

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from reference_engine.metadata.http_server import MetadataHttpServer, parse_listen
+from reference_engine.metadata.http_server import MAX_BODY_BYTES, MetadataHttpServer, parse_listen
 
 
 def main(argv: list[str]) -> int:
@@ -21,6 +21,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--listen", default="127.0.0.1:8080",
                         help="HOST:PORT to bind (default loopback 127.0.0.1:8080; port 0 = any)")
     parser.add_argument("--path", default="/metadata")
+    parser.add_argument("--max-body", type=int, default=MAX_BODY_BYTES,
+                        help="largest PUT body accepted, bytes (larger: 413)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -30,7 +32,7 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     try:
-        server = MetadataHttpServer(host, port, path=args.path)
+        server = MetadataHttpServer(host, port, path=args.path, max_body=args.max_body)
     except OSError as exc:
         print(f"metadata-server: cannot bind {args.listen}: {exc}", file=sys.stderr)
         return 1

@@ -189,8 +189,15 @@ def test_http_rpc_meta_reput_only_when_identical(http_server):
     assert _request(s, "PUT", key, body.replace(b"1}", b"2}"))[0] == 200
 
 
-def test_http_rejects_oversized_and_unframed_bodies_with_4xx(http_server):
-    s = http_server
+def test_http_rejects_oversized_and_unframed_bodies_with_4xx():
+    s = MetadataHttpServer(max_body=1024).start()
+    try:
+        _oversized_and_unframed(s)
+    finally:
+        s.stop()
+
+
+def _oversized_and_unframed(s):
     status, text = _request(s, "PUT", "/metadata?key=big", b"x" * (s.max_body + 1))
     assert status == 413 and "exceeds the limit" in text
     conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=5)
