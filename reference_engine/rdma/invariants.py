@@ -96,6 +96,8 @@ class InvariantChecker:
             elif quiescent and s.n_success + s.n_failed == 0:
                 self._fail("stuck_slice", f"{s!r} never ended (status {S.STATUS_NAMES[s.status]})")
         for tr in self.transports:
+            if tr.defunct:
+                continue
             for ctx in tr.contexts:
                 for _, c in ctx.cqs:
                     if c.low < 0:

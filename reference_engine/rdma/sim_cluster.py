@@ -108,6 +108,7 @@ class SimCluster:
         address and (by registration order) the same rkeys; only ``instance_id`` differs."""
         old = self.peers[name]
         old.transport.stopped = True
+        old.transport.defunct = True
         old.node.shutdown()
         nics = [ctx.device_name for ctx in old.transport.contexts]
         peer = self.add_node(name, nics, old.buffer_len, old.buffer_addr, publish=False)

@@ -57,6 +57,8 @@ class RdmaTransport:
         self.rails = RailTable(self.clock, self.config.rail_pause_seconds)
         self.stats: collections.Counter[str] = collections.Counter()
         self.stopped = False
+        self.defunct = False
+        """Set when the process this transport stands for is gone (a restarted peer)."""
         self.descriptors: dict[str, SegmentDescriptor] = {}
         self.buffers: list[LocalBuffer] = []
         self._orphans: list[tuple[Slice, int]] = []

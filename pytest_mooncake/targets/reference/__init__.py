@@ -28,11 +28,12 @@ ENGINE_CAPABILITIES = frozenset({
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
 })
+RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER})
 
 
 class ReferenceTarget(Target):
     kind = "reference"
-    capabilities = ENGINE_CAPABILITIES | MASTER_CAPABILITIES
+    capabilities = ENGINE_CAPABILITIES | MASTER_CAPABILITIES | RDMA_CAPABILITIES
 
     def __init__(self, profile: str = "rfc"):
         super().__init__(None if profile == "rfc" else profile)
@@ -69,6 +70,19 @@ class ReferenceTarget(Target):
 
         return ReferenceMasterCluster(self.ctx.etcd_endpoints(), Path(tempfile.mkdtemp(dir=workdir)),
                                       self.profile, masters, clients, **options)
+
+    def rdma(self, **options: Any) -> Any:
+        """The RDMA handle (see targets/reference/rdma.py); options: seed, schedules, strategy,
+        replay, verbs (only ``sim`` is driven here)."""
+        verbs = options.get("verbs") or "sim"
+        if verbs != "sim":
+            from pytest_mooncake.targets.base import TargetLacks
+
+            raise TargetLacks(Capability.RDMA_CONTROL, f"the reference RDMA handle drives simulated "
+                              f"verbs only (--mc-verbs={verbs} asked for a real device)")
+        from pytest_mooncake.targets.reference.rdma import ReferenceRdma
+
+        return ReferenceRdma(self.profile, **{**options, "verbs": verbs})
 
     def close(self) -> None:
         if self._engines is not None:
