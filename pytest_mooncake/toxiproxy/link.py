@@ -52,15 +52,15 @@ class ActiveToxic:
             self._watch = asyncio.get_running_loop().create_task(self.toxic.watch(self))
 
     def update(self, spec: ToxicSpecLike) -> None:
-        self._stop()
+        self.stop()
         self._set(spec)
 
     def remove(self) -> None:
-        self._stop()
+        self.stop()
         if self.applied:
             self.toxic.on_remove(self)
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
         for fut in self._waiters:
             if not fut.done():
                 fut.set_result(False)
@@ -123,7 +123,7 @@ class Link:
 
     def stop_toxics(self) -> None:
         for active in self.chain.values():
-            active._stop()
+            active.stop()
 
     # ---------------------------------------------------------------- from the source side
 
