@@ -21,7 +21,7 @@ from typing import Any
 
 from reference_engine.cache import COUNTERS, Counters, LookupFailed, SegmentCache
 from reference_engine.descriptor import SegmentDescriptor, encode, tcp_descriptor
-from reference_engine.engine.memory import Region, allocate
+from reference_engine.engine.memory import Region, allocate, allocate_restartable
 from reference_engine.metadata import KeyLayout, MetadataStore
 from reference_engine.profiles import Profile
 from reference_engine.transport import TcpTransport, TransferError
@@ -61,7 +61,8 @@ class Engine:
         self.profile = profile
         self.layout = layout or KeyLayout.from_env()
         self.counters = Counters(ENGINE_COUNTERS)
-        self.region: Region = allocate(buffer_size, fixed_address)
+        self.region: Region = (allocate(buffer_size, fixed_address) if fixed_address is not None
+                               else allocate_restartable(buffer_size))
         self.transport = transport if transport is not None else TcpTransport(data_host, data_port)
         self.data_host = data_host
         self.cache = SegmentCache(

@@ -41,6 +41,25 @@ def round_up(n: int) -> int:
     return (n + PAGE - 1) // PAGE * PAGE
 
 
+QUIET_LOW, QUIET_HIGH = 0x1000_0000_0000, 0x4000_0000_0000
+"""A band of the x86-64 address space that neither the heap (near the executable) nor shared
+libraries (just below the stack) reach. Buffers placed here by default leave their address
+free in a successor process, so a restart that keeps addresses does not collide."""
+
+
+def allocate_restartable(length: int, attempts: int = 8) -> Region:
+    """Like ``allocate``, at a random page in the quiet band (any address if that fails)."""
+    size = round_up(length)
+    for _ in range(attempts):
+        hint = QUIET_LOW + int.from_bytes(os.urandom(6), "little") % (
+            (QUIET_HIGH - QUIET_LOW - size) // PAGE) * PAGE
+        try:
+            return allocate(length, fixed_address=hint)
+        except MappingError:
+            continue
+    return allocate(length)
+
+
 def allocate(length: int, fixed_address: int | None = None) -> Region:
     """Map ``length`` bytes (rounded up to pages) of zeroed private memory."""
     if length <= 0:

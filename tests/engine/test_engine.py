@@ -105,3 +105,10 @@ def test_fixed_address_mapping_never_clobbers():
         allocate(1 << 16, fixed_address=region.addr)
     with pytest.raises(ValueError, match="page aligned"):
         allocate(4096, fixed_address=region.addr + 1)
+
+
+def test_default_buffers_sit_where_a_successor_can_map_them_again():
+    from reference_engine.engine.memory import QUIET_HIGH, QUIET_LOW, allocate_restartable
+
+    region = allocate_restartable(1 << 16)
+    assert QUIET_LOW <= region.addr < QUIET_HIGH
