@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import random
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -297,7 +298,8 @@ def mc_target(
 
     ctx = TargetContext(
         seed=mc_config.seed,
-        workdir=tmp_path_factory.mktemp("mc-target-" + target.label.replace(":", "-")),
+        workdir=tmp_path_factory.mktemp("mc-target-" + re.sub(r"[^A-Za-z0-9_.-]+", "-",
+                                                                target.label)),
         etcd_endpoints=etcd_endpoints,
         options=dict(mc_config.raw),
     )

@@ -38,6 +38,10 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
         "a real Mooncake build: mooncake (the installed wheel), mooncake:DIR (an install "
         "directory), mooncake:REQUIREMENT (must be satisfied by the installed wheel)",
     ),
+    "docker": (
+        "pytest_mooncake.targets.docker:DockerTarget",
+        "Mooncake in containers through the docker SDK: docker:IMAGE",
+    ),
 }
 """name -> (module:class, one-line description). External targets add themselves here."""
 
