@@ -30,6 +30,7 @@ log = logging.getLogger("reference_engine.transport.tcp.server")
 STAGING_SIZE = 256 * 1024
 _SMALL_BODY = 16 * 1024
 _TAIL = 16 * 1024
+_DONTWAIT = socket.MSG_DONTWAIT
 _SEND_TIMEOUT = struct.pack("ll", 60, 0)
 _FLUSH_BYTES = 4 * 1024 * 1024
 _FLUSH_BUFFERS = 512
@@ -168,10 +169,23 @@ class _Session:
 
     def flush(self) -> None:
         if self.out:
-            out, self.out = self.out, []
+            send_all(self.sock, self.out)
+            self.out.clear()
             self.out_bytes = 0
             self.out_has_reads = False
-            send_all(self.sock, out)
+
+    def recv(self, call, *args) -> int:
+        """``call(*args)`` on the socket; pending responses go out first if it would block.
+
+        Responses are held back while more requests are already waiting, so a stream of
+        pipelined requests costs one ``sendmsg`` per many responses instead of one each.
+        """
+        if self.out:
+            try:
+                return call(*args, 0, _DONTWAIT)
+            except BlockingIOError:
+                self.flush()
+        return call(*args)
 
     def close(self, level: int, msg: str, *args) -> None:
         log.log(level, "tcp session %s: " + msg + "; closing connection", self.peer, *args)
@@ -189,15 +203,14 @@ class _Session:
         st = self.st
         start = end = 0
         need = wire.HEADER_SIZE
+        recv, recv_into = self.recv, sock.recv_into
         while True:
             if end - start < need:
-                self.flush()
-                out = self.out
                 if STAGING_SIZE - start < need:
                     rem = end - start
                     buf[:rem] = buf[start:end]
                     start, end = 0, rem
-                n = sock.recv_into(mv[end:])
+                n = recv(recv_into, mv[end:])
                 if n == 0:
                     if end > start:
                         self.close(
@@ -224,7 +237,6 @@ class _Session:
                 start += wire.HEADER_SIZE
                 if self.out_has_reads:
                     self.flush()
-                    out = self.out
                 have = end - start
                 if have >= size:
                     dest[:] = mv[start : start + size]
@@ -232,13 +244,13 @@ class _Session:
                 else:
                     if have:
                         dest[:have] = mv[start:end]
-                    self.flush()
-                    out = self.out
                     start, end = 0, self.recv_body(dest[have:], mv[:_TAIL], addr, size)
                 st.writes += 1
                 st.bytes_written += size
                 if v2:
                     out.append(ok)
+                    if len(out) >= _FLUSH_BUFFERS:
+                        self.flush()
             elif op == wire.READ:
                 start += wire.HEADER_SIZE
                 dest = resolve(addr, size)
@@ -253,7 +265,6 @@ class _Session:
                 st.bytes_read += size
                 if self.out_bytes >= _FLUSH_BYTES or len(out) >= _FLUSH_BUFFERS:
                     self.flush()
-                    out = self.out
             else:
                 st.malformed += 1
                 self.close(logging.WARNING, "malformed header: opcode byte 0x%02x", raw)
@@ -261,9 +272,9 @@ class _Session:
     def recv_body(self, rest: memoryview, tail: memoryview, addr: int, size: int) -> int:
         """Receive the rest of a large body straight into its destination; bytes that follow it
         on the wire land in ``tail`` (the staging buffer). Returns how many did."""
-        recvmsg_into = self.sock.recvmsg_into
+        recv, recvmsg_into = self.recv, self.sock.recvmsg_into
         while True:
-            n = recvmsg_into([rest, tail])[0]
+            n = recv(recvmsg_into, [rest, tail])[0]
             if n == 0:
                 self.close(logging.WARNING, "peer closed mid-body of WRITE 0x%x+%d", addr, size)
             if n >= len(rest):
