@@ -82,8 +82,11 @@ class EmbeddedToxiproxy:
         self.seed = seed
         argv = [sys.executable, "-m", "pytest_mooncake.toxiproxy",
                 "--listen", "127.0.0.1:0", "--seed", str(seed)]
-        self.process = ManagedProcess("mc-toxiproxy", argv, log_path, ready=self._ready,
-                                      ready_timeout=ready_timeout)
+        root = str(Path(__file__).resolve().parent.parent)  # importable even when not installed
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        self.process = ManagedProcess("mc-toxiproxy", argv, log_path,
+                                      env=dict(os.environ, PYTHONPATH=path),
+                                      ready=self._ready, ready_timeout=ready_timeout)
 
     def _ready(self, proc: ManagedProcess) -> bool:
         match = _READY_LINE.search(proc.log_text())
