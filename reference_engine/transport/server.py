@@ -45,6 +45,7 @@ class ServerStats:
     bytes_written: int = 0
     rejected: int = 0
     malformed: int = 0
+    refused: int = 0
 
     def add(self, other: ServerStats) -> None:
         for f in fields(self):
@@ -57,9 +58,15 @@ class _Closed(Exception):
 
 class TcpServer:
     def __init__(
-        self, buffers: RegisteredBuffers, bind_host: str = "127.0.0.1", port: int = 0
+        self,
+        buffers: RegisteredBuffers,
+        bind_host: str = "127.0.0.1",
+        port: int = 0,
+        max_sessions: int = 512,
     ) -> None:
         self._buffers = buffers
+        self.max_sessions = max_sessions
+        self._stopped = threading.Event()
         self._bind = (bind_host, port)
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
@@ -79,6 +86,7 @@ class TcpServer:
         self._listener = lst
         self.port = lst.getsockname()[1]
         self._stopping = False
+        self._stopped.clear()
         self._accept_thread = threading.Thread(
             target=self._accept_loop, name=f"tcp-accept-{self.port}", daemon=True
         )
@@ -90,6 +98,7 @@ class TcpServer:
         if lst is None:
             return
         self._stopping = True
+        self._stopped.set()
         try:
             lst.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -121,10 +130,26 @@ class TcpServer:
         while not self._stopping:
             try:
                 sock, peer = lst.accept()
-            except OSError:
-                if not self._stopping:
-                    log.warning("tcp server on port %d: accept failed, listener closed", self.port)
-                return
+            except OSError as e:
+                if self._stopping:
+                    return
+                # e.g. out of file descriptors: keep serving, retry after a pause
+                log.warning("tcp server on port %d: accept failed: %s", self.port, e)
+                self._stopped.wait(0.05)
+                continue
+            with self._lock:
+                crowded = len(self._sessions) >= self.max_sessions
+                if crowded:
+                    self._finished.refused += 1
+            if crowded:
+                log.warning(
+                    "tcp server on port %d: refusing %s, already %d sessions",
+                    self.port,
+                    peer,
+                    self.max_sessions,
+                )
+                sock.close()
+                continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # a peer that stops reading may hold a session for this long, not forever
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SEND_TIMEOUT)

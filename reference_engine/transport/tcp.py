@@ -23,6 +23,12 @@ Batch calls raise one of them with ``.failures`` (index -> error) and ``.complet
 exception class is :class:`PeerRejectedError` only when every failed item was rejected.
 Zero-length transfers complete without a round trip, as in Mooncake.
 
+Server side: a request is checked against the registered buffers when its header arrives;
+one already past that check when ``unregister_buffer`` runs still completes on that memory (the
+view keeps it alive). At most ``max_sessions`` peer connections are served at once; more are
+closed with a log line. ``server_stats()`` counts connections, reads, writes, bytes, rejected,
+malformed and refused.
+
 Connections that failed, or were opened before ``drop_peer``, are never reused, and a failed
 request is never silently replayed on a new connection (except the requests behind a rejected
 one, which the peer provably did not execute): after a replacement, a request must not reach the
@@ -60,9 +66,10 @@ class TcpTransport:
         connect_timeout: float = 5.0,
         io_timeout: float = 30.0,
         window: int = 256,
+        max_sessions: int = 512,
     ) -> None:
         self.buffers = RegisteredBuffers()
-        self.server = TcpServer(self.buffers, bind_host, port)
+        self.server = TcpServer(self.buffers, bind_host, port, max_sessions=max_sessions)
         self.pool = ConnectionPool(connect_timeout=connect_timeout, io_timeout=io_timeout)
         self.client = TcpClient(self.pool, window=window)
         self.bind_host = bind_host

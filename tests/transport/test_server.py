@@ -165,3 +165,29 @@ def test_stop_closes_idle_connections(server_peer, raw):
     assert recv_until_eof(s) == b""
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", server_peer.port), timeout=2)
+
+
+def test_sessions_beyond_the_limit_are_refused_and_logged(caplog):
+    from reference_engine.transport import TcpTransport
+
+    t = TcpTransport(max_sessions=2)
+    mem = bytearray(64)
+    t.register_buffer(BASE, memoryview(mem))
+    port = t.start()
+    socks = []
+    try:
+        with caplog.at_level(logging.WARNING, "reference_engine.transport"):
+            for _ in range(2):
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                socks.append(s)
+                s.sendall(hdr(wire.READ, BASE, 1))
+                assert recv_exact(s, 9)[:8] == OK  # both sessions are live
+            extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+            socks.append(extra)
+            assert recv_until_eof(extra) == b""
+        assert "already 2 sessions" in caplog.text
+        assert t.server_stats().refused == 1
+    finally:
+        for s in socks:
+            s.close()
+        t.stop()
