@@ -182,6 +182,8 @@ async def serve_connection(handler: Handler, reader: asyncio.StreamReader,
             timeout = IDLE_TIMEOUT
     except (ConnectionError, asyncio.IncompleteReadError):
         return
+    except asyncio.CancelledError:  # server shutdown; ending quietly avoids asyncio noise
+        return
     finally:
         writer.close()
         with contextlib.suppress(Exception):

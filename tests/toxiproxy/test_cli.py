@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 
 import pytest
+from toxi_net import connect, recv_exact, recv_to_eof
 
 from pytest_mooncake.faults import api_request, toxiproxy_version
 from pytest_mooncake.processes import log_matches
@@ -31,9 +33,17 @@ def test_stops_cleanly_on_signal(mc_processes, echo, sig) -> None:
     status, body = api_request(url, "POST", "/proxies", {"name": "p", "upstream": echo.address,
                                                          "listen": "127.0.0.1:0"})
     assert status == 201
-    proc.send_signal(sig)
-    assert proc.wait_exit(10) == 0
-    assert "Traceback" not in proc.log_text()
+    with connect(body["listen"]) as proxied, socket.create_connection(
+            ("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as keep_alive:
+        keep_alive.sendall(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert keep_alive.recv(4096).startswith(b"HTTP/1.1 200")
+        proxied.sendall(b"hi")
+        assert recv_exact(proxied, 2) == b"hi"
+        proc.send_signal(sig)
+        assert proc.wait_exit(10) == 0
+        assert recv_to_eof(proxied) == b"", "open connections are closed"
+    log = proc.log_text()
+    assert "Traceback" not in log and " ERROR " not in log, log
 
 
 def test_config_file_creates_proxies(mc_processes, echo, tmp_path) -> None:
