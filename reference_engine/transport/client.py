@@ -267,17 +267,18 @@ class TcpClient:
     @staticmethod
     def _read_responses(sock, reqs, lo: int, hi: int, v2: bool) -> tuple[int, _Failure | None]:
         count = hi - lo
+        views = [r.view for r in reqs[lo:hi]]
+        expected = sum(map(len, views))
         if v2:
             frames = bytearray(8 * count)
             fv = memoryview(frames)
-            bufs = []
-            for j in range(count):
-                bufs.append(fv[8 * j : 8 * j + 8])
-                bufs.append(reqs[lo + j].view)
+            bufs = [None] * (2 * count)
+            bufs[0::2] = [fv[i : i + 8] for i in range(0, 8 * count, 8)]
+            bufs[1::2] = views
+            expected += 8 * count
         else:
             frames = b""
-            bufs = [reqs[k].view for k in range(lo, hi)]
-        expected = sum(len(b) for b in bufs)
+            bufs = views
         error = None
         try:
             got = recv_all_into(sock, bufs, waitall=True)
