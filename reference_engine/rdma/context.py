@@ -19,6 +19,8 @@ class LocalContext:
         self.device_name = verbs_ctx.device_name
         self.nic_path = f"{transport.server_name}@{verbs_ctx.device_name}"
         self.gid_seen = verbs_ctx.query_gid()
+        self.pending_events = getattr(verbs_ctx, "pending_events", None)
+        """How many async events wait (simulator); None when the backend cannot tell."""
         self.pd = verbs_ctx.alloc_pd()
         self.cqs = [(verbs_ctx.create_cq(config.max_cqe), Counter(f"{self.nic_path}/cq{i}"))
                     for i in range(config.num_cq_per_ctx)]

@@ -95,14 +95,13 @@ def _setup(name, profile, env, a_nics=("mlx5_0",), b_nics=("mlx5_0",)):
     checker = InvariantChecker()
     cluster = SimCluster(profile, controlled=True, env=env, observer=None,
                          num_qp_per_ep=1, workers_per_ctx=2, slice_size=SLICE)
-    a = cluster.add_node("A", a_nics, buffer_len=1 << 16)
-    b = cluster.add_node("B", b_nics, buffer_len=1 << 16)
+    a = cluster.add_node("A", a_nics, buffer_len=1 << 17)
+    b = cluster.add_node("B", b_nics, buffer_len=1 << 17)
     cluster.observer = checker
     cluster.fabric.observer = checker
     a.transport.observer = checker
     checker.watch(a.transport)
-    for i in range(16):
-        a.node.memory.view(a.buffer_addr + i * SLICE, SLICE)[:] = bytes([i + 1]) * SLICE
+    a.node.memory.view(a.buffer_addr, 16 * SLICE)[:] = bytes(range(1, 17)) * SLICE
     return cluster, a, b, checker
 
 
@@ -224,10 +223,21 @@ SCENARIOS: dict[str, Callable] = {
 }
 
 
+def two_worker_batch(profile, env, pinned):
+    """No faults: two workers post twenty slices over two rails, each completion delivered
+    separately (~50 steps; the scheduler benchmark's baseline)."""
+    cluster, a, b, checker = _setup("bench", profile, env, b_nics=("mlx5_0", "mlx5_1"))
+    slices = [s for i in range(5) for s in _submit(a, b, checker, 4, offset=4 * i * SLICE)]
+    return cluster, checker, Chaos(), slices, []
+
+
+EXTRA_SCENARIOS: dict[str, Callable] = {"two_worker_batch": two_worker_batch}
+
+
 def build(name: str, profile: str = "rfc", env: Mapping[str, str] | None = None,
           pinned: bool = False) -> ScenarioRun:
     try:
-        make = SCENARIOS[name]
+        make = SCENARIOS.get(name) or EXTRA_SCENARIOS[name]
     except KeyError:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
     cluster, checker, chaos, slices, script = make(profile, dict(env or {}), pinned)

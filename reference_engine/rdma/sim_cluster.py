@@ -16,7 +16,7 @@ from reference_engine.descriptor import SegmentDescriptor
 from reference_engine.rdma import points as P
 from reference_engine.rdma.clock import RealClock, VirtualClock
 from reference_engine.rdma.config import RdmaConfig
-from reference_engine.rdma.profiles import rdma_profile
+from reference_engine.rdma.profiles import RdmaProfile, rdma_profile
 from reference_engine.rdma.sim_verbs import SimFabric, SimNode
 from reference_engine.rdma.transport import RdmaTransport
 
@@ -66,9 +66,9 @@ class SimPeer:
 
 
 class SimCluster:
-    def __init__(self, profile: str = "rfc", *, controlled: bool = False, seed: int = 0,
-                 env: Mapping[str, str] | None = None, observer=None, **config):
-        self.profile = rdma_profile(profile)
+    def __init__(self, profile: str | RdmaProfile = "rfc", *, controlled: bool = False,
+                 seed: int = 0, env: Mapping[str, str] | None = None, observer=None, **config):
+        self.profile = profile if isinstance(profile, RdmaProfile) else rdma_profile(profile)
         self.controlled = controlled
         self.fabric = SimFabric(auto_deliver=not controlled)
         self.clock = VirtualClock() if controlled else RealClock()

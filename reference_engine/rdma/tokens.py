@@ -31,7 +31,7 @@ class PostToken:
 class TokenPool:
     """A free list of tokens; ``live`` maps index -> token for tokens posted and not released."""
 
-    def __init__(self, initial: int = 16):
+    def __init__(self, initial: int = 0):
         self.tokens: list[PostToken] = [PostToken(i) for i in range(initial)]
         self.free: list[PostToken] = list(reversed(self.tokens))
         self.live: dict[int, PostToken] = {}

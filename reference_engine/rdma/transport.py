@@ -63,6 +63,7 @@ class RdmaTransport:
         self.buffers: list[LocalBuffer] = []
         self._orphans: list[tuple[Slice, int]] = []
         self._rr = 0
+        self._path_cache: dict[int, tuple[SegmentDescriptor, list[str]]] = {}
         self._threads: list[threading.Thread] = []
         self.contexts = [LocalContext(self, i, v, self.config) for i, v in enumerate(verbs_contexts)]
         self.model = profile.worker_model(self.config.env, self.config.workers_per_ctx,
@@ -102,6 +103,7 @@ class RdmaTransport:
                 task.slices.append(s)
         task.slice_count = len(task.slices)
         desc = self.lookup(target, False)
+        batches: dict[tuple[int, str, int], list[Slice]] = {}
         for s in task.slices:
             self._rr += 1
             if desc is None or not self.select_local(s, self._rr) or not self.select_peer(
@@ -109,7 +111,15 @@ class RdmaTransport:
                 self.stats["submit_failures"] += 1
                 s.mark_failed()
                 continue
-            self._enqueue(s)
+            key = (s.ctx_index, s.peer_nic_path, s.device_id)
+            batch = batches.get(key)
+            if batch is None:
+                batches[key] = [s]
+            else:
+                batch.append(s)
+        shards = self.config.shards
+        for (ctx_index, path, device_id), batch in batches.items():
+            self.contexts[ctx_index].pool.enqueue(shard_of(target, device_id, shards), path, batch)
         return task
 
     def free_task(self, task: Task) -> None:
@@ -133,20 +143,32 @@ class RdmaTransport:
                 return True
         return False
 
+    def _paths(self, desc: SegmentDescriptor) -> list[str]:
+        cached = self._path_cache.get(s := id(desc))
+        if cached is None or cached[0] is not desc:
+            server = desc.rdma_server_name or desc.name
+            cached = (desc, [f"{server}@{d.name}" for d in desc.devices or ()])
+            self._path_cache[s] = cached
+            for path in cached[1]:
+                self.peers.record_path(desc.name, path)
+        return cached[1]
+
     def select_peer(self, s: Slice, desc: SegmentDescriptor, rr: int) -> bool:
         buf = desc.find_buffer(s.dest_addr, s.length)
         if buf is None or not desc.devices or not buf.rkey:
             return False
-        n = min(len(desc.devices), len(buf.rkey))
-        server = desc.rdma_server_name or desc.name
+        paths = self._paths(desc)
+        n = min(len(paths), len(buf.rkey))
+        available = self.rails.available
         for k in range(n):
             d = (rr + k) % n
-            path = f"{server}@{desc.devices[d].name}"
-            if self.rails.available(path):
+            path = paths[d]
+            if available(path):
                 s.device_id = d
                 s.dest_rkey = buf.rkey[d]
                 s.peer_nic_path = path
-                self.peers.record_path(s.target, path)
+                if s.target != desc.name:
+                    self.peers.record_path(s.target, path)
                 return True
         return False
 
@@ -319,16 +341,14 @@ class RdmaTransport:
     def monitor_has_work(self) -> bool:
         if self._orphans:
             return True
-        now = self.clock.now()
-        timeout = self.config.destroy_timeout
         for ctx in self.contexts:
-            pending = getattr(ctx.verbs, "pending_events", None)
+            pending = ctx.pending_events
             if pending is None or pending():
                 return True
             store = ctx.store
-            if store.waiting:
-                if self.virtual_time or store.reclaimable(now, timeout):
-                    return True
+            if store.waiting and (self.virtual_time or store.reclaimable(
+                    self.clock.now(), self.config.destroy_timeout)):
+                return True
         return False
 
     # ------------------------------------------------------------------ running

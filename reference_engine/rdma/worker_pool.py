@@ -31,6 +31,8 @@ class WorkerPool:
         self.lock = threading.Lock()
         self.wakeup = threading.Event()
         self.poll_batch = transport.config.poll_batch
+        self._post = [model.post_shards(t) for t in range(model.workers)]
+        self._polled = [[ctx.cqs[ci][0] for ci in model.poll_cqs(t)] for t in range(model.workers)]
 
     # ------------------------------------------------------------------ queues
     def enqueue(self, shard: int, path: str, slices: list) -> None:
@@ -41,7 +43,8 @@ class WorkerPool:
                 q[path] = list(slices)
             else:
                 lst.extend(slices)
-        self.wakeup.set()
+        if not self.wakeup.is_set():
+            self.wakeup.set()
 
     def queued(self) -> int:
         return sum(len(v) for q in self.shards for v in q.values())
@@ -62,12 +65,11 @@ class WorkerPool:
 
     def has_work(self, t: int) -> bool:
         shards = self.shards
-        for sh in self.model.post_shards(t):
+        for sh in self._post[t]:
             if shards[sh]:
                 return True
-        cqs = self.ctx.cqs
-        for ci in self.model.poll_cqs(t):
-            if cqs[ci][0].pending():
+        for cq in self._polled[t]:
+            if cq.pending():
                 return True
         return False
 
