@@ -20,7 +20,8 @@ READY = r"mc-toxiproxy ready: url=(http://127\.0\.0\.1:\d+) seed=(\d+)"
 
 
 def start(mc_processes, *args: str):
-    proc = mc_processes.start("mc-toxiproxy", [*MODULE, "--listen", "127.0.0.1:0", *args],
+    name = f"mc-toxiproxy-{len(mc_processes.processes)}"  # one log file each
+    proc = mc_processes.start(name, [*MODULE, "--listen", "127.0.0.1:0", *args],
                               ready=log_matches(READY), ready_timeout=20)
     return proc, re.search(READY, proc.log_text()).group(1)
 
@@ -72,3 +73,12 @@ def test_help_documents_every_flag() -> None:
                  "--version"):
         assert flag in result.stdout
     assert "cannot be seeded" in " ".join(result.stdout.split())
+
+
+def test_allow_non_loopback_flag_lifts_the_refusal(mc_processes) -> None:
+    far = {"name": "far", "upstream": "192.0.2.1:80", "listen": "127.0.0.1:0"}  # TEST-NET-1
+    _, strict = start(mc_processes)
+    assert api_request(strict, "POST", "/proxies", far)[0] == 400
+    _, lenient = start(mc_processes, "--allow-non-loopback")
+    status, body = api_request(lenient, "POST", "/proxies", far)  # no client, so no traffic
+    assert status == 201 and body["upstream"] == "192.0.2.1:80"
