@@ -234,6 +234,9 @@ class Faults:
 @pytest.fixture
 def mc_faults(mc_toxiproxy: EmbeddedToxiproxy | ExternalToxiproxy) -> Iterator[Faults]:
     """Per-test network faults: ``.url``, ``.client()``, ``.proxy(name, upstream)``."""
+    if mc_toxiproxy.owned and not mc_toxiproxy.alive():
+        pytest.fail(f"the embedded Toxiproxy server exited ({mc_toxiproxy.process!r}); its log:\n"
+                    f"{mc_toxiproxy.process.log_tail()}", pytrace=False)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     suffix = f"-{worker}" if worker and not mc_toxiproxy.owned else ""
     faults = Faults(mc_toxiproxy, suffix)

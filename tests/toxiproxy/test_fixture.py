@@ -108,3 +108,16 @@ def test_xdist_workers_get_their_own_servers(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=6)
     urls = {p.name: p.read_text() for p in seen.iterdir()}
     assert len(urls) == 2 and len(set(urls.values())) == 2, urls
+
+
+def test_a_dead_embedded_server_is_reported_with_its_log(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        def test_kill_it(mc_toxiproxy):
+            mc_toxiproxy.process.kill()
+
+        def test_after(mc_faults):
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*the embedded Toxiproxy server exited*", "*mc-toxiproxy ready*"])
