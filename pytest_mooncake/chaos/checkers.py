@@ -24,6 +24,8 @@ may take effect at any time after its invoke.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -155,8 +157,6 @@ def no_lost_acks(history: History | Iterable[Op], final_only: bool = True,
     for c in calls:
         if (c.f in puts or c.f in removes) and not c.failed:
             writes[c.key].append(c)
-    written_values = {(c.key, _canon(c.argument)) for k in writes for c in writes[k]
-                      if c.f in puts}
     observations = [o for o in _observations(calls, reads, scans, writes)
                     if not final_only or o.read.final]
     if final_only and not observations:
@@ -166,19 +166,29 @@ def no_lost_acks(history: History | Iterable[Op], final_only: bool = True,
                                f"{len(acked)} acknowledged put(s) cannot be judged")
         return CheckResult(name, True, "no acknowledged puts and no final reads")
 
+    # A read r that saw v misses an acknowledged put p (p ended before r began) unless some
+    # write q producing v (a put of v; a remove when v is None) may come after p and before
+    # r: q.end > p.start and q.start < r.end. With M = max q.end over the producers that
+    # began before r ended, p is missed exactly when p.start >= M.
+    producers: dict[tuple[Any, str], _Producers] = defaultdict(_Producers)
+    acked: dict[Any, _Producers] = defaultdict(_Producers)
+    for k, ws in writes.items():
+        for w in ws:
+            canon = _canon(w.argument) if w.f in puts else _ABSENT
+            producers[(k, canon)].add(w)
+            if w.ok and w.f in puts:
+                acked[k].add(w)
     violations: list[tuple[Call, Call, Any]] = []
     for obs in observations:
-        if obs.value is not None and (obs.key, _canon(obs.value)) not in written_values:
+        canon = _ABSENT if obs.value is None else _canon(obs.value)
+        if obs.value is not None and (obs.key, canon) not in producers:
             continue  # a phantom: no-phantom-reads reports it
         r = obs.read
-        for p in writes.get(obs.key, ()):
-            if not (p.ok and p.f in puts and p.end < r.start):
-                continue
-            if _canon(p.argument) == _canon(obs.value):
-                continue
-            if not any(_produces(w, obs.value, puts, removes) and w is not p
-                       and w.end > p.start and w.start < r.end
-                       for w in writes[obs.key]):
+        latest = producers[(obs.key, canon)].max_end_starting_before(r.end) \
+            if (obs.key, canon) in producers else -math.inf
+        candidates = acked[obs.key].starting_between(latest, r.start) if obs.key in acked else ()
+        for p in candidates:
+            if p.end < r.start:
                 violations.append((p, r, obs.value))
 
     unread = []
@@ -220,10 +230,36 @@ def no_stale_reads(history: History | Iterable[Op], **kwargs: Any) -> CheckResul
     return no_lost_acks(history, final_only=False, **kwargs)
 
 
-def _produces(write: Call, value: Any, puts: Sequence[str], removes: Sequence[str]) -> bool:
-    if value is None:
-        return write.f in removes
-    return write.f in puts and _canon(write.argument) == _canon(value)
+_ABSENT = "\0absent"
+
+
+class _Producers:
+    """Calls sorted by start, with a running maximum of their ends, for bisection."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._starts: list[int] | None = None
+        self._max_end: list[float] = []
+
+    def add(self, call: Call) -> None:
+        self.calls.append(call)
+        self._starts = None
+
+    def _index(self) -> list[int]:
+        if self._starts is None:
+            self.calls.sort(key=lambda c: c.start)
+            self._starts = [c.start for c in self.calls]
+            self._max_end = list(itertools.accumulate((c.end for c in self.calls), max))
+        return self._starts
+
+    def max_end_starting_before(self, t: float) -> float:
+        i = bisect.bisect_left(self._index(), t)
+        return self._max_end[i - 1] if i else -math.inf
+
+    def starting_between(self, lo: float, hi: float) -> list[Call]:
+        """Calls with lo <= start < hi."""
+        starts = self._index()
+        return self.calls[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)]
 
 
 def _canon(value: Any) -> str:
@@ -238,15 +274,17 @@ def _never_written(name: str, what: str, history: History | Iterable[Op],
                    diff: bool) -> CheckResult:
     calls = pair(_ops(history))
     versions: dict[Any, list[Call]] = defaultdict(list)
+    by_value: dict[tuple[Any, str], list[Call]] = defaultdict(list)
     for c in calls:
         if c.f in writes:
             versions[c.key].append(c)
+            by_value[(c.key, _canon(c.argument))].append(c)
     bad: list[tuple[_Observation, str]] = []
     for obs in _observations(calls, reads, scans, versions):
         if obs.value is None:
             continue
         r = obs.read
-        same = [w for w in versions.get(obs.key, ()) if _canon(w.argument) == _canon(obs.value)]
+        same = by_value.get((obs.key, _canon(obs.value)), [])
         if any(not w.failed and w.start < r.end for w in same):
             continue
         if same and all(w.failed for w in same):

@@ -252,3 +252,52 @@ def test_malformed_history_line_names_line_and_field(tmp_path) -> None:
                     '{"index": 1, "type": "done", "f": "get", "process": 0, "time": 2}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: field 'type'"):
         History.from_jsonl(path)
+
+
+# ------------------------------------------------------------------ against a brute force
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _naive_stale(ops: list[Op]) -> bool:
+    """The definition, directly: some ok read misses a put acknowledged before it began, and
+    no write producing what it saw could lie between them."""
+    from pytest_mooncake.chaos.history import pair
+
+    calls = pair(ops)
+    writes = [c for c in calls if c.f in ("put", "remove") and not c.failed]
+    values = {(c.key, c.argument) for c in writes if c.f == "put"}
+    for r in calls:
+        if r.f != "get" or not r.ok:
+            continue
+        v = r.result
+        if v is not None and (r.key, v) not in values:
+            continue
+        for p in writes:
+            if p.key != r.key or p.f != "put" or not p.ok or not p.end < r.start or p.argument == v:
+                continue
+            producers = [w for w in writes if w.key == r.key and
+                         (w.f == "remove" if v is None else w.f == "put" and w.argument == v)]
+            if not any(w.end > p.start and w.start < r.end for w in producers):
+                return True
+    return False
+
+
+CALL = st.tuples(st.sampled_from(["put", "get", "remove"]), st.sampled_from(["a", "b"]),
+                 st.integers(0, 40), st.integers(1, 10), st.sampled_from(["ok", "ok", "fail", "info"]),
+                 st.sampled_from([None, "v0", "v1", "v2", "v3"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(CALL, max_size=12))
+def test_stale_read_check_matches_its_definition(spec) -> None:
+    b = Build()
+    for i, (f, key, start, length, type_, seen) in enumerate(spec):
+        if f == "get":
+            b.call(i, f, key, start, start + length, "ok" if type_ == "info" else type_,
+                   result=seen)
+        else:
+            b.call(i, f, key, start, start + length, type_, arg=f"v{i % 4}" if f == "put" else None)
+    ops = b.ops()
+    assert (no_stale_reads(ops).valid is False) == _naive_stale(ops)
