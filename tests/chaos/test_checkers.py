@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_mooncake.chaos.checkers import (
     bounded_recovery,
@@ -17,7 +19,7 @@ from pytest_mooncake.chaos.checkers import (
     no_torn_descriptors,
     transfers_reach_new_instance,
 )
-from pytest_mooncake.chaos.history import NEMESIS, History, Op
+from pytest_mooncake.chaos.history import NEMESIS, History, Op, pair
 
 
 class Build:
@@ -256,15 +258,9 @@ def test_malformed_history_line_names_line_and_field(tmp_path) -> None:
 
 # ------------------------------------------------------------------ against a brute force
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-
 def _naive_stale(ops: list[Op]) -> bool:
     """The definition, directly: some ok read misses a put acknowledged before it began, and
     no write producing what it saw could lie between them."""
-    from pytest_mooncake.chaos.history import pair
-
     calls = pair(ops)
     writes = [c for c in calls if c.f in ("put", "remove") and not c.failed]
     values = {(c.key, c.argument) for c in writes if c.f == "put"}
