@@ -210,6 +210,15 @@ class EndpointStore:
                 return True
         return False
 
+    def total_qp_number(self) -> int:
+        """QPs this store accounts for, with Mooncake's inconsistency kept: FIFO counts the live
+        map only, SIEVE counts the live map plus the waiting list."""
+        with self.lock:
+            eps = list(self.map.values())
+            if self.kind == SIEVE:
+                eps += self.waiting
+            return sum(len(ep.qps) for ep in eps)
+
     def endpoints(self) -> list[Endpoint]:
         with self.lock:
             return list(self.map.values())

@@ -91,12 +91,15 @@ def _names(tr, ctx_index: int, target: str, device_id: int) -> tuple[str, str]:
     return prefix + str(poster), prefix + str(poller)
 
 
-def _setup(name, profile, env, a_nics=("mlx5_0",), b_nics=("mlx5_0",)):
+def _setup(name, profile, env, a_nics=("mlx5_0",), b_nics=("mlx5_0",), extra_nodes=(),
+           **config):
     checker = InvariantChecker()
     cluster = SimCluster(profile, controlled=True, env=env, observer=None,
-                         num_qp_per_ep=1, workers_per_ctx=2, slice_size=SLICE)
+                         num_qp_per_ep=1, workers_per_ctx=2, slice_size=SLICE, **config)
     a = cluster.add_node("A", a_nics, buffer_len=1 << 17)
     b = cluster.add_node("B", b_nics, buffer_len=1 << 17)
+    for node in extra_nodes:
+        cluster.add_node(node, ("mlx5_0",), buffer_len=1 << 17)
     cluster.observer = checker
     cluster.fabric.observer = checker
     a.transport.observer = checker
@@ -106,8 +109,8 @@ def _setup(name, profile, env, a_nics=("mlx5_0",), b_nics=("mlx5_0",)):
 
 
 def _submit(a, b, checker, n: int, offset: int = 0) -> list[Slice]:
-    task = a.transport.submit("B", [(Opcode.RDMA_WRITE, a.buffer_addr + offset, n * SLICE,
-                                     b.buffer_addr + offset)])
+    task = a.transport.submit(b.name, [(Opcode.RDMA_WRITE, a.buffer_addr + offset, n * SLICE,
+                                        b.buffer_addr + offset)])
     checker.track(task.slices)
     return task.slices
 
@@ -231,7 +234,24 @@ def two_worker_batch(profile, env, pinned):
     return cluster, checker, Chaos(), slices, []
 
 
-EXTRA_SCENARIOS: dict[str, Callable] = {"two_worker_batch": two_worker_batch}
+def eviction_while_posted(profile, env, pinned):
+    """A store of one endpoint evicts the endpoint a slice is still posted on (to reach a
+    second peer): eviction must retire through the two-phase path like every other cause."""
+    cluster, a, b, checker = _setup("evict", profile, env, extra_nodes=("C",), max_ep_per_ctx=1)
+    [s1] = _submit(a, b, checker, 1)
+    chaos = Chaos()
+    later: list[Slice] = []
+    chaos.step("submit_to_other_peer", lambda: s1.status == POSTED,
+               lambda: later.extend(_submit(a, cluster.peers["C"], checker, 1, offset=SLICE)))
+    poster, _ = _names(a.transport, s1.ctx_index, "B", s1.device_id)
+    poster_c, _ = _names(a.transport, s1.ctx_index, "C", 0)
+    script = [(poster, P.AFTER_POST), (CHAOS_ACTOR, P.CHAOS), (poster_c, P.AFTER_POST)
+              ] if pinned else []
+    return cluster, checker, chaos, [s1], script
+
+
+EXTRA_SCENARIOS: dict[str, Callable] = {"two_worker_batch": two_worker_batch,
+                                        "eviction_while_posted": eviction_while_posted}
 
 
 def build(name: str, profile: str = "rfc", env: Mapping[str, str] | None = None,

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from reference_engine.descriptor import SegmentDescriptor
+from reference_engine.descriptor import SegmentDescriptor, encode
 from reference_engine.rdma import points as P
 from reference_engine.rdma.clock import RealClock, VirtualClock
 from reference_engine.rdma.config import RdmaConfig
@@ -27,12 +27,22 @@ class SimDirectory:
 
     def __init__(self) -> None:
         self.published: dict[str, SegmentDescriptor] = {}
+        self.raw: dict[str, bytes] = {}
         self.cached: dict[tuple[str, str], SegmentDescriptor] = {}
         self.fail_refresh = 0
         self.fetches = 0
 
     def publish(self, desc: SegmentDescriptor) -> None:
         self.published[desc.name] = desc
+        self.raw[desc.name] = encode(desc)
+
+    def fetch(self, segment: str) -> bytes | None:
+        """The published value as a metadata store holds it (for ``SegmentCache``)."""
+        if self.fail_refresh:
+            self.fail_refresh -= 1
+            raise OSError(f"injected metadata failure fetching {segment!r}")
+        self.fetches += 1
+        return self.raw.get(segment)
 
     def lookup_for(self, reader: str):
         def lookup(segment: str, force: bool) -> SegmentDescriptor | None:
@@ -67,7 +77,8 @@ class SimPeer:
 
 class SimCluster:
     def __init__(self, profile: str | RdmaProfile = "rfc", *, controlled: bool = False,
-                 seed: int = 0, env: Mapping[str, str] | None = None, observer=None, **config):
+                 seed: int = 0, env: Mapping[str, str] | None = None, observer=None,
+                 lookup_for=None, **config):
         self.profile = profile if isinstance(profile, RdmaProfile) else rdma_profile(profile)
         self.controlled = controlled
         self.fabric = SimFabric(auto_deliver=not controlled)
@@ -75,6 +86,9 @@ class SimCluster:
         self.rng = random.Random(seed)
         self.config = RdmaConfig.from_env(env or {}, **config)
         self.directory = SimDirectory()
+        self.lookup_for = lookup_for or self.directory.lookup_for
+        """reader name -> ``lookup(segment, force)``; e.g. a ``SegmentCache(...).lookup`` over
+        ``directory.fetch``."""
         self.peers: dict[str, SimPeer] = {}
         self.observer = observer
         if observer is not None:
@@ -90,7 +104,7 @@ class SimCluster:
         node = self.fabric.add_node(name, gids)
         addr = node.memory.alloc(buffer_len, buffer_addr)
         tr = RdmaTransport(
-            name, [node.open(nic) for nic in nics], lookup=self.directory.lookup_for(name),
+            name, [node.open(nic) for nic in nics], lookup=self.lookup_for(name),
             rpc=self.rpc, profile=self.profile, config=self.config, clock=self.clock,
             instance_id=self._instance_id() if self.profile.name == "rfc" else None,
             observer=self.observer)

@@ -96,3 +96,14 @@ def test_remove_compares_identity_so_stale_pointers_are_harmless():
 def test_bad_store_type_is_named():
     with pytest.raises(ValueError, match="MC_ENDPOINT_STORE_TYPE"):
         EndpointStore(4, "LRU")
+
+
+@pytest.mark.parametrize("kind,expected", [("FIFO", 2), ("SIEVE", 3)])
+def test_total_qp_number_keeps_mooncakes_fifo_sieve_inconsistency(kind, expected):
+    store, _ = _store(kind)
+    live, retired = _ins(store, "a"), _ins(store, "b")
+    live.qps, retired.qps = [object(), object()], [object()]
+    live.depth, retired.depth = [], [Counter()]
+    retired.depth[0].add(1)
+    store.retire(retired, "cq_error")
+    assert store.total_qp_number() == expected

@@ -82,3 +82,13 @@ def test_exploration_finds_legacy_failure_and_its_token_replays_it(name, mc_seed
         again = replay(token)
         assert [str(v) for v in again.violations] == [str(v) for v in failure.violations]
         assert again.steps == failure.steps
+
+
+def test_eviction_of_a_posted_endpoint_is_two_phase_on_rfc_and_strands_work_on_legacy(mc_seed):
+    name = "eviction_while_posted"
+    good = run_once(name, "rfc", RoundRobin(), pinned=True)
+    assert good.violations == [] and good.quiescent
+    assert not explore(name, "rfc", 150, "pct", seed=mc_seed, depth=3).found
+    assert not explore(name, "rfc", 150, "random", seed=mc_seed).found
+    bad = run_once(name, "legacy", RoundRobin(), pinned=True)
+    assert {"stuck_slice", "counter_leak"} <= {v.kind for v in bad.violations}

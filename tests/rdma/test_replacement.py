@@ -135,3 +135,44 @@ def test_endpoints_are_retired_outside_the_target_state_mutex(controlled, settle
     cluster.restart_node("B")
     tr.lookup("B", True)
     assert held and not any(held)
+
+
+def test_works_over_the_metadata_segment_cache_and_detects_restart_after_ttl(settle):
+    from reference_engine.cache import SegmentCache
+    from reference_engine.profiles import TtlPolicy
+    from reference_engine.rdma.sim_cluster import SimCluster
+
+    now = [0]
+    caches = {}
+
+    def lookup_for(reader):
+        cache = SegmentCache(lambda seg: cluster.directory.fetch(seg), policy=TtlPolicy(1000),
+                             clock=lambda: now[0])
+        caches[reader] = cache
+        return cache.lookup
+
+    cluster = SimCluster("rfc", controlled=True, lookup_for=lookup_for, slice_size=4096,
+                         num_qp_per_ep=1)
+    a = cluster.add_node("A")
+    b = cluster.add_node("B")
+    tr = a.transport
+    t1 = tr.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+    settle(cluster)
+    assert t1.status() == "COMPLETED"
+    b2 = cluster.restart_node("B")
+    t2 = tr.submit("B", [(W, a.buffer_addr, 4096, b2.buffer_addr)])
+    assert tr.stats["replacements"] == 0, "within the TTL the cached snapshot is served"
+    settle(cluster)
+    assert t2.status() == "COMPLETED" and tr.stats["replacements"] == 1
+    assert caches["A"].counters.get("refresh_forced") >= 1
+    now[0] += 2_000_000_000
+    b3 = cluster.restart_node("B")
+    t3 = tr.submit("B", [(W, a.buffer_addr, 4096, b3.buffer_addr)])
+    assert tr.stats["replacements"] == 2, "past the TTL the lookup itself finds the new instance"
+    settle(cluster)
+    assert t3.status() == "COMPLETED"
+    cluster.directory.fail_refresh = 1000
+    b3.node.shutdown()
+    t4 = tr.submit("B", [(W, a.buffer_addr, 4096, b3.buffer_addr)])
+    settle(cluster)
+    assert t4.status() == "FAILED", "a failed forced refresh must not loop or succeed stale"

@@ -81,3 +81,26 @@ def test_free_running_soak_with_faults_finishes(env, mc_seed):
     completed = sum(t.status() == "COMPLETED" for t in tasks)
     print(f"soak: {completed}/{len(tasks)} transfers completed, stats {dict(a.transport.stats)}")
     assert completed > len(tasks) // 2
+
+
+def test_legacy_free_running_soak_never_deadlocks(mc_seed):
+    """Legacy may strand or double-complete slices; its threads must still stop."""
+    rng = random.Random(mc_seed)
+    cluster = SimCluster("legacy", slice_size=4096, destroy_timeout=0.05,
+                         rail_pause_seconds=0.01)
+    a = cluster.add_node("A", ["n0", "n1"])
+    b = cluster.add_node("B", ["n0", "n1"])
+    cluster.start()
+    try:
+        for _ in range(40):
+            a.transport.submit("B", [(Opcode.RDMA_WRITE, a.buffer_addr, 4 * 4096, b.buffer_addr)])
+            if rng.random() < 0.3:
+                cluster.fabric.inject(Fault(ERROR, status=rng.choice(ERRORS)))
+            if rng.random() < 0.1:
+                with cluster.fabric.lock:
+                    qps = [qp for ctx in a.node.contexts.values() for qp in ctx.qps]
+                if qps:
+                    cluster.fabric.raise_qp_fatal(rng.choice(qps))
+            time.sleep(0.001)
+    finally:
+        assert cluster.stop(timeout=10), "a legacy worker thread did not stop"
