@@ -6,6 +6,8 @@ profile it also carries the raw ``endpoint``/``qp_depth`` of its last post, as M
 
 from __future__ import annotations
 
+import threading
+
 PENDING = 0
 POSTED = 1
 SUCCESS = 2
@@ -92,17 +94,20 @@ class SliceTable:
     def __init__(self) -> None:
         self.slots: list[Slice | None] = []
         self.free: list[int] = []
+        self.lock = threading.Lock()
 
     def add(self, s: Slice) -> None:
-        if self.free:
-            i = self.free.pop()
-            self.slots[i] = s
-        else:
-            i = len(self.slots)
-            self.slots.append(s)
+        with self.lock:
+            if self.free:
+                i = self.free.pop()
+                self.slots[i] = s
+            else:
+                i = len(self.slots)
+                self.slots.append(s)
         s.index = i
 
     def remove(self, s: Slice) -> None:
-        if 0 <= s.index < len(self.slots) and self.slots[s.index] is s:
-            self.slots[s.index] = None
-            self.free.append(s.index)
+        with self.lock:
+            if 0 <= s.index < len(self.slots) and self.slots[s.index] is s:
+                self.slots[s.index] = None
+                self.free.append(s.index)

@@ -7,6 +7,8 @@ advances on every release, so a completion that arrives after its token was alre
 
 from __future__ import annotations
 
+import threading
+
 from reference_engine.rdma.counters import Counter
 
 INDEX_BITS = 24
@@ -35,13 +37,15 @@ class TokenPool:
         self.tokens: list[PostToken] = [PostToken(i) for i in range(initial)]
         self.free: list[PostToken] = list(reversed(self.tokens))
         self.live: dict[int, PostToken] = {}
+        self._grow = threading.Lock()
 
     def acquire(self, slice, endpoint, qp_depth: Counter, cq_outstanding: Counter) -> PostToken:
         try:
             tok = self.free.pop()
         except IndexError:
-            tok = PostToken(len(self.tokens))
-            self.tokens.append(tok)
+            with self._grow:
+                tok = PostToken(len(self.tokens))
+                self.tokens.append(tok)
         tok.slice = slice
         tok.endpoint = endpoint
         tok.generation = endpoint.generation

@@ -104,6 +104,7 @@ class WorkerPool:
                 yield from tr.retry(s, handoff=True)
             return
         failed = slices
+        refresh = False
         if tr.rails.available(path):
             ep = ctx.endpoint(path)
             if ep is not None:
@@ -116,16 +117,19 @@ class WorkerPool:
                     tr.rails.mark_failed(path, immediate=tr.has_alternative_rail(slices[0]))
                     yield from tr.profile.retire.for_handshake_failure(tr, ep)
                     yield P.RETIRE
+                    refresh = True
                 else:
                     yield P.BEFORE_POST
                     failed, rest = ep.post(slices, tr.ownership, tr.observer)
                     if failed and not ep.postable:
                         tr.stats["posts_refused_retired"] += len(failed)
+                    else:
+                        refresh = True
                     yield P.AFTER_POST
                     if rest:
                         self.enqueue(shard, path, rest)
         for s in failed:
-            yield from tr.retry(s, handoff=not ctx.active)
+            yield from tr.retry(s, handoff=not ctx.active, refresh=refresh)
 
     def _poll(self, cq, cq_outstanding):
         wcs = cq.poll(self.poll_batch)
