@@ -17,6 +17,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
@@ -171,6 +173,40 @@ def mc_toxiproxy(pytestconfig: pytest.Config, mc_config: McConfig,
         server.close()
 
 
+def _step(title: str) -> contextlib.AbstractContextManager[Any]:
+    """An allure step when allure is installed (it records only when a report is made)."""
+    try:
+        import allure  # noqa: PLC0415
+    except ImportError:
+        return contextlib.nullcontext()
+    return allure.step(title)
+
+
+@functools.cache
+def _stepped_proxy_class() -> type:
+    """A ``toxiproxy.Proxy`` whose fault injections show up as allure steps."""
+    from toxiproxy import Proxy  # noqa: PLC0415 (import-light plugin)
+
+    class SteppedProxy(Proxy):
+        def add_toxic(self, **kwargs: Any) -> None:
+            with _step(f"toxiproxy {self.name}: add toxic {kwargs}"):
+                return super().add_toxic(**kwargs)
+
+        def destroy_toxic(self, toxic_name: str) -> bool:
+            with _step(f"toxiproxy {self.name}: remove toxic {toxic_name}"):
+                return super().destroy_toxic(toxic_name)
+
+        def disable(self) -> Any:
+            with _step(f"toxiproxy {self.name}: disable (connections refused)"):
+                return super().disable()
+
+        def enable(self) -> Any:
+            with _step(f"toxiproxy {self.name}: enable"):
+                return super().enable()
+
+    return SteppedProxy
+
+
 class Faults:
     """Network faults for one test: proxies on a Toxiproxy server, removed when the test ends."""
 
@@ -209,8 +245,11 @@ class Faults:
         id appended, so workers do not collide; use the returned object's ``name``."""
         full = name + self._suffix
         self._made.append(full)
-        proxy = self.client().create(upstream=upstream, name=full, listen="127.0.0.1:0",
-                                     enabled=enabled)
+        with _step(f"toxiproxy: proxy {full} -> {upstream}"):
+            made = self.client().create(upstream=upstream, name=full, listen="127.0.0.1:0",
+                                        enabled=enabled)
+        proxy = _stepped_proxy_class()(name=made.name, upstream=made.upstream,
+                                       enabled=made.enabled, listen=made.listen)
         return proxy, proxy.listen
 
     def cleanup(self) -> list[str]:

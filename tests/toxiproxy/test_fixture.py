@@ -3,6 +3,7 @@ session, and --mc-toxiproxy uses a given server instead of starting one."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -121,3 +122,23 @@ def test_a_dead_embedded_server_is_reported_with_its_log(pytester: pytest.Pytest
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*the embedded Toxiproxy server exited*", "*mc-toxiproxy ready*"])
+
+
+def test_fault_injections_are_allure_steps(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        def test_faults(mc_faults):
+            proxy, addr = mc_faults.proxy("meta", "127.0.0.1:9")
+            proxy.add_toxic(type="latency", attributes={"latency": 5})
+            with proxy.down():
+                pass
+            proxy.destroy_toxic("latency_downstream")
+    """)
+    results = pytester.path / "allure"
+    result = pytester.runpytest_subprocess(f"--alluredir={results}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    steps = [step["name"] for path in results.glob("*-result.json")
+             for step in json.loads(path.read_text()).get("steps", [])]
+    assert steps == ["toxiproxy: proxy meta -> 127.0.0.1:9",
+                     "toxiproxy meta: add toxic {'type': 'latency', 'attributes': {'latency': 5}}",
+                     "toxiproxy meta: disable (connections refused)", "toxiproxy meta: enable",
+                     "toxiproxy meta: remove toxic latency_downstream"], steps
