@@ -42,6 +42,10 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
         "pytest_mooncake.targets.docker:DockerTarget",
         "Mooncake in containers through the docker SDK: docker:IMAGE",
     ),
+    "cluster": (
+        "pytest_mooncake.targets.cluster:ClusterTarget",
+        "an existing deployment described by a TOML manifest: cluster:FILE",
+    ),
 }
 """name -> (module:class, one-line description). External targets add themselves here."""
 

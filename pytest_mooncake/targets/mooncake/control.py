@@ -35,16 +35,18 @@ def unb64(text: str) -> bytes:
 class ControlClient:
     """One persistent connection to a driver; ``call`` sends a command and waits (bounded)."""
 
-    def __init__(self, process: ManagedProcess, port: int, timeout: float = 60.0):
+    def __init__(self, process: ManagedProcess, port: int, timeout: float = 60.0,
+                 host: str = "127.0.0.1"):
         self.process = process
         self.port = port
+        self.host = host
         self.timeout = timeout
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._stream: Any = None
 
     def _connect(self) -> None:
-        self._sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        self._sock = socket.create_connection((self.host, self.port), timeout=5)
         self._sock.settimeout(self.timeout)
         self._stream = self._sock.makefile("rwb")
 

@@ -21,6 +21,7 @@ import mmap
 import os
 import socket
 import sys
+import threading
 import traceback
 
 PROT_RW = mmap.PROT_READ | mmap.PROT_WRITE
@@ -254,35 +255,50 @@ class StoreDriver:
 
 
 def serve(driver, ready_file: str, host: str = "127.0.0.1", port: int = 0) -> None:
-    """Answer commands one connection at a time until ``stop`` (or the parent goes away)."""
+    """Answer commands until ``stop``: one thread per connection (the test process and a
+    cluster manifest's attachment may both hold one), one command at a time."""
     listener = socket.create_server((host, port))
+    listener.settimeout(0.2)
     info = {"control_port": listener.getsockname()[1], **driver.info()}
     tmp = ready_file + ".tmp"
     with open(tmp, "w") as f:
         json.dump(info, f)
     os.replace(tmp, ready_file)
     print(f"driver ready: {json.dumps(info)}", flush=True)
-    while True:
-        conn, _ = listener.accept()
-        with conn, conn.makefile("rwb") as stream:
-            for line in stream:
-                try:
-                    cmd = json.loads(line)
-                    if not isinstance(cmd, dict):
-                        raise CommandError("a command is a JSON object")
-                    if cmd.get("op") == "stop":
-                        stream.write(b'{"ok": true}\n')
-                        stream.flush()
-                        print("driver stopping on request", flush=True)
-                        return
+    lock = threading.Lock()
+    stopping = threading.Event()
+    while not stopping.is_set():
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        conn.settimeout(None)
+        threading.Thread(target=_session, args=(driver, conn, lock, stopping), daemon=True).start()
+    listener.close()
+    print("driver stopping on request", flush=True)
+
+
+def _session(driver, conn: socket.socket, lock: threading.Lock, stopping: threading.Event) -> None:
+    with conn, conn.makefile("rwb") as stream:
+        for line in stream:
+            try:
+                cmd = json.loads(line)
+                if not isinstance(cmd, dict):
+                    raise CommandError("a command is a JSON object")
+                if cmd.get("op") == "stop":
+                    stream.write(b'{"ok": true}\n')
+                    stream.flush()
+                    stopping.set()
+                    return
+                with lock:
                     reply = driver.handle(cmd)
-                except (CommandError, KeyError, ValueError, TypeError) as exc:
-                    reply = {"ok": False, "error": f"bad command: {type(exc).__name__}: {exc}"}
-                except Exception as exc:  # noqa: BLE001 (report to the parent, keep serving)
-                    traceback.print_exc()
-                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                stream.write(json.dumps(reply).encode() + b"\n")
-                stream.flush()
+            except (CommandError, KeyError, ValueError, TypeError) as exc:
+                reply = {"ok": False, "error": f"bad command: {type(exc).__name__}: {exc}"}
+            except Exception as exc:  # noqa: BLE001 (report to the parent, keep serving)
+                traceback.print_exc()
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            stream.write(json.dumps(reply).encode() + b"\n")
+            stream.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,89 @@ from pytest_mooncake.targets.mooncake.placement import Placement
 ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_timeout")
 
 
-class MooncakeEngine:
+class DriverCommands:
+    """Observation and transfer commands over a driver's control channel; shared by engines this
+    package starts and engines of an existing deployment (the cluster target)."""
+
+    segment: str
+    metadata: MetadataHandle
+    lacks: dict[Capability, str]
+    info: dict[str, Any]
+    control: ControlClient | None
+
+    def raw_descriptor(self) -> bytes | None:
+        return self.metadata.get(self.metadata.segment_key(self.segment))
+
+    def descriptor(self) -> Mapping[str, Any]:
+        raw = self.raw_descriptor()
+        if raw is None:
+            raise LookupError(f"no descriptor under {self.metadata.segment_key(self.segment)!r} "
+                              f"in {self.metadata.uri}")
+        return json.loads(raw)
+
+    def buffers(self) -> list[tuple[int, int]]:
+        return [(int(a), int(n)) for a, n in self.info.get("buffers", [])]
+
+    def _call(self, op: str, **args: Any) -> dict[str, Any]:
+        if self.control is None:
+            raise ControlError(f"engine {self.segment!r} was never started")
+        return self.control.call(op, **args)
+
+    @staticmethod
+    def _result(reply: Mapping[str, Any]) -> TransferResult:
+        data = unb64(reply["data"]) if reply.get("data") is not None else None
+        return TransferResult(ok=bool(reply.get("ok")), data=data, error=reply.get("error"))
+
+    def write(self, peer: str, offset: int, data: bytes) -> TransferResult:
+        return self._result(self._call("write", peer=peer, offset=offset, data=b64(data)))
+
+    def read(self, peer: str, offset: int, length: int) -> TransferResult:
+        return self._result(self._call("read", peer=peer, offset=offset, length=length))
+
+    def write_at(self, peer: str, address: int, data: bytes) -> TransferResult:
+        return self._result(self._call("write_at", peer=peer, address=address, data=b64(data)))
+
+    def read_at(self, peer: str, address: int, length: int) -> TransferResult:
+        return self._result(self._call("read_at", peer=peer, address=address, length=length))
+
+    def lookup(self, peer: str, force: bool = False) -> LookupResult:
+        if force:
+            raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
+                Capability.CACHE_CONTROL, "the engine offers no forced metadata refresh"))
+        reply = self._call("lookup", peer=peer)
+        if not reply.get("ok"):
+            return LookupResult(ok=False, error=reply.get("error"))
+        addr = int(reply["first_buffer_address"])
+        return LookupResult(ok=True, descriptor={"name": peer, "buffers": [{"addr": addr}]})
+
+    def set_ttl_ms(self, ttl_ms: int) -> None:
+        raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
+            Capability.CACHE_CONTROL, "the engine has no metadata cache TTL setting"))
+
+    def stats(self) -> Mapping[str, int]:
+        raise TargetLacks(Capability.ENGINE_COUNTERS, self.lacks.get(
+            Capability.ENGINE_COUNTERS, "the engine exposes no counters"))
+
+    def driver_stats(self) -> Mapping[str, int]:
+        """What the driver itself counted (transfers and lookups it issued and their outcome);
+        not engine counters."""
+        return self._call("stats")["counts"]
+
+    def local_read(self, offset: int, length: int) -> bytes:
+        """Bytes of this engine's own registered buffer (read in its process)."""
+        reply = self._call("peek", offset=offset, length=length)
+        if not reply.get("ok"):
+            raise ValueError(reply.get("error"))
+        return unb64(reply["data"])
+
+    def local_write(self, offset: int, data: bytes) -> None:
+        """Write into this engine's own registered buffer (in its process)."""
+        reply = self._call("poke", offset=offset, data=b64(data))
+        if not reply.get("ok"):
+            raise ValueError(reply.get("error"))
+
+
+class MooncakeEngine(DriverCommands):
     """One real TransferEngine (tcp) publishing ``segment`` with one registered buffer.
 
     ``lookup`` asks the engine for the peer's first buffer address (``get_first_buffer_address``,
@@ -125,79 +207,6 @@ class MooncakeEngine:
 
     def logs(self) -> str:
         return self.process.log_text() if self.process is not None else ""
-
-    # ------------------------------------------------------------------ observation
-
-    def raw_descriptor(self) -> bytes | None:
-        return self.metadata.get(self.metadata.segment_key(self.segment))
-
-    def descriptor(self) -> Mapping[str, Any]:
-        raw = self.raw_descriptor()
-        if raw is None:
-            raise LookupError(f"no descriptor under {self.metadata.segment_key(self.segment)!r} "
-                              f"in {self.metadata.uri}")
-        return json.loads(raw)
-
-    def buffers(self) -> list[tuple[int, int]]:
-        return [(int(a), int(n)) for a, n in self.info.get("buffers", [])]
-
-    def _call(self, op: str, **args: Any) -> dict[str, Any]:
-        if self.control is None:
-            raise ControlError(f"engine {self.segment!r} was never started")
-        return self.control.call(op, **args)
-
-    @staticmethod
-    def _result(reply: Mapping[str, Any]) -> TransferResult:
-        data = unb64(reply["data"]) if reply.get("data") is not None else None
-        return TransferResult(ok=bool(reply.get("ok")), data=data, error=reply.get("error"))
-
-    def write(self, peer: str, offset: int, data: bytes) -> TransferResult:
-        return self._result(self._call("write", peer=peer, offset=offset, data=b64(data)))
-
-    def read(self, peer: str, offset: int, length: int) -> TransferResult:
-        return self._result(self._call("read", peer=peer, offset=offset, length=length))
-
-    def write_at(self, peer: str, address: int, data: bytes) -> TransferResult:
-        return self._result(self._call("write_at", peer=peer, address=address, data=b64(data)))
-
-    def read_at(self, peer: str, address: int, length: int) -> TransferResult:
-        return self._result(self._call("read_at", peer=peer, address=address, length=length))
-
-    def lookup(self, peer: str, force: bool = False) -> LookupResult:
-        if force:
-            raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
-                Capability.CACHE_CONTROL, "the engine offers no forced metadata refresh"))
-        reply = self._call("lookup", peer=peer)
-        if not reply.get("ok"):
-            return LookupResult(ok=False, error=reply.get("error"))
-        addr = int(reply["first_buffer_address"])
-        return LookupResult(ok=True, descriptor={"name": peer, "buffers": [{"addr": addr}]})
-
-    def set_ttl_ms(self, ttl_ms: int) -> None:
-        raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
-            Capability.CACHE_CONTROL, "the engine has no metadata cache TTL setting"))
-
-    def stats(self) -> Mapping[str, int]:
-        raise TargetLacks(Capability.ENGINE_COUNTERS, self.lacks.get(
-            Capability.ENGINE_COUNTERS, "the engine exposes no counters"))
-
-    def driver_stats(self) -> Mapping[str, int]:
-        """What the driver itself counted (transfers and lookups it issued and their outcome);
-        not engine counters."""
-        return self._call("stats")["counts"]
-
-    def local_read(self, offset: int, length: int) -> bytes:
-        """Bytes of this engine's own registered buffer (read in its process)."""
-        reply = self._call("peek", offset=offset, length=length)
-        if not reply.get("ok"):
-            raise ValueError(reply.get("error"))
-        return unb64(reply["data"])
-
-    def local_write(self, offset: int, data: bytes) -> None:
-        """Write into this engine's own registered buffer (in its process)."""
-        reply = self._call("poke", offset=offset, data=b64(data))
-        if not reply.get("ok"):
-            raise ValueError(reply.get("error"))
 
     def __repr__(self) -> str:
         return f"<MooncakeEngine {self.segment} pid={self.pid} alive={self.alive()}>"

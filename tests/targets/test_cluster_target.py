@@ -1,0 +1,188 @@
+"""The cluster target: manifest validation, n/a for what the manifest does not permit, and
+never stopping or killing what it observes (checked against real 0.3.13 processes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_mooncake.targets import UnknownTarget, resolve_target
+from pytest_mooncake.targets.base import Capability, TargetLacks
+from pytest_mooncake.targets.cluster import ClusterTarget, load_manifest
+
+EXAMPLE = Path(__file__).parents[2] / "fixtures" / "clusters" / "example.toml"
+
+
+def manifest(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_example_manifest_is_valid():
+    m = load_manifest(EXAMPLE)
+    assert m.name == "example" and m.version == "0.3.13"
+    assert m.etcd == ("127.0.0.1:2379",)
+    assert [x.admin for x in m.masters] == ["http://127.0.0.1:9003", "http://127.0.0.1:9004"]
+    assert [(e.segment, e.control, e.aliases) for e in m.engines] == [
+        ("node-a", "127.0.0.1:7000", ("seg-a",)), ("node-b", "127.0.0.1:7001", ("seg-b",))]
+    assert m.allow == {"observe", "transfers", "metadata_faults"}
+    target = resolve_target(f"cluster:{EXAMPLE}")
+    assert target.version == "cluster example (0.3.13)"
+    assert target.capabilities == {Capability.ENGINE, Capability.MASTER_CLUSTER,
+                                   Capability.METADATA_ETCD, Capability.METADATA_FAULTS}
+
+
+@pytest.mark.parametrize("text, field", [
+    ('[etcd]\nendpoints = "127.0.0.1:2379"\n', "[etcd].endpoints: expected an array"),
+    ('[etcd]\nendpoints = ["nohost"]\n', "[etcd].endpoints[0]: expected host:port, got 'nohost'"),
+    ('[etcd]\nendpoints = ["h:99999"]\n', "[etcd].endpoints[0]: expected host:port"),
+    ('[[masters]]\nadmin = "ftp://x"\n', "[[masters]][0].admin: expected an http:// or https:// URL"),
+    ('[[masters]]\nrpc = "h:1"\n', "[[masters]][0]: missing key admin"),
+    ('[[masters]]\nadmin = "http://h:1"\nport = 3\n', "[[masters]][0]: unknown key(s) port"),
+    ('[[engines]]\nsegment = "a"\n', "[[engines]][0]: missing key control"),
+    ('[[engines]]\nsegment = ""\ncontrol = "h:1"\n', "[[engines]][0].segment: expected a non-empty"),
+    ('[[engines]]\nsegment = "a"\ncontrol = "h:1"\n[[engines]]\nsegment = "b"\ncontrol = "h:2"\n'
+     'aliases = ["a"]\n', "[[engines]]: segment name(s) listed twice: a"),
+    ('[faults]\nallow = ["observe", "kill_everything"]\n',
+     "[faults].allow[1]: unknown permission 'kill_everything'"),
+    ('[faults]\nallow = ["metadata_faults"]\n', "[faults].allow: metadata_faults needs [toxiproxy].url"),
+    ('[toxiproxy]\nurl = "localhost:8474"\n', "[toxiproxy].url: expected an http"),
+    ('[fault]\nallow = []\n', "top level: unknown key(s) fault"),
+    ('[etcd\nendpoints = 3\n', "not valid TOML"),
+])
+def test_invalid_manifests_name_the_file_and_the_field(tmp_path, text, field):
+    path = manifest(tmp_path, text)
+    with pytest.raises(UnknownTarget) as err:
+        resolve_target(f"cluster:{path}")
+    assert str(err.value).startswith(f"{path}: ")
+    assert field in str(err.value)
+
+
+def test_missing_file_and_missing_spec_are_usage_errors(tmp_path):
+    with pytest.raises(UnknownTarget, match="no such manifest file"):
+        resolve_target(f"cluster:{tmp_path}/absent.toml")
+    with pytest.raises(UnknownTarget, match="needs a manifest"):
+        resolve_target("cluster")
+
+
+def test_observe_only_manifest_makes_faults_and_transfers_na(tmp_path):
+    path = manifest(tmp_path, '[etcd]\nendpoints = ["127.0.0.1:1"]\n[[engines]]\nsegment = "a"\n'
+                              'control = "127.0.0.1:1"\n[faults]\nallow = ["observe"]\n')
+    target = resolve_target(f"cluster:{path}")
+    assert target.capabilities == {Capability.METADATA_ETCD}
+    assert target.missing(Capability.ENGINE) == (
+        f"cluster:{path} does not permit transfers (allow = ['observe'])")
+    assert "does not permit metadata_faults" in target.missing(Capability.METADATA_FAULTS)
+    assert "never starts, restarts or kills" in target.missing(Capability.ENGINE_RESTART)
+    assert "lists no [[masters]]" in target.missing(Capability.MASTER_CLUSTER)
+    meta = target.metadata_store("etcd")
+    with pytest.raises(TargetLacks, match="does not permit metadata_writes"):
+        meta.put("mooncake/ram/x", b"{}")
+    with pytest.raises(TargetLacks, match="does not permit metadata_writes"):
+        meta.delete("mooncake/ram/x")
+    with pytest.raises(TargetLacks, match="routing metadata through"):
+        meta.through("127.0.0.1:2")
+    with pytest.raises(TargetLacks, match="does not permit transfers"):
+        target.start_engine("a", meta)
+
+
+def test_session_with_cluster_target_is_na_or_usage_error(pytester: pytest.Pytester, tmp_path):
+    good = manifest(tmp_path, '[faults]\nallow = ["observe"]\n')
+    pytester.makepyfile(test_tiny='''
+import pytest
+
+@pytest.mark.mc_requires("engine")
+def test_engine(mc_engine):
+    mc_engine("x")
+
+@pytest.mark.mc_requires("metadata_faults")
+def test_faults():
+    pass
+''')
+    result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{good}",
+                                           "-rs", timeout=60)
+    result.assert_outcomes(skipped=2)
+    assert f"n/a: cluster:{good} lists no [[engines]]" in result.stdout.str()
+    bad = manifest(tmp_path, '[[masters]]\nadmin = "nope"\n', name="bad.toml")
+    result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{bad}",
+                                           timeout=60)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"{bad}: [[masters]][0].admin: expected an http" in result.stderr.str()
+
+
+# ------------------------------------------------------------------ against real 0.3.13 processes
+
+
+def test_attached_engines_transfer_but_are_never_stopped_or_killed(mooncake_target, mc_etcd,
+                                                                 tmp_path):
+    meta = mooncake_target.metadata_store("etcd")
+    tag = f"{os.getpid()}"
+    a = mooncake_target.start_engine(f"cl-a-{tag}", meta)
+    b = mooncake_target.start_engine(f"cl-b-{tag}", meta)
+    try:
+        path = manifest(tmp_path, f'''
+[etcd]
+endpoints = ["{mc_etcd.endpoints[0]}"]
+[[engines]]
+segment = "{a.segment}"
+control = "127.0.0.1:{a.info['control_port']}"
+aliases = ["seg-a"]
+[[engines]]
+segment = "{b.segment}"
+control = "127.0.0.1:{b.info['control_port']}"
+[faults]
+allow = ["observe", "transfers"]
+''')
+        target = resolve_target(f"cluster:{path}")
+        assert isinstance(target, ClusterTarget)
+        cmeta = target.metadata_store("etcd")
+        ca = target.start_engine("seg-a", cmeta)
+        cb = target.start_engine(b.segment, cmeta)
+        assert ca.segment == a.segment and ca.pid == a.pid
+        assert ca.descriptor()["name"] == a.segment
+        assert ca.write(cb.segment, 64, b"via-manifest").ok
+        assert b.local_read(64, 12) == b"via-manifest"
+        with pytest.raises(TargetLacks, match="never kills engines"):
+            ca.kill()
+        with pytest.raises(TargetLacks, match="never restarts engines"):
+            ca.restart()
+        with pytest.raises(TargetLacks, match="lists no engine 'seg-z'"):
+            target.start_engine("seg-z", cmeta)
+        with pytest.raises(TargetLacks, match="does not permit metadata_writes"):
+            cmeta.put(cmeta.segment_key(a.segment), b"{}")
+        ca.stop()
+        cb.stop()
+        assert a.alive() and b.alive()
+        os.kill(a.pid, 0)
+        assert a.write(b.segment, 0, b"still-running").ok
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_observed_masters_report_a_leader_and_are_never_killed(mooncake_target, tmp_path):
+    if mooncake_target.missing(Capability.MASTER_CLUSTER):
+        pytest.skip("n/a: " + mooncake_target.missing(Capability.MASTER_CLUSTER))
+    real = mooncake_target.master_cluster(masters=2, clients=0)
+    try:
+        leader = real.leader(timeout=30)
+        admins = "\n".join(f'[[masters]]\nadmin = "{m.admin}"\n' for m in real.masters)
+        path = manifest(tmp_path, admins + '[faults]\nallow = ["observe"]\n')
+        target = resolve_target(f"cluster:{path}")
+        observed = target.master_cluster(masters=2, clients=0)
+        assert observed.leader(timeout=10) == leader
+        assert observed.standbys() == [1 - leader]
+        assert observed.key_count(leader) == 0
+        with pytest.raises(TargetLacks, match="never kills masters"):
+            observed.kill_master(leader)
+        with pytest.raises(TargetLacks, match="exposes no promotability endpoint"):
+            observed.promotable(1 - leader)
+        with pytest.raises(TargetLacks, match="never starts store clients"):
+            target.master_cluster(masters=2, clients=1)
+        observed.close()
+        assert real.alive(0) and real.alive(1)
+    finally:
+        real.close()
