@@ -32,7 +32,7 @@ SLICE = 4096
 BATCH = 64
 
 
-def hot_path(ownership, batches: int) -> float:
+def hot_path(ownership, batches: int, points: list | None = None) -> float:
     """Slices per CPU second through submit, post, deliver, poll and completion handling."""
     profile = dataclasses.replace(RFC, name=f"bench-{ownership.__name__}",
                                   make_ownership=ownership)
@@ -48,13 +48,42 @@ def hot_path(ownership, batches: int) -> float:
             next(worker)
         tr.free_task(task)
     start = time.process_time()
+    resumes = 0
     for _ in range(batches):
         task = tr.submit("B", request)
         while not task.done:
             next(worker)
+            resumes += 1
         tr.free_task(task)
     elapsed = time.process_time() - start
     assert task.status() == "COMPLETED"
+    if points is not None:
+        points.append(resumes / batches)
+    return batches * BATCH / elapsed
+
+
+def free_running(profile: str, batches: int) -> float:
+    """Slices per wall second with real worker threads (2 per NIC, 2 NICs) and 4 batches in flight."""
+    cluster = SimCluster(profile, slice_size=SLICE)
+    a = cluster.add_node("A", ["n0", "n1"], buffer_len=4 * BATCH * SLICE)
+    b = cluster.add_node("B", ["n0", "n1"], buffer_len=4 * BATCH * SLICE)
+    tr = a.transport
+    cluster.start()
+    try:
+        start = time.perf_counter()
+        tasks = []
+        for i in range(batches):
+            off = (i % 4) * BATCH * SLICE
+            tasks.append(tr.submit("B", [(Opcode.RDMA_WRITE, a.buffer_addr + off, BATCH * SLICE,
+                                          b.buffer_addr + off)]))
+            while len(tasks) >= 4:
+                tasks = [t for t in tasks if not t.done]
+                time.sleep(0.0001)
+        while any(not t.done for t in tasks):
+            time.sleep(0.0001)
+        elapsed = time.perf_counter() - start
+    finally:
+        cluster.stop()
     return batches * BATCH / elapsed
 
 
@@ -84,9 +113,9 @@ def main() -> None:
     reps, batches = (3, 150) if args.quick else (7, 400)
     n_sched, seeds = (300, 7) if args.quick else (1500, 21)
 
-    tokens, slices = [], []
+    tokens, slices, points = [], [], []
     for _ in range(reps):
-        tokens.append(hot_path(TokenOwnership, batches))
+        tokens.append(hot_path(TokenOwnership, batches, points))
         slices.append(hot_path(SliceOwnership, batches))
     tok, sl = statistics.median(tokens), statistics.median(slices)
 
@@ -97,6 +126,12 @@ def main() -> None:
           f"| {tok:,.0f} slices/s |")
     print(f"| same path, slice as wr_id | {sl:,.0f} slices/s |")
     print(f"| tokens relative to slice-as-wr_id (target >= 95 %) | {100 * tok / sl:.1f} % |")
+    print(f"| yield points resumed per 64-slice batch (the free-running cost of the scheduler "
+          f"hooks) | {statistics.median(points):.0f} |")
+    for profile in ("rfc", "legacy"):
+        rate = statistics.median(free_running(profile, batches // 4) for _ in range(3))
+        print(f"| free-running, real threads (2 NICs x 2 workers), {profile} | "
+              f"{rate:,.0f} slices/s wall |")
     for strategy in ("random", "pct"):
         cpu, wall, steps = schedules_per_second(strategy, n_sched)
         print(f"| schedules/s, two workers, {steps:.0f} steps, {strategy} (target >= 1,000 "
