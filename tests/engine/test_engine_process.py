@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import sys
 
 import pytest
@@ -44,6 +45,13 @@ def test_engine_process_publishes_serves_and_stops_cleanly(mc_processes, mc_etcd
         ca.call("dance")
     with pytest.raises(ControlError, match="'offset' must be an integer"):
         ca.call("read", peer="proc-b", offset="1", length=1)
+    raw = socket.create_connection(("127.0.0.1", ra["control_port"]), timeout=10)
+    raw.sendall(b"{not json\n[1,2]\n")
+    replies = raw.makefile("rb")
+    assert b"JSONDecodeError" in replies.readline()
+    assert b"a request is a JSON object" in replies.readline()
+    raw.close()
+    assert ca.call("info")["segment"] == "proc-a", "bad requests did not hurt the engine"
     ca.call("stop")
     assert a.wait_exit(10) == 0
     assert store.get(KeyLayout().segment_key("proc-a")) is None, "clean stop removes its key"
