@@ -29,7 +29,7 @@ import itertools
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -359,9 +359,11 @@ def transfers_reach_new_instance(history: History | Iterable[Op],
 
     - a transfer's completion names the ``instance`` that served it: it must be the one
       announced last before the transfer began, or a later one;
-    - final reads of the peer's memory: every write acknowledged after the peer's last
-      replacement is there, unless a later write explains what is (writes before the last
-      replacement are gone with the old process and are not judged).
+    - reads of the peer's memory (remote reads, and final reads of its own memory): a read
+      that began after replacement *i* and ended before the kill that led to replacement
+      *i+1* sees every write acknowledged since replacement *i*, unless a later write
+      explains what it saw. Writes before a replacement are gone with the old process and
+      are not judged; reads that overlap a kill are not judged.
     """
     name = "transfers-reach-new-instance"
     ops = _ops(history)
@@ -392,23 +394,46 @@ def transfers_reach_new_instance(history: History | Iterable[Op],
              f"before the transfer began" for t, cur in bad]
     involved: list[Call] = [c for pair_ in bad for c in pair_]
 
-    last_replacement = {seg: max(a.completion.time for a in cs) for seg, cs in announced.items()}
-    since = [c for c in calls if (c.f in writes and c.start > last_replacement.get(
-        segment_of(c.key), -1)) or (c.f in reads and c.final)]
-    lost = no_lost_acks([op for c in since for op in c.ops], puts=writes, removes=(),
-                        reads=reads, scans=())
-    if lost.valid is False:
-        lines.append("acknowledged after the last replacement but not in the peer's memory "
-                     "(reached a stale instance, or was lost):" + lost.explanation.split(":", 1)[1])
-        involved += [c for c in calls if any(op in lost.ops for op in c.ops)]
+    missed = 0
+    for seg in sorted({segment_of(c.key) for c in calls if c.f in transfers}, key=str):
+        for ws, rs in _epochs(ops, calls, seg, announced.get(seg, []), writes, reads):
+            lost = no_lost_acks([op for c in ws + rs for op in c.ops], final_only=False,
+                                puts=writes, removes=(), reads=reads, scans=())
+            if lost.valid is False:
+                missed += 1
+                lines.append(lost.explanation.split(":", 1)[1].strip()
+                             .replace("stale read", "read"))
+                involved += [c for c in ws + rs if any(op in lost.ops for op in c.ops)]
+    if missed:
+        lines.insert(len(bad), "reads of the peer's memory missed writes acknowledged since "
+                     "its last replacement (they reached a stale instance, or were lost):")
     if lines:
-        return CheckResult(name, False, f"{len(bad) + (lost.valid is False)} violation(s):"
-                           + _listing(lines), _ops_of(involved))
-    if not any(announced.values()):
-        return CheckResult(name, True, "no replacement announced; nothing to judge")
-    finals = "" if lost.valid is None else "; final reads saw every write since the replacement"
-    return CheckResult(name, True, f"{judged} transfer(s) after a replacement reached the "
-                       f"current instance{finals}")
+        return CheckResult(name, False, f"{len(bad)} transfer(s) served by a stale instance, "
+                           f"{missed} epoch(s) with missed writes:" + _listing(lines),
+                           _ops_of(involved))
+    replacements = sum(len(a) for a in announced.values())
+    return CheckResult(name, True, f"{replacements} replacement(s); {judged} transfer(s) named "
+                       f"the current instance; reads saw every write since the replacement")
+
+
+def _epochs(ops: list[Op], calls: list[Call], segment: Any, announcements: list[Call],
+            writes: Sequence[str], reads: Sequence[str]) -> Iterator[tuple[list[Call], list[Call]]]:
+    """Per incarnation of ``segment``: (writes since it began, ok reads within it)."""
+    heals = sorted(announcements, key=lambda a: a.completion.time)
+    injects = sorted(op.time for op in ops if op.process == NEMESIS and op.f == INJECT
+                     and op.type == "invoke" and op.key == segment)
+    starts = [-math.inf] + [a.completion.time for a in heals]
+    ends = []
+    for a in heals:
+        kills = [t for t in injects if t <= a.start]
+        ends.append(kills[-1] if kills else a.start)
+    ends.append(math.inf)
+    mine = [c for c in calls if segment_of(c.key) == segment]
+    for begin, end in zip(starts, ends, strict=True):
+        ws = [c for c in mine if c.f in writes and c.start > begin]
+        rs = [c for c in mine if c.f in reads and c.ok and c.start >= begin and c.end < end]
+        if rs:
+            yield ws, rs
 
 
 # ------------------------------------------------------------------ recovery

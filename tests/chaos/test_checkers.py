@@ -192,8 +192,22 @@ def test_final_reads_of_the_new_instance_judge_writes_since_the_replacement() ->
     missing = _replacement("i2").call(2, "read", "A/1", 10, 11, result=None, final=True)
     result = transfers_reach_new_instance(missing.ops())
     assert result.valid is False
-    assert "not in the peer's memory" in result.explanation and "A/1='y'" in result.explanation
+    assert "missed writes" in result.explanation and "A/1='y'" in result.explanation
     assert {op.f for op in result.ops} == {"write", "read"}
+
+
+def test_remote_reads_are_judged_per_incarnation() -> None:
+    base = (Build().call(0, "write", "A/0", 0, 1, arg="x")
+            .call(1, "read", "A/0", 1.5, 1.8, result="x")
+            .call(NEMESIS, "inject", "A", 2, 3, type="info")
+            .call(1, "read", "A/0", 2.5, 3.5, result=None)      # overlaps the kill: not judged
+            .call(NEMESIS, "heal", "A", 3, 4, type="info", instance="i2")
+            .call(1, "read", "A/0", 4.5, 4.8, result=None)      # new memory: x is gone, fine
+            .call(0, "write", "A/0", 5, 6, arg="y"))
+    assert transfers_reach_new_instance(base.ops()).valid is True
+    stale = base.call(1, "read", "A/0", 7, 8, result=None)
+    result = transfers_reach_new_instance(stale.ops())
+    assert result.valid is False and "A/0='y'" in result.explanation
 
 
 # ------------------------------------------------------------------ recovery
