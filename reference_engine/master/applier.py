@@ -9,6 +9,8 @@ from reference_engine.master.model import SegmentInfo, WireError
 from reference_engine.master.oplog import OpLogEntry, OpType
 from reference_engine.master.replicated import CORRUPT, ReplicatedState
 
+_loads = json.JSONDecoder().decode
+
 
 class SequenceGap(Exception):
     """An entry arrived ahead of the expected sequence: something between was lost."""
@@ -54,7 +56,7 @@ class OpLogApplier:
         objects = self.state.objects
         if op is OpType.PUT_END:
             try:
-                value = json.loads(entry.payload)
+                value = _loads(entry.payload.decode())
                 if not isinstance(value, dict):
                     raise ValueError("not an object")
             except (ValueError, UnicodeDecodeError):

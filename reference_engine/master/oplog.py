@@ -14,8 +14,9 @@ import binascii
 import enum
 import json
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from reference_engine.master.xxh32 import xxh32
 
@@ -40,8 +41,7 @@ class OpLogCodecError(ValueError):
     """A stored record that does not decode; the message names the key and the field."""
 
 
-@dataclass(frozen=True)
-class OpLogEntry:
+class OpLogEntry(NamedTuple):
     sequence_id: int
     op_type: OpType
     object_key: str
@@ -124,27 +124,22 @@ class BatchRecord:
         if not _is_uint(checksum) or xxh32(_compact(arr[:5])) != checksum:
             raise OpLogCodecError(f"{where}.checksum: mismatch")
         entries = []
+        ops = _OP_TYPES
         for i, item in enumerate(items):
-            at = f"{where}.entries[{i}]"
-            if not isinstance(item, list) or len(item) != 4:
-                raise OpLogCodecError(f"{at}: not [op_type, tenant, key, payload]")
-            op, tenant, key, b64 = item
             try:
-                op_type = OpType(op)
-            except ValueError:
-                raise OpLogCodecError(f"{at}.op_type: unknown {op!r}") from None
-            if not isinstance(tenant, str) or not isinstance(key, str) or not isinstance(b64, str):
-                raise OpLogCodecError(f"{at}: tenant, key and payload must be strings")
-            if len(key.encode()) > MAX_KEY_BYTES:
-                raise OpLogCodecError(f"{at}.object_key: longer than {MAX_KEY_BYTES} bytes")
-            try:
-                payload = base64.b64decode(b64, validate=True)
-            except binascii.Error:
-                raise OpLogCodecError(f"{at}.payload: not canonical base64") from None
-            if base64.b64encode(payload).decode() != b64:
-                raise OpLogCodecError(f"{at}.payload: not canonical base64")
-            if len(payload) > MAX_PAYLOAD_BYTES:
-                raise OpLogCodecError(f"{at}.payload: larger than {MAX_PAYLOAD_BYTES} bytes")
+                op, tenant, key, b64 = item
+                op_type = ops[op]
+                if type(tenant) is not str or type(key) is not str:
+                    raise TypeError
+                payload = _b64decode(b64)
+                if b64.endswith("=") and _b64encode(payload) != b64:
+                    raise ValueError
+                if len(key) > MAX_KEY_BYTES // 4 and len(key.encode()) > MAX_KEY_BYTES:
+                    raise OverflowError
+                if len(payload) > MAX_PAYLOAD_BYTES:
+                    raise OverflowError
+            except (TypeError, ValueError, KeyError, OverflowError, binascii.Error):
+                raise OpLogCodecError(_entry_problem(item, f"{where}.entries[{i}]")) from None
             entries.append(OpLogEntry(first_seq + i, op_type, key, payload, tenant))
         return cls(batch_id, first_seq, tuple(entries))
 
@@ -186,6 +181,40 @@ class OpLogKeys:
 def master_view_key(cluster: str) -> str:
     """The leader key Mooncake's etcd coordinator campaigns on."""
     return f"mooncake-store/{cluster.rstrip('/')}/master_view"
+
+
+_OP_TYPES = {int(op): op for op in OpType}
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+if sys.version_info >= (3, 11):
+    def _b64decode(text: str) -> bytes:
+        return binascii.a2b_base64(text, strict_mode=True)
+else:  # pragma: no cover
+    def _b64decode(text: str) -> bytes:
+        return base64.b64decode(text, validate=True)
+
+
+def _entry_problem(item: Any, at: str) -> str:
+    if not isinstance(item, list) or len(item) != 4:
+        return f"{at}: not [op_type, tenant, key, payload]"
+    op, tenant, key, b64 = item
+    if op not in _OP_TYPES:
+        return f"{at}.op_type: unknown {op!r}"
+    if not isinstance(tenant, str) or not isinstance(key, str) or not isinstance(b64, str):
+        return f"{at}: tenant, key and payload must be strings"
+    if len(key.encode()) > MAX_KEY_BYTES:
+        return f"{at}.object_key: longer than {MAX_KEY_BYTES} bytes"
+    try:
+        payload = _b64decode(b64)
+    except (binascii.Error, ValueError):
+        return f"{at}.payload: not canonical base64"
+    if _b64encode(payload) != b64:
+        return f"{at}.payload: not canonical base64"
+    return f"{at}.payload: larger than {MAX_PAYLOAD_BYTES} bytes"
 
 
 def _compact(value: Any) -> bytes:

@@ -9,6 +9,7 @@ all-or-nothing (legacy) or partial (drop the bad entries, keep the rest).
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -87,37 +88,64 @@ class RestoreRejected(Exception):
 
 def validate(ctx: PromotionContext) -> ValidationReport:
     """Check the whole context; never mutates it."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _validate(ctx)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _validate(ctx: PromotionContext) -> ValidationReport:
     t0 = time.perf_counter()
     dropped: list[Dropped] = []
     segments = _valid_segments(ctx.segments, dropped)
+    bounds = {ep: (info.base, info.base + info.capacity) for ep, info in segments.items()}
     used: dict[str, int] = dict.fromkeys(segments, 0)
     ranges: dict[str, list[tuple[int, int, int, str, int]]] = {ep: [] for ep in segments}
-    live: dict[str, int] = {}
+    replica_counts: dict[str, int] = {}
+    """Live replicas per key, recorded only where it is not exactly 1."""
+    lost: dict[str, int] = {}
     dead: dict[str, set[int]] = {}
     bad_keys: set[str] = set()
 
+    get_bound = bounds.get
     for order, (key, obj) in enumerate(ctx.objects.items()):
-        reason = _object_problem(obj)
-        if reason:
-            dropped.append(Dropped(key, reason))
+        try:
+            size = obj["size"]
+            reps = obj["replicas"]
+            if type(size) is not int or size <= 0 or type(reps) is not list or "corrupt" in obj:
+                raise TypeError
+        except (TypeError, KeyError):
+            dropped.append(Dropped(key, _object_problem(obj) or "malformed object metadata"))
             bad_keys.add(key)
             continue
-        size = obj["size"]
         count = 0
-        for rep in obj["replicas"]:
-            rid = rep.get("id") if isinstance(rep, dict) else None
-            problem = _replica_problem(rep, size, segments)
-            if problem:
+        for rep in reps:
+            try:
+                status = rep["status"]
+                descs = rep["descriptors"]
+                rid = rep["id"]
+                if status in _DEAD:
+                    continue
+                for endpoint, address, dsize in descs:
+                    lo, hi = get_bound(endpoint)
+                    if (type(address) is not int or type(dsize) is not int or dsize != size
+                            or address < lo or address + dsize > hi):
+                        raise ValueError
+            except (TypeError, KeyError, ValueError):
+                problem = _replica_problem(rep, size, bounds) or "malformed replica"
+                rid = rep.get("id") if isinstance(rep, dict) else None
                 dropped.append(Dropped(key, problem, rid, "replica"))
                 dead.setdefault(key, set()).add(rid)
                 continue
-            if rep["status"] in _DEAD:
-                continue
-            for endpoint, address, dsize in rep["descriptors"]:
+            for endpoint, address, dsize in descs:
                 used[endpoint] += dsize
                 ranges[endpoint].append((address, address + dsize, order, key, rid))
             count += 1
-        live[key] = count
+        if count != 1:
+            replica_counts[key] = count
 
     for endpoint, items in ranges.items():
         if used[endpoint] > segments[endpoint].capacity:
@@ -130,21 +158,19 @@ def validate(ctx: PromotionContext) -> ValidationReport:
                 dropped.append(Dropped(loser[3], f"overlapping memory descriptors on {endpoint}",
                                        loser[4], "replica"))
                 dead.setdefault(loser[3], set()).add(loser[4])
-                live[loser[3]] -= 1
+                lost[loser[3]] = lost.get(loser[3], 0) + 1
             else:
                 kept = item
 
-    valid_keys = []
-    for key in ctx.objects:
-        if key in bad_keys:
-            continue
-        if live.get(key, 0) <= 0:
-            if key in dead:
-                dropped.append(Dropped(key, "no valid replica left"))
-            else:
-                dropped.append(Dropped(key, "no live replica"))
-            continue
-        valid_keys.append(key)
+    emptied = {k for k, c in replica_counts.items() if c <= 0}
+    emptied.update(k for k, n in lost.items() if replica_counts.get(k, 1) - n <= 0)
+    for key in emptied:
+        dropped.append(Dropped(key, "no valid replica left" if key in dead else "no live replica"))
+    excluded = bad_keys | emptied
+    if excluded:
+        valid_keys = [k for k in ctx.objects if k not in excluded]
+    else:
+        valid_keys = list(ctx.objects)
     return ValidationReport(
         ok=not dropped,
         dropped=dropped,
@@ -197,34 +223,37 @@ def _valid_segments(segments: Mapping[str, SegmentInfo], dropped: list[Dropped])
 
 
 def _object_problem(obj: Any) -> str | None:
-    if not isinstance(obj, dict) or obj.get("corrupt"):
+    if type(obj) is not dict or "corrupt" in obj:
         return "undecodable object metadata"
     size = obj.get("size")
-    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+    if type(size) is not int or size <= 0:
         return "object size is not a positive integer"
-    if not isinstance(obj.get("replicas"), list):
+    if type(obj.get("replicas")) is not list:
         return "replicas is not a list"
     return None
 
 
-def _replica_problem(rep: Any, size: int, segments: Mapping[str, SegmentInfo]) -> str | None:
-    if not isinstance(rep, dict) or not isinstance(rep.get("descriptors"), list):
+def _replica_problem(rep: Any, size: int, bounds: Mapping[str, tuple[int, int]]) -> str | None:
+    if type(rep) is not dict:
         return "malformed replica"
-    if not isinstance(rep.get("id"), int):
+    descs = rep.get("descriptors")
+    if type(descs) is not list:
+        return "malformed replica"
+    if type(rep.get("id")) is not int:
         return "replica id is not an integer"
     if rep.get("status") in _DEAD:
         return None
-    for raw in rep["descriptors"]:
-        if not (isinstance(raw, list) and len(raw) == 3):
+    for raw in descs:
+        if type(raw) is not list or len(raw) != 3:
             return "malformed memory descriptor"
         endpoint, address, dsize = raw
-        seg = segments.get(endpoint) if isinstance(endpoint, str) else None
-        if seg is None:
+        bound = bounds.get(endpoint) if type(endpoint) is str else None
+        if bound is None:
             return f"memory descriptor on unknown segment {endpoint!r}"
-        if not isinstance(address, int) or not isinstance(dsize, int) or address < 0:
+        if type(address) is not int or type(dsize) is not int or address < 0:
             return "memory descriptor address/size not integers"
-        if dsize != size or dsize == 0:
+        if dsize != size:
             return "memory descriptor size differs from object size"
-        if address < seg.base or address + dsize > seg.base + seg.capacity:
+        if address < bound[0] or address + dsize > bound[1]:
             return f"memory descriptor outside segment {endpoint!r}"
     return None

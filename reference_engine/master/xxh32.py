@@ -20,11 +20,6 @@ def _rotl(x: int, r: int) -> int:
     return ((x << r) | (x >> (32 - r))) & _M
 
 
-def _round(acc: int, lane: int) -> int:
-    acc = (acc + lane * _P2) & _M
-    return (_rotl(acc, 13) * _P1) & _M
-
-
 def xxh32_python(data: bytes, seed: int = 0) -> int:
     n = len(data)
     i = 0
@@ -35,11 +30,17 @@ def xxh32_python(data: bytes, seed: int = 0) -> int:
         v4 = (seed - _P1) & _M
         stripes = n // 16
         lanes = struct.unpack_from(f"<{stripes * 4}I", data, 0)
-        for s in range(0, stripes * 4, 4):
-            v1 = _round(v1, lanes[s])
-            v2 = _round(v2, lanes[s + 1])
-            v3 = _round(v3, lanes[s + 2])
-            v4 = _round(v4, lanes[s + 3])
+        p1, p2, m = _P1, _P2, _M
+        it = iter(lanes)
+        for a, b, c, d in zip(it, it, it, it, strict=True):
+            v1 = (v1 + a * p2) & m
+            v1 = ((((v1 << 13) & m) | (v1 >> 19)) * p1) & m
+            v2 = (v2 + b * p2) & m
+            v2 = ((((v2 << 13) & m) | (v2 >> 19)) * p1) & m
+            v3 = (v3 + c * p2) & m
+            v3 = ((((v3 << 13) & m) | (v3 >> 19)) * p1) & m
+            v4 = (v4 + d * p2) & m
+            v4 = ((((v4 << 13) & m) | (v4 >> 19)) * p1) & m
         i = stripes * 16
         acc = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M
     else:
