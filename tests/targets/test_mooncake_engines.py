@@ -155,3 +155,24 @@ def test_http_metadata_server_of_the_wheel(mooncake_target, engines):
     finally:
         http.close()
     assert not http.process.alive()
+
+
+def test_engine_metadata_through_a_fault_proxy(mooncake_target, engines, etcd_meta, mc_faults):
+    """METADATA_FAULTS: the real engine's etcd client works through the plugin's proxy, and a
+    cut proxy makes a fresh lookup of an unknown peer fail (observed, not assumed)."""
+    proxy, address = mc_faults.proxy("mooncake-etcd", etcd_meta.address)
+    through = etcd_meta.through(address)
+    assert through.uri == f"etcd://{address}" and through.address == etcd_meta.address
+    a = engines("px-a", metadata=through)
+    b = engines("px-b")
+    assert json.loads(etcd_meta.get(f"mooncake/ram/{a.segment}"))["name"] == a.segment
+    assert a.write(b.segment, 0, b"proxied").ok
+    proxy.disable()
+    try:
+        c = engines("px-c")
+        late = a.lookup(c.segment)
+        assert not late.ok
+        assert a.write(b.segment, 0, b"cached-peer").ok
+    finally:
+        proxy.enable()
+    assert a.lookup(c.segment).ok
