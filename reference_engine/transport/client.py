@@ -33,6 +33,7 @@ _REJECTED = "rejected"
 _CONNECTION = "connection"
 _PROTOCOL = "protocol"
 _SALVAGE_TIMEOUT = 2.0
+_U64_END = 1 << 64
 
 
 class _Req(NamedTuple):
@@ -53,6 +54,17 @@ def _byte_view(data, writable: bool) -> memoryview:
     if writable and mv.readonly:
         raise TypeError("destination buffer is read-only")
     return mv
+
+
+def _requests(items, writable: bool) -> list[_Req]:
+    reqs = [_Req(i, addr, _byte_view(buf, writable)) for i, (addr, buf) in enumerate(items)]
+    for r in reqs:
+        if not (isinstance(r.addr, int) and 0 <= r.addr and r.addr + len(r.view) <= _U64_END):
+            raise ValueError(
+                f"request {r.index}: remote address {r.addr!r} + {len(r.view)} bytes is not a "
+                "u64 range"
+            )
+    return reqs
 
 
 def _scan_frames(frames, count: int) -> tuple[int, _Failure | None]:
@@ -79,17 +91,17 @@ class TcpClient:
     # public API ------------------------------------------------------------------------------
 
     def write_batch(self, host: str, port: int, items, proto_version: int = wire.PROTO_V2) -> None:
-        reqs = [_Req(i, addr, _byte_view(data, False)) for i, (addr, data) in enumerate(items)]
+        reqs = _requests(items, writable=False)
         self._finish(host, port, reqs, self._run(host, port, reqs, wire.WRITE, proto_version))
 
     def read_batch_into(
         self, host: str, port: int, items, proto_version: int = wire.PROTO_V2
     ) -> None:
-        reqs = [_Req(i, addr, _byte_view(dest, True)) for i, (addr, dest) in enumerate(items)]
+        reqs = _requests(items, writable=True)
         self._finish(host, port, reqs, self._run(host, port, reqs, wire.READ, proto_version))
 
     def write(self, host: str, port: int, remote_addr: int, data, proto_version: int = 2) -> None:
-        reqs = [_Req(0, remote_addr, _byte_view(data, False))]
+        reqs = _requests([(remote_addr, data)], writable=False)
         failures = self._run(host, port, reqs, wire.WRITE, proto_version)
         if failures:
             raise failures[0]
@@ -97,7 +109,7 @@ class TcpClient:
     def read_into(
         self, host: str, port: int, remote_addr: int, dest, proto_version: int = 2
     ) -> None:
-        reqs = [_Req(0, remote_addr, _byte_view(dest, True))]
+        reqs = _requests([(remote_addr, dest)], writable=True)
         failures = self._run(host, port, reqs, wire.READ, proto_version)
         if failures:
             raise failures[0]

@@ -203,3 +203,10 @@ def test_random_batches_match_a_model(server_peer, client, seed):
             if i not in rejected:
                 model[addr - BASE : addr - BASE + len(data)] = data
         assert server_peer.mem == model
+
+
+@pytest.mark.parametrize("addr", [-1, 1 << 64, (1 << 64) - 2, "0x10"])
+def test_addresses_outside_u64_are_refused_before_sending(client, addr):
+    with pytest.raises(ValueError, match="request 1: remote address"):
+        client.write_batch(H, 1, [(0x10, b"ok"), (addr, b"abcd")])
+    assert client.pool.opened == 0
