@@ -16,6 +16,15 @@ applied. A request outside the server's registered buffers (or of size 0) is ans
 rejection status (low word 1) and the server closes the connection; a version 1 request is
 rejected by closing alone. The server handles the requests of one connection strictly in order,
 so clients may pipeline them.
+
+Observed on the released 0.3.13 wheel (``tests/interop``, raw-socket probes): the 24-byte header
+with garbage padding is accepted; pipelined requests are answered in order; a rejected WRITE
+gets its rejection frame and then a reset (the frame stays readable after the send fails); a
+v2 READ of size 0 is rejected; an unknown opcode with the v2 flag is served as a READ, without
+it the connection just hangs (our server closes instead, with a log line); the real initiator
+opens up to 4 connections per peer, sends to any address without checking it against the
+target's descriptor, completes zero-length requests locally, and reports a v1 WRITE complete
+before the bytes have landed (v1 has no acknowledgement).
 """
 
 from __future__ import annotations
