@@ -239,6 +239,8 @@ def run_chaos(
             caller.serve(timeout=0.02)
         caller.close()
         for t in threads + ([nemesis_thread] if nemesis_thread else []):
+            if t.ident is None:
+                continue  # never started (a client_for call failed)
             t.join(timeout=max(0.0, join_deadline - time.monotonic()))
             if t.is_alive():
                 errors.append(f"{t.name} did not stop within {join_timeout}s "

@@ -1,0 +1,64 @@
+"""The runner's own guarantees: bounded by a deadline even with a stuck client, heals after
+an error, the process renumbering of Jepsen after an indeterminate op."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pytest_mooncake.chaos import generator as gen
+from pytest_mooncake.chaos.generator import Workload
+from pytest_mooncake.chaos.nemesis import Fault, Nemesis
+from pytest_mooncake.chaos.runner import ChaosRunError, info, ok, run_chaos
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def fault(self) -> Fault:
+        return Fault("blink", "x", lambda: self.events.append("inject"),
+                     lambda: self.events.append("heal"))
+
+
+def test_stuck_client_is_reported_and_faults_healed() -> None:
+    release = threading.Event()
+    recorder = Recorder()
+
+    class Stuck:
+        def invoke(self, spec):
+            release.wait(30)
+            return ok()
+
+    nemesis = Nemesis([recorder.fault()], seed=1, quiet=(0, 0), hold=(5, 5))
+    try:
+        with pytest.raises(ChaosRunError, match="mc-chaos-worker-0 did not stop within 0.3s"):
+            run_chaos(lambda w: Stuck(), Workload(gen.kv(), 1), seconds=0.3, workers=1,
+                      nemesis=nemesis, join_timeout=0.3)
+    finally:
+        release.set()
+    assert recorder.events == ["inject", "heal"]
+
+
+def test_client_factory_error_propagates_after_healing_nothing_started() -> None:
+    def client_for(worker: int):
+        if worker == 1:
+            raise OSError("cannot connect")
+        return object()
+
+    with pytest.raises(OSError, match="cannot connect"):
+        run_chaos(client_for, Workload(gen.kv(), 1), seconds=5, workers=2)
+
+
+def test_indeterminate_op_retires_the_process() -> None:
+    outcomes = iter([ok(), info("timeout"), ok()])
+
+    class Flaky:
+        def invoke(self, spec):
+            return next(outcomes)
+
+    result = run_chaos(lambda w: Flaky(), Workload(gen.kv(), 1), seconds=5, workers=1,
+                       max_ops=3)
+    calls = result.history.calls()
+    assert [(c.invoke.process, c.type) for c in calls] == [(0, "ok"), (0, "info"), (1, "ok")]
