@@ -10,6 +10,7 @@ import pytest
 from pytest_mooncake.processes import live_processes
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.targets.base import Capability, EngineHandle
+from pytest_mooncake.targets.mooncake.engines import EngineRestartFailed
 
 
 @pytest.fixture
@@ -176,3 +177,17 @@ def test_engine_metadata_through_a_fault_proxy(mooncake_target, engines, etcd_me
     finally:
         proxy.enable()
     assert a.lookup(c.segment).ok
+
+
+def test_restart_with_the_wheels_http_metadata_server_is_refused(mooncake_target, engines):
+    """Observed on 0.3.13: after SIGKILL, a new engine under the same name cannot start against
+    the wheel's HTTP metadata server (its rpc_meta PUT is answered 400 "Duplicate rpc_meta key
+    not allowed" and initialize returns -1). The handle reports that as a failed verdict."""
+    http = mooncake_target.metadata_store("http")
+    try:
+        a = engines("hr", metadata=http)
+        with pytest.raises(EngineRestartFailed, match="Duplicate rpc_meta key not allowed"):
+            a.restart()
+        assert not a.alive()
+    finally:
+        http.close()

@@ -30,6 +30,11 @@ from pytest_mooncake.targets.mooncake.placement import Placement
 ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_timeout")
 
 
+class EngineRestartFailed(AssertionError):
+    """An engine that started once refused to start again under its name: a verdict on the
+    implementation (e.g. 0.3.13 with an HTTP metadata server), not a setup problem."""
+
+
 class DriverCommands:
     """Observation and transfer commands over a driver's control channel; shared by engines this
     package starts and engines of an existing deployment (the cluster target)."""
@@ -184,7 +189,12 @@ class MooncakeEngine(DriverCommands):
         mapped at the old address (MAP_FIXED_NOREPLACE); without, never at the old one."""
         old = self.buffers()[0][0] if self.info else 0
         self.kill()
-        self._start(address=old if keep_addresses else 0, avoid=0 if keep_addresses else old)
+        try:
+            self._start(address=old if keep_addresses else 0, avoid=0 if keep_addresses else old)
+        except TargetError as exc:
+            raise EngineRestartFailed(
+                f"engine {self.segment!r} started once but did not come back after a restart "
+                f"under the same name: {exc}") from None
 
     def kill(self) -> None:
         """SIGKILL the driver's process group: the engine gets no chance to unpublish."""
