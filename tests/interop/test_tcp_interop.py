@@ -7,13 +7,14 @@ engine; every test publishes a fresh reference segment so no engine has it cache
 from __future__ import annotations
 
 import random
+import socket
 import time
 
 import pytest
 
 from reference_engine import descriptor
 from reference_engine.metadata import KeyLayout
-from reference_engine.transport import PeerRejectedError
+from reference_engine.transport import PeerRejectedError, wire
 
 pytestmark = pytest.mark.interop
 
@@ -137,3 +138,50 @@ def test_reference_is_rejected_by_a_real_engine_outside_its_buffers(
         )
     assert list(ei.value.failures) == [1]
     assert real_engine.peek(0, 4) == b"okok"
+
+
+def _recv_until_eof(sock, limit: int = 1 << 16) -> bytes:
+    out = bytearray()
+    while len(out) < limit:
+        try:
+            chunk = sock.recv(limit - len(out))
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def test_real_server_framing_is_what_our_codec_speaks(real_engine, metadata):
+    """Raw bytes against the real data port: the facts ``reference_engine.transport.wire`` encodes."""
+    host, port = _real_descriptor(metadata, real_engine).data_endpoint()
+    buf = real_engine.buffer
+    ok, rej = wire.STATUS_OK_FRAME, wire.STATUS_REJECTED_FRAME
+    with socket.create_connection((host, port), timeout=10) as s:
+        garbage_padding = wire.encode_header(wire.WRITE, buf + 200, 4)[:17] + b"\xa5" * 7
+        s.sendall(
+            garbage_padding
+            + b"wire"
+            + wire.encode_header(wire.READ, buf + 200, 4)
+            + wire.encode_header(wire.WRITE, buf + 204, 2)
+            + b"!!"
+            + wire.encode_header(wire.READ, buf + 200, 6)
+        )
+        assert _recv_exact(s, 8 + 12 + 8 + 14) == ok + ok + b"wire" + ok + ok + b"wire!!"
+        s.sendall(wire.encode_header(wire.READ, buf, 0))  # size 0 is not a valid range
+        assert _recv_until_eof(s) == rej
+    with socket.create_connection((host, port), timeout=10) as s:
+        s.sendall(wire.encode_header(wire.WRITE, buf, 3, proto_version=1) + b"v1!")
+        s.sendall(wire.encode_header(wire.READ, buf, 3, proto_version=1))
+        assert _recv_exact(s, 3) == b"v1!"  # v1: no status frames at all
