@@ -46,8 +46,9 @@ class Fault:
 
     ``action``: ``fail_post`` (post_send returns this WR as bad_wr), ``error`` (complete with
     ``status``), ``drop`` (never completes), ``hold`` (completes when ``release(tag)`` is
-    called), ``delay`` (completes after ``delay`` other deliveries). ``times`` = how many WRs it
-    applies to (None = unlimited).
+    called), ``delay`` (completes after ``delay`` other deliveries, or later posts when free-
+    running; unlike real RC hardware this may reorder completions within one QP). ``times`` =
+    how many WRs it applies to (None = unlimited).
     """
 
     action: str
@@ -421,6 +422,23 @@ class SimFabric:
                 elif fault.action == DELAY:
                     rec.delay = fault.delay
                     self._enqueue(rec)
+            if self.auto_deliver and self.in_flight:
+                self._tick_delayed(len(wrs))
+
+    def _tick_delayed(self, posted: int) -> None:
+        """Free-running: a delayed WR completes after ``delay`` later posts."""
+        due = []
+        for rec in self.in_flight:
+            if not rec.done:
+                rec.delay -= posted
+                if rec.delay < 0:
+                    due.append(rec)
+        for rec in due:
+            self.in_flight.remove(rec)
+            rec.qp.pending.discard(rec)
+            self.deliverable -= 1
+            rec.delay = 0
+            self._execute(rec)
 
     def _enqueue(self, rec: _Pending) -> None:
         if rec.qp.destroyed:

@@ -153,3 +153,23 @@ def test_destroyed_qp_completes_nothing_but_queued_cqes_stay():
     qa.destroy()
     assert fabric.deliver_all() == 0
     assert [w.wr_id for w in qa.cq.poll(8)] == [1]
+
+
+def test_delay_completes_after_later_posts_in_free_running_mode():
+    from reference_engine.rdma.sim_verbs import DELAY
+    fabric, a, b, qa, _, mra, mrb = _pair()
+    fabric.inject(Fault(DELAY, local_addr=mra.addr, delay=2))
+    qa.post_send([_write(mra, mrb, 1)])
+    qa.post_send([_write(mra, mrb, 2, off=16)])
+    assert [w.wr_id for w in qa.cq.poll(8)] == [2]
+    qa.post_send([_write(mra, mrb, 3, off=32), _write(mra, mrb, 4, off=48)])
+    assert sorted(w.wr_id for w in qa.cq.poll(8)) == [1, 3, 4]
+
+
+def test_delay_reorders_delivery_in_controlled_mode():
+    from reference_engine.rdma.sim_verbs import DELAY
+    fabric, a, b, qa, _, mra, mrb = _pair(auto=False)
+    fabric.inject(Fault(DELAY, local_addr=mra.addr, delay=1))
+    qa.post_send([_write(mra, mrb, 1), _write(mra, mrb, 2, off=16)])
+    fabric.deliver_all()
+    assert [w.wr_id for w in qa.cq.poll(8)] == [2, 1]
