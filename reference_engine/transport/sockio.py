@@ -8,6 +8,7 @@ import struct
 
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _WAITALL = getattr(socket, "MSG_WAITALL", 0)
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # EPIPE, never SIGPIPE, whatever the handler
 
 
 def set_kernel_timeouts(sock: socket.socket, seconds: float) -> None:
@@ -46,7 +47,7 @@ def send_all(sock: socket.socket, bufs: list) -> None:
     count = len(bufs)
     while start < count:
         chunk = bufs if start == 0 and count <= IOV_MAX else bufs[start : start + IOV_MAX]
-        n = sock.sendmsg(chunk)
+        n = sock.sendmsg(chunk, (), _NOSIGNAL)
         start = _advance(bufs, start, n)
         while start < count and len(bufs[start]) == 0:
             start += 1
