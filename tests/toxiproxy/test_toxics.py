@@ -6,12 +6,15 @@ delay, bandwidth takes at least N/rate); waits for "nothing happens" use a socke
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 
 import pytest
 from toxi_net import connect, recv_exact, recv_to_eof
+
+from pytest_mooncake.waits import wait_until
 
 
 def roundtrip(sock: socket.socket, payload: bytes) -> tuple[bytes, float]:
@@ -255,3 +258,27 @@ def test_large_transfer_through_a_slow_toxic_chain_is_intact(mc_faults, echo) ->
         data, elapsed = roundtrip(sock, payload)
     assert data == payload
     assert elapsed >= len(payload) / 20_000_000
+
+
+def test_connections_leave_no_sockets_behind_in_the_server(mc_faults, mc_toxiproxy,
+                                                           echo) -> None:
+    if not mc_toxiproxy.owned:
+        pytest.skip("counts the embedded server's file descriptors")
+    fd_dir = f"/proc/{mc_toxiproxy.process.pid}/fd"
+    proxy, addr = mc_faults.proxy("fds", echo.address)
+    baseline = len(os.listdir(fd_dir))
+    for i in range(60):
+        if i == 20:
+            proxy.add_toxic(type="limit_data", attributes={"bytes": 2})
+        if i == 40:
+            proxy.destroy_toxic("limit_data_downstream")
+            proxy.add_toxic(type="reset_peer", attributes={"timeout": 0})
+        with connect(addr) as sock:
+            sock.sendall(b"abc")
+            try:
+                recv_to_eof(sock) if i >= 20 else recv_exact(sock, 3)
+            except ConnectionResetError:
+                pass
+    wait_until(lambda: len(os.listdir(fd_dir)) <= baseline, 10,
+               f"the server's fds to return to {baseline}",
+               describe=lambda _: str(len(os.listdir(fd_dir))))
