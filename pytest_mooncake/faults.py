@@ -5,7 +5,9 @@
 the plugin's embedded server (``python -m pytest_mooncake.toxiproxy``) started on a free
 loopback port with the session seed, and stopped (SIGTERM, then SIGKILL) and reaped at session
 end. ``mc_faults`` (per test) makes proxies through ``toxiproxy-python`` and deletes every
-proxy the test made when it ends, passed or failed.
+proxy the test made when it ends, passed or failed (on our own server also those made through
+``client()`` or ``api()``, then ``POST /reset``). Toxics added, removed, and disable/enable on a
+proxy from ``proxy()`` appear as allure steps; the server's log is shown for failing tests.
 
 Example::
 
