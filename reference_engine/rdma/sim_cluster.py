@@ -16,6 +16,7 @@ from reference_engine.descriptor import SegmentDescriptor, encode
 from reference_engine.rdma import points as P
 from reference_engine.rdma.clock import RealClock, VirtualClock
 from reference_engine.rdma.config import RdmaConfig
+from reference_engine.rdma.handshake_rpc import HandshakeServer, tcp_rpc
 from reference_engine.rdma.profiles import RdmaProfile, rdma_profile
 from reference_engine.rdma.sim_verbs import SimFabric, SimNode
 from reference_engine.rdma.transport import RdmaTransport
@@ -78,7 +79,7 @@ class SimPeer:
 class SimCluster:
     def __init__(self, profile: str | RdmaProfile = "rfc", *, controlled: bool = False,
                  seed: int = 0, env: Mapping[str, str] | None = None, observer=None,
-                 lookup_for=None, **config):
+                 lookup_for=None, tcp_handshake: bool = False, **config):
         self.profile = profile if isinstance(profile, RdmaProfile) else rdma_profile(profile)
         self.controlled = controlled
         self.fabric = SimFabric(auto_deliver=not controlled)
@@ -90,6 +91,10 @@ class SimCluster:
         """reader name -> ``lookup(segment, force)``; e.g. a ``SegmentCache(...).lookup`` over
         ``directory.fetch``."""
         self.peers: dict[str, SimPeer] = {}
+        self.tcp_handshake = tcp_handshake
+        """Run handshakes over real loopback sockets in Mooncake's framing (handshake_rpc)."""
+        self.servers: dict[str, HandshakeServer] = {}
+        self._tcp_rpc = tcp_rpc(self._handshake_address)
         self.observer = observer
         if observer is not None:
             self.fabric.observer = observer
@@ -105,10 +110,15 @@ class SimCluster:
         addr = node.memory.alloc(buffer_len, buffer_addr)
         tr = RdmaTransport(
             name, [node.open(nic) for nic in nics], lookup=self.lookup_for(name),
-            rpc=self.rpc, profile=self.profile, config=self.config, clock=self.clock,
+            rpc=self._tcp_rpc if self.tcp_handshake else self.rpc, profile=self.profile, config=self.config, clock=self.clock,
             instance_id=self._instance_id() if self.profile.name == "rfc" else None,
             observer=self.observer)
         tr.register_buffer(addr, buffer_len)
+        if self.tcp_handshake:
+            old_server = self.servers.pop(name, None)
+            if old_server is not None:
+                old_server.close()
+            self.servers[name] = HandshakeServer(tr.on_handshake)
         peer = SimPeer(name, node, tr, addr, buffer_len)
         self.peers[name] = peer
         if publish:
@@ -130,6 +140,17 @@ class SimCluster:
             peer.transport.instance_id = old.transport.instance_id
         self.directory.publish(peer.transport.local_descriptor())
         return peer
+
+    def _handshake_address(self, server: str):
+        srv = self.servers.get(server)
+        return srv.address if srv is not None else None
+
+    def close(self) -> None:
+        """Stop threads and handshake servers."""
+        self.stop()
+        for srv in self.servers.values():
+            srv.close()
+        self.servers.clear()
 
     def rpc(self, server: str, request: Mapping) -> Mapping:
         peer = self.peers.get(server)

@@ -132,7 +132,8 @@ class ReferenceRdma:
     def cluster(self, controlled: bool = True, dedicated_poller: bool = False,
                 **config: Any) -> RdmaCluster:
         """A hand-built scenario. ``config``: RdmaConfig fields (slice_size, num_qp_per_ep,
-        workers_per_ctx, max_ep_per_ctx, retry_cnt, destroy_timeout, ...)."""
+        workers_per_ctx, max_ep_per_ctx, retry_cnt, destroy_timeout, ...) and
+        ``tcp_handshake=True`` (handshakes over loopback sockets in Mooncake's framing)."""
         c = RdmaCluster(self.profile, controlled, DEDICATED if dedicated_poller else {},
                         self.seed, config)
         self._clusters.append(c)
@@ -288,9 +289,8 @@ class RdmaCluster:
                 for ctx in tr.contexts for c, p, g in ctx.store.retire_log]
 
     def close(self) -> None:
-        if self._started:
-            self.sim.stop()
-            self._started = False
+        self.sim.close()
+        self._started = False
 
 
 __all__ = ["ReferenceRdma", "RdmaCluster", "RdmaRun", "RdmaExploration", "RdmaViolation"]
