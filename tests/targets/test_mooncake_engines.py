@@ -135,14 +135,17 @@ def test_restart_after_sigkill_inherits_the_dead_buffers(engines):
 
 
 def test_graceful_stop_unpublishes_but_sigkill_leaves_the_key(engines, etcd_meta):
-    """Observed on 0.3.13: the engine's destructor removes its keys; SIGKILL leaves them."""
+    """Observed on 0.3.13: the engine's destructor removes its keys; SIGKILL leaves them. The
+    handle's stop() then removes leftovers so a later engine of that name starts clean."""
     stopped, killed = engines("gs"), engines("gk")
     stopped.stop()
+    assert stopped.left_behind == []
     killed.kill()
-    assert etcd_meta.get(f"mooncake/ram/{stopped.segment}") is None
-    assert etcd_meta.get(f"mooncake/ram/{killed.segment}") is not None
-    etcd_meta.delete(f"mooncake/ram/{killed.segment}")
-    etcd_meta.delete(f"mooncake/rpc_meta/{killed.segment}")
+    key = f"mooncake/ram/{killed.segment}"
+    assert etcd_meta.get(key) is not None
+    killed.stop()
+    assert killed.left_behind == [key, f"mooncake/rpc_meta/{killed.segment}"]
+    assert etcd_meta.get(key) is None
 
 
 def test_http_metadata_server_of_the_wheel(mooncake_target, engines):

@@ -140,6 +140,7 @@ class MooncakeEngine(DriverCommands):
         self._control_port = placement.control_port
         self.process: ManagedProcess | None = None
         self.control: ControlClient | None = None
+        self.left_behind: list[str] = []
         self._start(address=fixed_address, avoid=0)
 
     # ------------------------------------------------------------------ lifecycle
@@ -204,7 +205,11 @@ class MooncakeEngine(DriverCommands):
             self.process.kill(signal.SIGKILL)
 
     def stop(self) -> None:
-        """Ask the driver to exit (the engine's destructor runs), then reap; SIGKILL if stuck."""
+        """Ask the driver to exit (the engine's destructor runs), then reap; SIGKILL if stuck.
+
+        Then remove what the engine left in the shared metadata store (its descriptor and RPC
+        entry; ``left_behind`` lists them): 0.3.13 merges a stale descriptor into the next
+        engine under the same name, so a later test must not inherit this one's."""
         if self.alive() and self.control is not None:
             try:
                 self.control.call("stop")
@@ -214,6 +219,14 @@ class MooncakeEngine(DriverCommands):
             self.process.wait_exit(10)
         if self.process is not None:
             self.process.terminate()
+        self.left_behind = []
+        for key in (self.metadata.segment_key(self.segment), f"mooncake/rpc_meta/{self.segment}"):
+            try:
+                if self.metadata.get(key) is not None:
+                    self.left_behind.append(key)
+                    self.metadata.delete(key)
+            except Exception:  # noqa: BLE001 (a closed or unreachable store: nothing to clean)
+                break
 
     def logs(self) -> str:
         return self.process.log_text() if self.process is not None else ""
