@@ -44,3 +44,16 @@ def test_unknown_engine_options_are_named(mc_engine):
 
     with pytest.raises(TargetError, match="warp_speed"):
         mc_engine("x", warp_speed=9)
+
+
+@pytest.mark.parametrize("mc_metadata", ["etcd", "http"], indirect=True)
+def test_metadata_through_a_proxy_address_keeps_raw_access_on_the_store(mc_metadata):
+    from pytest_mooncake.ports import free_port
+
+    proxy = f"127.0.0.1:{free_port()}"
+    via = mc_metadata.through(proxy)
+    assert proxy in via.uri and via.kind == mc_metadata.kind
+    assert via.address == mc_metadata.address
+    via.put("mooncake/ram/through-test", b"v")
+    assert mc_metadata.get("mooncake/ram/through-test") == b"v"
+    assert via.delete("mooncake/ram/through-test")
