@@ -97,7 +97,7 @@ def test_unknown_matrix_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 @pytest.mark.parametrize(("broken", "field"), [
     (MATRIX.replace('reader = "reference"', 'reader = "nope"'), "pairs[[]0[]].reader"),
-    (MATRIX.replace('target = "reference:legacy"', 'target = "docker:x"'),
+    (MATRIX.replace('target = "reference:legacy"', 'target = "no-such-target:x"'),
      "implementations.reference:legacy.target"),
     (MATRIX.replace('roles = ["writer", "reader"]', 'roles = []'), "roles"),
     (MATRIX.replace('writer = "reference:legacy"\n', ''), "pairs[[]0[]].writer"),
