@@ -15,7 +15,9 @@ have landed), and the connection is discarded rather than returned to the pool.
 from __future__ import annotations
 
 import socket
+import threading
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from . import wire
@@ -67,6 +69,15 @@ def _requests(items, writable: bool) -> list[_Req]:
     return reqs
 
 
+def _disjoint(reqs: list[_Req]) -> bool:
+    end = -1
+    for r in sorted(reqs, key=lambda r: r.addr):
+        if r.addr < end:
+            return False
+        end = r.addr + len(r.view)
+    return True
+
+
 def _scan_frames(frames, count: int) -> tuple[int, _Failure | None]:
     """How many leading frames are OK, and what the first bad one says."""
     for j in range(count):
@@ -82,11 +93,38 @@ def _scan_frames(frames, count: int) -> tuple[int, _Failure | None]:
 
 
 class TcpClient:
-    def __init__(self, pool: ConnectionPool, window: int = 256) -> None:
+    """``lanes``: a batch big enough to be worth it (``LANE_MIN_REQUESTS`` requests and
+    ``LANE_MIN_BYTES``) is split into that many contiguous parts, run concurrently on separate
+    connections, as Mooncake spreads a batch over several connections per peer. A WRITE batch
+    whose remote ranges overlap stays on one connection, so its requests apply in order."""
+
+    LANE_MIN_REQUESTS = 32
+    LANE_MIN_BYTES = 256 * 1024
+
+    def __init__(self, pool: ConnectionPool, window: int = 256, lanes: int = 2) -> None:
         if window < 1:
             raise ValueError("window must be >= 1")
+        if lanes < 1:
+            raise ValueError("lanes must be >= 1")
         self.pool = pool
         self.window = window
+        self.lanes = lanes
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def _lane_executor(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=4 * (self.lanes - 1), thread_name_prefix="tcp-lane"
+                )
+            return self._executor
 
     # public API ------------------------------------------------------------------------------
 
@@ -122,8 +160,28 @@ class TcpClient:
             raise batch_error(failures, len(reqs) - len(failures), len(reqs))
 
     def _run(self, host, port, reqs: list[_Req], op: int, proto: int) -> dict[int, TransferError]:
-        failures: dict[int, TransferError] = {}
         reqs = [r for r in reqs if len(r.view)]
+        lanes = self.lanes
+        if (
+            lanes > 1
+            and len(reqs) >= self.LANE_MIN_REQUESTS
+            and sum(len(r.view) for r in reqs) >= self.LANE_MIN_BYTES
+            and (op == wire.READ or _disjoint(reqs))
+        ):
+            step = -(-len(reqs) // lanes)
+            parts = [reqs[i : i + step] for i in range(0, len(reqs), step)]
+            executor = self._lane_executor()
+            futures = [executor.submit(self._run_lane, host, port, p, op, proto) for p in parts[1:]]
+            failures = self._run_lane(host, port, parts[0], op, proto)
+            for f in futures:
+                failures.update(f.result())
+            return failures
+        return self._run_lane(host, port, reqs, op, proto)
+
+    def _run_lane(
+        self, host, port, reqs: list[_Req], op: int, proto: int
+    ) -> dict[int, TransferError]:
+        failures: dict[int, TransferError] = {}
         runner = self._write_run if op == wire.WRITE else self._read_run
         pos = 0
         while pos < len(reqs):

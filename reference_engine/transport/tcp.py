@@ -66,12 +66,13 @@ class TcpTransport:
         connect_timeout: float = 5.0,
         io_timeout: float = 30.0,
         window: int = 256,
+        lanes: int = 2,
         max_sessions: int = 512,
     ) -> None:
         self.buffers = RegisteredBuffers()
         self.server = TcpServer(self.buffers, bind_host, port, max_sessions=max_sessions)
         self.pool = ConnectionPool(connect_timeout=connect_timeout, io_timeout=io_timeout)
-        self.client = TcpClient(self.pool, window=window)
+        self.client = TcpClient(self.pool, window=window, lanes=lanes)
         self.bind_host = bind_host
 
     # server side -----------------------------------------------------------------------------
@@ -91,6 +92,7 @@ class TcpTransport:
 
     def stop(self) -> None:
         self.server.stop()
+        self.client.close()
         self.pool.close_all()
 
     def server_stats(self) -> ServerStats:

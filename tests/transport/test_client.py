@@ -29,7 +29,7 @@ def test_batches_cross_windows_and_keep_order(server_peer, client):
     client.write_batch(H, server_peer.port, items)
     back = client.read_batch(H, server_peer.port, [(a, len(d)) for a, d in items])
     assert back == [d for _, d in items]
-    assert client.pool.opened == 1  # one pipelined connection, reused
+    assert client.pool.opened == client.client.lanes  # pipelined connections, reused
 
 
 def test_read_batch_into_lands_in_the_callers_buffers(server_peer, client):
@@ -210,3 +210,27 @@ def test_addresses_outside_u64_are_refused_before_sending(client, addr):
     with pytest.raises(ValueError, match="request 1: remote address"):
         client.write_batch(H, 1, [(0x10, b"ok"), (addr, b"abcd")])
     assert client.pool.opened == 0
+
+
+def test_big_disjoint_batches_use_lanes_and_merge_failures(server_peer, client):
+    assert client.client.lanes == 2
+    items = [(BASE + 8192 * i, bytes([i % 251]) * 8192) for i in range(64)]
+    items[50] = (BASE + SIZE, b"x" * 8192)  # rejected, in the second lane
+    with pytest.raises(PeerRejectedError) as ei:
+        client.write_batch(H, server_peer.port, items)
+    assert list(ei.value.failures) == [50]
+    assert ei.value.completed == 63
+    assert client.pool.opened >= 2
+    for i, (addr, data) in enumerate(items):
+        if i != 50:
+            assert server_peer.mem[addr - BASE : addr - BASE + 8192] == data
+
+
+def test_overlapping_write_batch_stays_ordered(server_peer, client):
+    items = [(BASE + 1024 * (i % 8), bytes([i]) * 8192) for i in range(64)]
+    client.write_batch(H, server_peer.port, items)
+    assert client.pool.opened == 1
+    expected = bytearray(16384)
+    for addr, data in items:
+        expected[addr - BASE : addr - BASE + len(data)] = data
+    assert server_peer.mem[:16384] == expected
