@@ -8,6 +8,7 @@ reaps whatever is still alive at session end and reports it as an error (a teard
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import os
 import re
@@ -36,6 +37,31 @@ class ProcessStartError(RuntimeError):
 def _child_setup() -> None:
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _Spawner:
+    """Forks every child from one long-lived thread.
+
+    Linux delivers PR_SET_PDEATHSIG when the *thread* that forked the child exits, not the
+    process: a child started from a short-lived worker thread (a nemesis restarting an engine)
+    would die with that thread. Forking from a thread that lives as long as the process makes
+    the signal mean what we want: the child dies when the test process dies.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def popen(self, *args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="mc-spawner")
+            executor = self._executor
+        return executor.submit(subprocess.Popen, *args, **kwargs).result()
+
+
+_SPAWNER = _Spawner()
 
 
 # ------------------------------------------------------------------------ readiness probes
@@ -112,7 +138,7 @@ class ManagedProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"--- start #{self.starts + 1}: {' '.join(self.argv)}\n".encode())
             log.flush()
-            self.popen = subprocess.Popen(  # noqa: S603
+            self.popen = _SPAWNER.popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self.env, cwd=self.cwd, start_new_session=True, preexec_fn=_child_setup,
             )

@@ -155,3 +155,15 @@ def test_child_dies_when_the_test_process_is_killed(pytester: pytest.Pytester) -
     while _pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not _pid_alive(pid), "PR_SET_PDEATHSIG should kill the child with its parent"
+
+
+def test_child_started_from_a_short_lived_thread_survives_it(mc_processes: Supervisor) -> None:
+    import threading
+
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(p=mc_processes.start("from-thread", ["sleep", "60"])))
+    thread.start()
+    thread.join(10)
+    proc = box["p"]
+    assert proc.wait_exit(0.5) is None, "PR_SET_PDEATHSIG fired when the starting thread exited"
+    assert proc.alive()
