@@ -20,7 +20,7 @@ def test_pass_same_req():
     pass
 
 @pytest.mark.mc_req("CO-3")
-@pytest.mark.mc_requires("rdma_control")
+@pytest.mark.mc_requires("version_skew")
 def test_na():
     pass
 
@@ -47,7 +47,7 @@ def test_matrix_in_terminal(pytester: pytest.Pytester) -> None:
         "MP-1 *pass (1)*",
         "MP-2 *pass (1)*",
         "verdicts: 3 pass, 1 FAIL, 1 n/a",
-        "  n/a CO-3 [[]reference[]]: *rdma_control*",
+        "  n/a CO-3 [[]reference[]]: *version_skew*",
     ])
 
 
@@ -69,7 +69,7 @@ def test_json_report_shape(pytester: pytest.Pytester) -> None:
     co3 = doc["requirements"]["CO-3"]
     assert co3["verdict"] == "n/a"
     assert co3["tests"][0]["outcome"] == "skipped"
-    assert "rdma_control" in co3["tests"][0]["reason"]
+    assert "version_skew" in co3["tests"][0]["reason"]
 
 
 def test_setup_error_is_not_a_pass(pytester: pytest.Pytester) -> None:
@@ -122,7 +122,7 @@ def test_target_lacks_raised_in_a_test_is_na(pytester: pytest.Pytester) -> None:
         import pytest
         @pytest.mark.mc_req("MP-3")
         def test_x(mc_target):
-            mc_target.rdma()
+            mc_target.rdma(verbs="pyverbs:mlx5_0")
     """)
     result = pytester.runpytest()
     result.assert_outcomes(skipped=1)
