@@ -33,6 +33,9 @@ class InvariantChecker:
         self.violations: list[Violation] = []
         self.owning_post: dict = {}
         self.slices: list = []
+        self.posts: dict = {}
+        """slice -> [(seq, qp_num, wr_id)] of every WR posted for it."""
+
 
     def watch(self, transport) -> None:
         self.transports.append(transport)
@@ -53,6 +56,7 @@ class InvariantChecker:
                     s = tr.ownership.peek(wr_id)
                     if s is not None:
                         self.owning_post[s] = seq
+                        self.posts.setdefault(s, []).append((seq, qp_num, wr_id))
                     return
 
     def on_post(self, ep, batch) -> None:

@@ -121,3 +121,20 @@ def test_free_running_cluster_through_the_handle():
 def test_mc_completions_fixture_gives_this_handle(mc_completions):
     assert mc_completions.scenarios()
     assert mc_completions.run_interleaving("partial_post_bad_wr").steps > 0
+
+
+@pytest.mark.parametrize("profile", ["rfc", "legacy"])
+def test_worker_model_and_per_post_wr_ids_are_observable(profile):
+    handle = _handle(profile)
+    c = handle.cluster()
+    c.add_node("A")
+    c.add_node("B", ["mlx5_0", "mlx5_1"])
+    assert c.worker_model("A") == ("shared" if profile == "rfc" else "dedicated")
+    assert handle.cluster(dedicated_poller=True).add_node("X") == "X"
+    t = c.submit("A", "B", 4096)
+    c.inject_error(t, 0, "REM_ACCESS_ERR")
+    assert c.settle() and c.status(t) == "COMPLETED"
+    posts = c.posts(t, 0)
+    assert len(posts) == 2 and _plain(posts)
+    distinct = posts[0]["wr_id"] != posts[1]["wr_id"]
+    assert distinct is (profile == "rfc"), posts

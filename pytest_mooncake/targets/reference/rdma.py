@@ -194,6 +194,16 @@ class RdmaCluster:
                  "successes": s.n_success, "failures": s.n_failed}
                 for s in self.transfers[transfer][1].slices]
 
+    def posts(self, transfer: int, index: int = 0) -> list[dict[str, int]]:
+        """Every work request posted for one slice, in post order: its wr_id and QP number."""
+        s = self._slice(transfer, index)
+        return [{"wr_id": wr_id, "qp_num": qp_num}
+                for _, qp_num, wr_id in self.checker.posts.get(s, [])]
+
+    def worker_model(self, node: str) -> str:
+        """``shared`` (each worker posts and polls its own shard) or ``dedicated`` (poller)."""
+        return self.sim.peers[node].transport.model.name
+
     def _slice(self, transfer: int, index: int):
         return self.transfers[transfer][1].slices[index]
 
