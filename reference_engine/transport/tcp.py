@@ -21,7 +21,9 @@ Every client call takes ``proto_version`` (default 2; pass the peer descriptor's
 answering; :class:`ProtocolError` is the subclass for an answer that is not a status frame).
 Batch calls raise one of them with ``.failures`` (index -> error) and ``.completed``; the
 exception class is :class:`PeerRejectedError` only when every failed item was rejected.
-Zero-length transfers complete without a round trip, as in Mooncake.
+Zero-length transfers complete without a round trip, as in Mooncake. A batch is pipelined over
+one connection, or split over ``lanes`` (default 2) connections when it is big and, for WRITEs,
+its remote ranges are disjoint (overlapping WRITEs of one batch apply in order).
 
 Server side: a request is checked against the registered buffers when its header arrives;
 one already past that check when ``unregister_buffer`` runs still completes on that memory (the
