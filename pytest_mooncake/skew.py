@@ -11,7 +11,8 @@ Matrix file (TOML)::
     description = "..."                 # optional
     roles = ["writer", "reader"]        # required: the sides of the pair
     [implementations.NAME]              # one table per implementation a pair may use
-    target = "reference:legacy"         # optional, as --mc-target spells it; default NAME
+    target = "reference:legacy"         # optional, as --mc-target spells it; default NAME;
+                                        # "@target" is the target under test (--mc-target)
     description = "..."                 # optional
     [[pairs]]                           # one or more; every role named, nothing else
     writer = "NAME"
@@ -40,6 +41,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 MARKER = "mc_skew"
+SESSION_TARGET = "@target"
+"""An implementation whose ``target`` is this names the target under test (``--mc-target``)."""
 PROJECT_SKEW_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "skew"
 _TOP_FIELDS = {"description", "roles", "implementations", "pairs"}
 _IMPL_FIELDS = {"target", "description"}
@@ -131,7 +134,7 @@ def load_matrix(path: Path, name: str | None = None) -> SkewMatrix:
         if not isinstance(target, str) or not target.strip():
             raise bad(f"{where}.target", "must be a non-empty string like \"reference:legacy\"")
         kind = target.strip().partition(":")[0]
-        if kind not in KNOWN_TARGETS:
+        if target.strip() != SESSION_TARGET and kind not in KNOWN_TARGETS:
             raise bad(f"{where}.target", f"unknown target {target!r} (known targets: "
                       f"{', '.join(sorted(KNOWN_TARGETS))})")
         text = spec.get("description", "")
@@ -281,6 +284,19 @@ class Skew:
         return f"Skew({self.matrix.name}: {self.id})"
 
 
+class _Borrowed:
+    """The session's target lent to a skew role: usable, but closed by its owner, not here."""
+
+    def __init__(self, target: Target):
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def close(self) -> None:
+        pass
+
+
 @pytest.fixture
 def mc_skew(request: pytest.FixtureRequest, mc_config: Any,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Skew]:
@@ -296,6 +312,8 @@ def mc_skew(request: pytest.FixtureRequest, mc_config: Any,
         return list(request.getfixturevalue("mc_etcd").endpoints)
 
     def open_target(role: str, impl: Implementation) -> Target:
+        if impl.target == SESSION_TARGET:
+            return _Borrowed(request.getfixturevalue("mc_target"))
         target = resolve_target(impl.target)
         target.open(TargetContext(
             seed=mc_config.seed,
