@@ -51,7 +51,7 @@ def test_session_against_the_real_wheel_gives_verdicts_and_reasons(pytester: pyt
     assert "n/a: mooncake.engine of mooncake-transfer-engine" in out
     assert "exposes no metadata_cache_ttl_ms setting" in out
     assert "exposes no counters" in out
-    assert "does not drive mooncake-transfer-engine" in out
+    assert "offers no means to have a snapshot written on request" in out
     assert "get_first_buffer_address('no-such-peer') returned" in out
     assert "engine sess-d log" in out or "sess-d" in out
 

@@ -119,8 +119,10 @@ class MooncakeTarget(Target):
                 f"mooncake.store of {ver} is unusable: "
                 f"{facts.get('store_error') or 'MooncakeDistributedStore lacks ' + ', '.join(sorted(set(STORE_API) - store))}")
         lacks[Capability.MASTER_SNAPSHOT] = (
-            f"the mooncake target does not drive {ver}'s snapshot flags (--enable_snapshot, "
-            f"--snapshot_backup_dir) yet")
+            f"{ver} offers no means to have a snapshot written on request: in HA mode with the "
+            f"OpLog the leader skips snapshots ('snapshots are owned by standby') and a standby "
+            f"with --enable_snapshot and MOONCAKE_SNAPSHOT_LOCAL_PATH wrote none within 25 s "
+            f"here; its admin service has no snapshot endpoint")
         lacks[Capability.MASTER_FAULT_PLANTING] = (
             f"mooncake_master of {ver} has no means to plant an entry in a standby's replicated "
             f"state (no admin endpoint for it)")

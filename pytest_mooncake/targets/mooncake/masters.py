@@ -26,7 +26,7 @@ from pytest_mooncake.targets.mooncake.control import ControlClient, b64, read_re
 from pytest_mooncake.targets.mooncake.placement import Placement
 
 PROMOTABILITY_PATHS = ("/ha/promotable", "/promotable", "/api/v1/ha/promotable")
-MASTER_OPTIONS = ("oplog", "snapshots", "client_ttl", "lease_ttl", "flags", "cluster_id",
+MASTER_OPTIONS = ("oplog", "snapshots", "client_ttl", "lease_ttl", "flags", "env", "cluster_id",
                   "ready_timeout")
 
 
@@ -145,9 +145,10 @@ def payload(key: str, size: int) -> bytes:
 class MooncakeMasterCluster:
     """N ``mooncake_master --enable_ha`` processes (OpLog on by default) and M store clients.
 
-    Options: ``oplog`` (default True; without it and without snapshots 0.3.13 has no standby
-    controller able to promote), ``client_ttl`` (s), ``flags`` (extra ``{name: value}`` master
-    flags), ``cluster_id``, ``ready_timeout``."""
+    Options: ``oplog`` (default True: standbys follow the leader through the batch OpLog in
+    etcd; without it 0.3.13 still elects a leader, observed),
+    ``client_ttl`` (s), ``flags`` (extra ``{name: value}`` master flags), ``env`` (extra
+    environment, e.g. ``MOONCAKE_SNAPSHOT_LOCAL_PATH``), ``cluster_id``, ``ready_timeout``."""
 
     def __init__(self, placement: Placement, workdir: Path, etcd_endpoints: list[str],
                  masters: int = 2, clients: int = 1, **options: Any):
@@ -198,6 +199,9 @@ class MooncakeMasterCluster:
             argv.append(f"--{name}={value}")
         return argv
 
+    def _env(self) -> dict[str, str]:
+        return dict(self.options.get("env") or {})
+
     def start_master(self, index: int | None = None) -> int:
         """Start master ``index`` again (same ports), or a new one; returns its index."""
         if index is None:
@@ -209,7 +213,7 @@ class MooncakeMasterCluster:
                 raise TargetError(f"master {index} is already running (pid {m.process.pid})")
         if m.process is None:
             m.process = self.placement.start(
-                f"mooncake-master-{self.cluster_id}-{m.index}", self._argv(m), None,
+                f"mooncake-master-{self.cluster_id}-{m.index}", self._argv(m), self._env(),
                 self._admin_ready(m), self.ready_timeout, publish=[m.metrics_port])
         else:
             m.process.start()
