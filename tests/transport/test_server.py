@@ -191,3 +191,16 @@ def test_sessions_beyond_the_limit_are_refused_and_logged(caplog):
         for s in socks:
             s.close()
         t.stop()
+
+
+def test_body_cut_off_by_the_peer_is_logged_and_not_acknowledged(server_peer, raw, caplog):
+    s = raw()
+    with caplog.at_level(logging.WARNING, "reference_engine.transport"):
+        s.sendall(hdr(wire.WRITE, BASE, 1 << 20) + b"z" * 1000)
+        s.shutdown(socket.SHUT_WR)
+        assert recv_until_eof(s) == b""
+    assert f"peer closed mid-body of WRITE 0x{BASE:x}+{1 << 20}" in caplog.text
+    assert "Traceback" not in caplog.text
+    s2 = raw()
+    s2.sendall(hdr(wire.READ, BASE, 1))
+    assert recv_exact(s2, 9)[:8] == OK
