@@ -35,6 +35,13 @@ def test_ha_pair_elects_a_leader_and_serves_a_store_client(cluster):
     assert client.exists(key + "-absent")["result"]["exists"] is False
     assert not client.get(key + "-absent")["ok"]
     assert cluster.key_count(leader) >= 1
+    assert key in cluster.keys(leader)
+    with pytest.raises(TargetLacks) as standby_count:
+        cluster.key_count(1 - leader)
+    assert "service plane is not active" in standby_count.value.reason
+    with pytest.raises(TargetLacks) as skew:
+        cluster.start_client("skewed", version="0.1.0")
+    assert skew.value.capability is Capability.VERSION_SKEW
     metrics = cluster.metrics(leader)
     assert "master_key_count" in metrics and "ha_state_transitions_total" in metrics
     leased = client.remove(key)

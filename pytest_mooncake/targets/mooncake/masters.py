@@ -295,8 +295,48 @@ class MooncakeMasterCluster:
         status, body = admin_get(admin + self._promotability)
         return json.loads(body) if status == 200 else {"error": f"{status}: {body[:200]}"}
 
+    def _require_serving(self, index: int, what: str) -> None:
+        """0.3.13 counts and lists keys only on the serving leader: a standby's /metrics says
+        master_key_count 0 whatever it applied, and its /get_all_keys answers 503."""
+        health = self.health(index)
+        if health.get("service_ready") is True:
+            return
+        applied = self.metrics(index).get("ha_oplog_applied_sequence_id")
+        raise TargetLacks(Capability.MASTER_CLUSTER, (
+            f"mooncake_master of {self.placement.version} exposes no {what} on a master that is "
+            f"not serving (master {index}: role={health.get('role')!r}, "
+            f"ha_state={health.get('ha_state')!r}): its /metrics master_key_count counts only "
+            f"served keys (ha_oplog_applied_sequence_id={applied}) and /get_all_keys answers 503 "
+            f"'service plane is not active'"))
+
     def key_count(self, index: int) -> int:
+        """Keys of the serving master ``index`` (``master_key_count``); TargetLacks for a standby."""
+        self._require_serving(index, "key count")
         return int(self.metrics(index).get("master_key_count", 0))
+
+    def keys(self, index: int) -> list[str]:
+        """Keys of the serving master ``index`` (``GET /get_all_keys``, one per line)."""
+        self._require_serving(index, "key list")
+        status, body = admin_get(self.masters[index].admin + "/get_all_keys", timeout=10.0)
+        if status != 200:
+            raise TargetError(f"GET /get_all_keys of master {index} answered {status}: "
+                              f"{body[:200]}")
+        return [line.strip() for line in body.splitlines() if line.strip()]
+
+    def promote(self, index: int, timeout: float = 15.0) -> Any:
+        raise TargetLacks(Capability.MASTER_CLUSTER, (
+            f"mooncake_master of {self.placement.version} has no planned-handover endpoint "
+            f"(leadership moves only when the leader's etcd lease lapses)"))
+
+    def snapshot(self, index: int) -> Any:
+        raise TargetLacks(Capability.MASTER_SNAPSHOT, (
+            f"mooncake_master of {self.placement.version} has no endpoint to write a snapshot "
+            f"on request"))
+
+    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor") -> int:
+        raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+            f"mooncake_master of {self.placement.version} has no means to plant an entry in a "
+            f"standby's replicated state"))
 
     def metrics(self, index: int) -> Mapping[str, float]:
         status, body = admin_get(self.masters[index].admin + "/metrics", timeout=5.0)
@@ -310,14 +350,22 @@ class MooncakeMasterCluster:
 
     # ------------------------------------------------------------------ clients
 
-    def start_client(self) -> StoreClient:
-        """A store client that finds the leader through etcd (``MC_STORE_CLUSTER_ID``)."""
+    def start_client(self, client_id: str | None = None, version: str | None = None,
+                     profile: str | None = None, wait_attached: bool = True,
+                     timeout: float | None = None) -> StoreClient:
+        """A store client that finds the leader through etcd (``MC_STORE_CLUSTER_ID``); it is
+        attached once ``setup`` returned, so ``wait_attached`` changes nothing. A ``version`` or
+        ``profile`` other than the build's own is version skew this target cannot produce."""
+        if version or profile:
+            raise TargetLacks(Capability.VERSION_SKEW, (
+                f"mooncake.store of {self.placement.version} announces its own build; it has no "
+                f"means to announce version {version or profile!r}"))
         index = len(self.clients)
         ready_file = self.workdir / f"client-{index}.ready"
         ready_file.unlink(missing_ok=True)
         te_port = self.placement.port()
         etcd_uri = "etcd://" + ";".join(self.etcd)
-        name = f"mooncake-client-{self.cluster_id}-{index}"
+        name = f"mooncake-client-{self.cluster_id}-{client_id or index}"
         control = self.placement.control_port
         argv = self.placement.driver_argv(
             "store", "--hostname", f"{self.placement.host_name(name)}:{te_port}",
@@ -329,7 +377,7 @@ class MooncakeMasterCluster:
             return ready_file.exists()
 
         ready.__doc__ = "the store driver wrote its ready file (setup returned 0)"
-        proc = self.placement.start(name, argv, env, ready, self.ready_timeout,
+        proc = self.placement.start(name, argv, env, ready, timeout or self.ready_timeout,
                                     publish=[control] if control else [])
         info = read_ready_file(ready_file) or {}
         port = self.placement.host_port(proc, int(info["control_port"]))
