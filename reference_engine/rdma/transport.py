@@ -63,7 +63,7 @@ class RdmaTransport:
         self.buffers: list[LocalBuffer] = []
         self._orphans: list[tuple[Slice, int]] = []
         self._rr = 0
-        self._path_cache: dict[int, tuple[SegmentDescriptor, list[str]]] = {}
+        self._path_cache: dict[str, tuple[SegmentDescriptor, list[str]]] = {}
         self._threads: list[threading.Thread] = []
         self.contexts = [LocalContext(self, i, v, self.config) for i, v in enumerate(verbs_contexts)]
         self.model = profile.worker_model(self.config.env, self.config.workers_per_ctx,
@@ -144,11 +144,12 @@ class RdmaTransport:
         return False
 
     def _paths(self, desc: SegmentDescriptor) -> list[str]:
-        cached = self._path_cache.get(s := id(desc))
+        """Peer NIC paths of ``desc``'s devices, computed once per descriptor snapshot."""
+        cached = self._path_cache.get(desc.name)
         if cached is None or cached[0] is not desc:
             server = desc.rdma_server_name or desc.name
             cached = (desc, [f"{server}@{d.name}" for d in desc.devices or ()])
-            self._path_cache[s] = cached
+            self._path_cache[desc.name] = cached
             for path in cached[1]:
                 self.peers.record_path(desc.name, path)
         return cached[1]

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from reference_engine.rdma.exploration import explore, run_once, strategy_for  # noqa: E402
 from reference_engine.rdma.profiles import RFC, SliceOwnership, TokenOwnership  # noqa: E402
-from reference_engine.rdma.scenarios import SCENARIOS  # noqa: E402
+from reference_engine.rdma.scenarios import SCENARIOS, build  # noqa: E402
 from reference_engine.rdma.sim_cluster import SimCluster  # noqa: E402
 from reference_engine.rdma.verbs import Opcode  # noqa: E402
 
@@ -138,13 +138,14 @@ def main() -> None:
               f"on one core) | {cpu:,.0f} per CPU-second ({wall:,.0f} wall) |")
     print()
     print("| legacy failure (scenario) | PCT d=2 median | PCT d=3 median | random median "
-          "| seeds |")
-    print("|---|---|---|---|---|")
+          "| seeds | actors n | PCT d=2 guarantee 1/(n k) with k=60 |")
+    print("|---|---|---|---|---|---|---|")
     for scenario in SCENARIOS:
         d2 = statistics.median(schedules_to_expose(scenario, "pct", 2, seeds))
         d3 = statistics.median(schedules_to_expose(scenario, "pct", 3, seeds))
         rw = statistics.median(schedules_to_expose(scenario, "random", 2, seeds))
-        print(f"| {scenario} | {d2:g} | {d3:g} | {rw:g} | {seeds} |")
+        n = len(build(scenario, "legacy").actors)
+        print(f"| {scenario} | {d2:g} | {d3:g} | {rw:g} | {seeds} | {n} | 1/{n * 60} |")
 
 
 if __name__ == "__main__":
