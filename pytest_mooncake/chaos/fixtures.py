@@ -45,7 +45,8 @@ class ChaosFixture:
             faults: Sequence[Fault] = (), *, seconds: float | None = None, workers: int = 3,
             max_ops: int | None = None, final: Generator | None = None,
             quiet: tuple[float, float] = (0.5, 2.0), hold: tuple[float, float] = (0.5, 2.0),
-            final_timeout: float = 10.0, join_timeout: float = 10.0) -> ChaosResult:
+            final_timeout: float = 10.0, join_timeout: float = 10.0,
+            recovery: float = 0.0) -> ChaosResult:
         """One chaos run (see ``runner.run_chaos``); raises ``ChaosRunError`` if it could not
         finish cleanly."""
         self.runs += 1
@@ -59,7 +60,7 @@ class ChaosFixture:
                 client_for, Workload(workload, seed), seconds=seconds or self.seconds,
                 workers=workers, max_ops=max_ops, nemesis=nemesis, final=final,
                 final_timeout=final_timeout, join_timeout=join_timeout, history=history,
-                progress=self._progress,
+                progress=self._progress, recovery=recovery,
             )
         finally:
             history.to_jsonl(path)

@@ -184,8 +184,11 @@ def run_chaos(
     history: History | None = None,
     progress: Callable[[str], None] | None = None,
     progress_every: float = 1.0,
+    recovery: float = 0.0,
 ) -> ChaosResult:
-    """Run the chaos, heal and final phases; see the module docstring."""
+    """Run the chaos, heal and final phases; see the module docstring. ``recovery`` seconds of
+    workload run after every fault is healed (no nemesis), so that recovery from the last
+    fault can be judged too."""
     if seconds <= 0 or workers <= 0:
         raise ValueError(f"seconds and workers must be positive (got {seconds}, {workers})")
     history = history if history is not None else History()
@@ -195,9 +198,10 @@ def run_chaos(
     errors: list[str] = []
     t0 = time.monotonic()
 
-    def work(worker: int, client: Any) -> None:
+    def work(worker: int, client: Any, stop: threading.Event = stop, stream: int | None = None
+             ) -> None:
         process = worker
-        for spec in workload.for_worker(worker):
+        for spec in workload.for_worker(worker if stream is None else stream):
             if stop.is_set() or (spec.delay and stop.wait(spec.delay)) or not budget.take():
                 return
             op = history.invoke(process, spec.f, spec.key, spec.value)
@@ -247,6 +251,8 @@ def run_chaos(
                               f"(a client call without a timeout?)")
         if nemesis is not None:
             errors.extend(nemesis.heal_all(history))
+    if recovery > 0 and not errors:
+        _recovery_phase(work, clients[:workers], workers, recovery, join_timeout, errors)
     chaos_seconds = time.monotonic() - t0
     try:
         if final is not None:
@@ -264,6 +270,24 @@ def run_chaos(
     if errors:
         raise ChaosRunError("; ".join(errors), result)
     return result
+
+
+def _recovery_phase(work: Callable[..., None], clients: list[Any], workers: int, seconds: float,
+                    join_timeout: float, errors: list[str]) -> None:
+    """The workload again, on fresh streams and process ids, with every fault healed."""
+    stop = threading.Event()
+    threads = [threading.Thread(target=work, args=(workers + w, client, stop, workers + w),
+                                name=f"mc-chaos-recovery-{w}", daemon=True)
+               for w, client in enumerate(clients)]
+    for t in threads:
+        t.start()
+    stop.wait(seconds)
+    stop.set()
+    deadline = time.monotonic() + join_timeout
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            errors.append(f"{t.name} did not stop within {join_timeout}s")
 
 
 def _final_phase(history: History, client: Any, workload: Workload, process: int,

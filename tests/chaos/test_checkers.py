@@ -223,6 +223,15 @@ def test_bounded_recovery() -> None:
     assert result.valid is False and "0.589s later" in result.explanation
 
 
+def test_final_reads_do_not_count_as_recovery() -> None:
+    h = (Build().call(NEMESIS, "inject", "srv", 0, 1, type="info")
+         .call(NEMESIS, "heal", "srv", 10, 11, type="info")
+         .call(0, "get", "k", 20, 30, type="fail")
+         .get(1, "k", None, 40, 41, final=True))
+    result = bounded_recovery(1.0)(h.ops())
+    assert result.valid is False, "a final read after the run is not the system recovering"
+
+
 # ------------------------------------------------------------------ composition and export
 
 

@@ -62,3 +62,19 @@ def test_indeterminate_op_retires_the_process() -> None:
                        max_ops=3)
     calls = result.history.calls()
     assert [(c.invoke.process, c.type) for c in calls] == [(0, "ok"), (0, "info"), (1, "ok")]
+
+
+def test_recovery_phase_runs_the_workload_after_the_last_heal() -> None:
+    recorder = Recorder()
+
+    class Fine:
+        def invoke(self, spec):
+            return ok()
+
+    nemesis = Nemesis([recorder.fault()], seed=1, quiet=(0, 0), hold=(5, 5))
+    result = run_chaos(lambda w: Fine(), Workload(gen.kv().stagger(0.01), 1), seconds=0.2,
+                       workers=1, nemesis=nemesis, recovery=0.3)
+    last_heal = max(op.time for op in result.history.ops if op.f == "heal")
+    after = [op for op in result.history.ops if op.type == "ok" and op.time > last_heal]
+    assert after, "no workload op ran after the final heal"
+    assert {op.process for op in after} == {1}, "recovery ops must use fresh process ids"
