@@ -373,6 +373,20 @@ class ClusterMasters:
     def key_count(self, index: int) -> int:
         return int(self.metrics(index).get("master_key_count", 0))
 
+    def keys(self, index: int) -> list[str]:
+        from pytest_mooncake.targets.mooncake.masters import admin_get
+
+        status, body = admin_get(self.masters[index].admin + "/get_all_keys", timeout=10.0)
+        if status != 200:
+            raise TargetLacks(Capability.MASTER_CLUSTER,
+                              f"GET {self.masters[index].admin}/get_all_keys answered {status}: "
+                              f"{body[:200]}")
+        return [line.strip() for line in body.splitlines() if line.strip()]
+
+    def master_log(self, index: int) -> str:
+        raise TargetLacks(Capability.MASTER_CLUSTER,
+                          f"cluster:{self.manifest.path} gives no access to master logs")
+
     def promotable(self, index: int) -> Mapping[str, Any]:
         from pytest_mooncake.targets.mooncake.masters import PROMOTABILITY_PATHS, admin_get
 

@@ -176,6 +176,9 @@ def test_observed_masters_report_a_leader_and_are_never_killed(mooncake_target, 
         assert observed.leader(timeout=10) == leader
         assert observed.standbys() == [1 - leader]
         assert observed.key_count(leader) == 0
+        assert observed.keys(leader) == []
+        with pytest.raises(TargetLacks, match="answered 503"):
+            observed.keys(1 - leader)
         with pytest.raises(TargetLacks, match="never kills masters"):
             observed.kill_master(leader)
         with pytest.raises(TargetLacks, match="exposes no promotability endpoint"):
