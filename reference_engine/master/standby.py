@@ -48,7 +48,7 @@ class HotStandby:
         baseline: StandbyBaseline,
         poll_interval: float = 0.2,
         snapshots: SnapshotStore | None = None,
-        batch_read_limit: int = 1024,
+        batch_read_limit: int = 16,
         replay_delay: float = 0.0,
     ):
         self.store = store
@@ -148,7 +148,14 @@ class HotStandby:
                 if self.applied_batch_id >= prefix.batch_id:
                     break
                 limit = 1 if slow else self.batch_read_limit
-                for rec in self.store.read_batches(self.applied_batch_id, prefix.batch_id, limit):
+                try:
+                    batches = self.store.read_batches(self.applied_batch_id, prefix.batch_id, limit)
+                except Exception as exc:  # noqa: BLE001
+                    if limit > 1 and _too_large(exc):
+                        self.batch_read_limit = max(1, limit // 2)
+                        continue
+                    raise
+                for rec in batches:
                     for entry in rec.entries:
                         if entry.sequence_id <= prefix.last_seq:
                             self.applier.apply(entry)
@@ -220,3 +227,12 @@ class HotStandby:
                 producer_view_version=producer_view,
                 state=self.state.copy(),
             )
+
+
+def _too_large(exc: BaseException) -> bool:
+    """etcd's answer exceeded the gRPC message limit: read fewer batches at a time."""
+    code = getattr(exc, "code", None)
+    try:
+        return callable(code) and code().name == "RESOURCE_EXHAUSTED"
+    except Exception:  # noqa: BLE001
+        return False

@@ -142,6 +142,22 @@ def replay_from_etcd(endpoints: list[str], recs: list[BatchRecord]) -> float:
         client.delete_prefix(keys.root)
 
 
+class Rows(list):
+    """Result rows, each also printed as soon as it is measured (a long run keeps its output)."""
+
+    def append(self, row: tuple[str, str, str]) -> None:
+        print(" | ".join(row), flush=True)
+        super().append(row)
+
+    def table(self) -> None:
+        width = max(len(r[0]) for r in self)
+        width2 = max(len(r[1]) for r in self)
+        print(f"\n{'measure':{width}}  {'case':{width2}}  result")
+        print("-" * (width + width2 + 60))
+        for a, b, c in self:
+            print(f"{a:{width}}  {b:{width2}}  {c}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -154,7 +170,7 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-master-"))
     etcd = EtcdServer(work / "etcd-data", work / "etcd.log").start()
-    rows: list[tuple[str, str, str]] = []
+    rows = Rows()
     try:
         configs = [("rfc", 2, None, "rfc: 2 s lease, no warm-up"),
                    ("legacy", 2, None, "legacy: 2 s lease + 2 s warm-up")]
@@ -200,12 +216,7 @@ def main() -> int:
                      f"{statistics.median(replay):,.0f} entries/s"))
     finally:
         etcd.close()
-    width = max(len(r[0]) for r in rows)
-    width2 = max(len(r[1]) for r in rows)
-    print(f"\n{'measure':{width}}  {'case':{width2}}  result")
-    print("-" * (width + width2 + 60))
-    for a, b, c in rows:
-        print(f"{a:{width}}  {b:{width2}}  {c}")
+    rows.table()
     return 0
 
 
