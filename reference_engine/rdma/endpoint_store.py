@@ -12,6 +12,7 @@ their outstanding work was handed to ``on_force``.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -19,6 +20,8 @@ from reference_engine.rdma.endpoint import Endpoint
 
 FIFO = "FIFO"
 SIEVE = "SIEVE"
+
+log = logging.getLogger("reference_engine.rdma")
 
 
 class _Node:
@@ -175,7 +178,8 @@ class EndpointStore:
             ep.begin_destroy(self.clock.now())
             self.waiting.append(ep)
             self.retire_log.append((cause, ep.peer_nic_path, ep.generation))
-            return True
+        log.info("endpoint %s generation %d retired (%s)", ep.peer_nic_path, ep.generation, cause)
+        return True
 
     def retire_evicted(self, ep: Endpoint) -> None:
         self.retire(ep, "eviction")

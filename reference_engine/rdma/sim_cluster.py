@@ -131,7 +131,7 @@ class SimCluster:
         """The process dies and a new one takes the same segment name, NIC names, GIDs, buffer
         address and (by registration order) the same rkeys; only ``instance_id`` differs."""
         old = self.peers[name]
-        old.transport.stopped = True
+        old.transport.stop()
         old.transport.defunct = True
         old.node.shutdown()
         nics = [ctx.device_name for ctx in old.transport.contexts]

@@ -8,6 +8,7 @@ cache's lookup: ``force`` bypasses the TTL). Handshakes go through ``rpc(server,
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from reference_engine.rdma.verbs import CONTEXT_FATAL_EVENTS, AsyncEventType, Op
 from reference_engine.rdma.worker_pool import WorkerPool, shard_of
 
 Lookup = Callable[[str, bool], "SegmentDescriptor | None"]
+log = logging.getLogger("reference_engine.rdma")
 
 
 @dataclass
@@ -199,6 +201,8 @@ class RdmaTransport:
         if old_paths is None:
             return
         self.stats["replacements"] += 1
+        log.warning("%s: replacement of %s detected (instance %s); retiring %d path(s)",
+                    self.server_name, target, desc.instance_id, len(old_paths))
         self.stats["endpoints_retired_by_replacement"] += self.profile.retire.replacement(
             self, old_paths)
         self.rails.clear(old_paths)
@@ -218,6 +222,8 @@ class RdmaTransport:
         s.retry_cnt += 1
         if s.retry_cnt >= s.max_retry_cnt:
             self.stats["retries_exhausted"] += 1
+            log.warning("%s: slice to %s failed after %d retries", self.server_name, s.target,
+                        s.retry_cnt)
             s.mark_failed()
             return
         self.ownership.new_attempt(s)
@@ -267,6 +273,8 @@ class RdmaTransport:
 
     def on_forced_reclaim(self, ep) -> None:
         self.stats["forced_reclaims"] += 1
+        log.warning("%s: endpoint %s generation %d destroyed after the drain timeout",
+                    self.server_name, ep.peer_nic_path, ep.generation)
         self._orphans.extend(self.ownership.orphan(ep))
 
     # ------------------------------------------------------------------ passive handshake
