@@ -306,33 +306,34 @@ class TcpClient:
         done = 0
         windows: deque[tuple[int, int]] = deque()
         nxt = pos
-        try:
-            while nxt < n or windows:
-                if nxt < n:
-                    hi = min(n, nxt + self.window)
-                    send_all(
-                        sock,
-                        [
-                            b"".join(
-                                [
-                                    pack(len(reqs[k].view), reqs[k].addr, opbyte)
-                                    for k in range(nxt, hi)
-                                ]
-                            )
-                        ],
-                    )
-                    windows.append((nxt, hi))
-                    nxt = hi
+        send_error: OSError | None = None
+        while windows or (nxt < n and send_error is None):
+            if nxt < n and send_error is None:
+                hi = min(n, nxt + self.window)
+                windows.append((nxt, hi))
+                headers = b"".join([pack(len(r.view), r.addr, opbyte) for r in reqs[nxt:hi]])
+                nxt = hi
+                try:
+                    send_all(sock, [headers])
+                except OSError as e:
+                    # the peer may have answered (or rejected) what it got before closing:
+                    # read the windows in flight to find out
+                    send_error = e
+                    try:
+                        set_kernel_timeouts(sock, _SALVAGE_TIMEOUT)
+                    except OSError:
+                        pass
+                else:
                     if len(windows) < 2 and nxt < n:
                         continue
-                lo, hi = windows.popleft()
-                ok, failure = self._read_responses(sock, reqs, lo, hi, v2)
-                done += ok
-                if failure:
-                    return done, failure
-            return done, None
-        except OSError as e:
-            return done, _Failure(_CONNECTION, f"sending: {e}")
+            lo, hi = windows.popleft()
+            ok, failure = self._read_responses(sock, reqs, lo, hi, v2)
+            done += ok
+            if failure:
+                return done, failure
+        if send_error is not None:
+            return done, _Failure(_CONNECTION, f"sending: {send_error}")
+        return done, None
 
     @staticmethod
     def _read_responses(sock, reqs, lo: int, hi: int, v2: bool) -> tuple[int, _Failure | None]:

@@ -58,8 +58,10 @@ def fake_peer():
 
     listeners, threads = [], []
 
-    def start(handler) -> int:
+    def start(handler, rcvbuf: int | None = None) -> int:
         lst = socket.socket()
+        if rcvbuf:
+            lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         lst.bind(("127.0.0.1", 0))
         lst.listen()
         lst.settimeout(10)

@@ -234,3 +234,52 @@ def test_overlapping_write_batch_stays_ordered(server_peer, client):
     for addr, data in items:
         expected[addr - BASE : addr - BASE + len(data)] = data
     assert server_peer.mem[:16384] == expected
+
+
+def test_rejection_is_found_even_when_the_send_fails(fake_peer):
+    """The peer rejects and closes while the client is still blocked sending a big window of
+    headers: the rejection frame that came first must win over the send error."""
+    from reference_engine.transport import TcpTransport
+
+    connections = []
+
+    def serve(sock):
+        connections.append(sock)
+        if len(connections) == 1:
+            size = wire.decode_header(recv_exact(sock, 24)).size
+            sock.sendall(wire.STATUS_OK_FRAME + b"r" * size)
+            recv_exact(sock, 24)
+            sock.sendall(wire.STATUS_REJECTED_FRAME)
+            return  # closes with unread headers: the client's send fails with a reset
+        pending = b""
+        while True:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                return
+            pending += chunk
+            whole = len(pending) // 24 * 24
+            out = [
+                wire.STATUS_OK_FRAME + b"s" * wire.decode_header(pending, i).size
+                for i in range(0, whole, 24)
+            ]
+            pending = pending[whole:]
+            sock.sendall(b"".join(out))
+
+    port = fake_peer(serve, rcvbuf=4096)
+    n = 20_000  # ~480 KB of headers in one window, far more than the small buffers hold
+    t = TcpTransport(window=n, lanes=1)
+    acquire = t.pool.acquire
+
+    def small_send_buffer(host, port):
+        conn = acquire(host, port)
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        return conn
+
+    t.pool.acquire = small_send_buffer
+    try:
+        with pytest.raises(PeerRejectedError) as ei:
+            t.read_batch(H, port, [(0x1000 + i, 1) for i in range(n)])
+        assert list(ei.value.failures) == [1]
+        assert ei.value.completed == n - 1
+    finally:
+        t.stop()
