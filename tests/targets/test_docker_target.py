@@ -3,6 +3,7 @@ handling against a fake docker client object (unit level; no Docker engine runs 
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -295,3 +296,100 @@ def test_target_session_tears_down_its_lab(tmp_path):
     ContainerProcess(lab, "x", ["x"], {}, None, 5).start()
     target.close()
     assert fake.containers.created[0].removed and fake.networks.created[0].removed
+
+
+# ------------------------------------------------------------------ handles over containers
+
+
+class LocalProcessContainers(FakeContainers):
+    """A fake docker client whose "containers" are local driver processes: the command's
+    in-container driver path is mapped to this checkout, the fixed control port to a free
+    loopback port reported as the published one. It exercises the engine handle's container
+    path (ready file through the shared workdir, published ports, kill, restart) for real."""
+
+    def run(self, image, command=None, **kwargs):
+        import subprocess
+        import sys
+
+        from pytest_mooncake.ports import free_port
+        from pytest_mooncake.targets.mooncake.install import DRIVER
+
+        container = super().run(image, command, **kwargs)
+        argv = [sys.executable if a == "python3" else
+                str(DRIVER) if a == "/mc-driver/driver.py" else a for a in command]
+        published = {}
+        if "--control-port" in argv:
+            i = argv.index("--control-port")
+            port = free_port()
+            published[f"{argv[i + 1]}/tcp"] = port
+            argv[i + 1] = str(port)
+            argv[argv.index("--control-host") + 1] = "127.0.0.1"
+        env = dict(os.environ, MC_TCP_BIND_ADDRESS="127.0.0.1", **kwargs["environment"])
+        container.popen = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL, start_new_session=True)
+        container.published = published
+        return container
+
+
+def _local_reload(self):
+    if self.removed:
+        raise LookupError("No such container")
+    if self.popen.poll() is not None and self.status == "running":
+        self.status, self.exit_code = "exited", self.popen.returncode
+    self.ports = {p: [{"HostIp": "127.0.0.1", "HostPort": str(h)}] for p, h in self.published.items()}
+
+
+def _local_kill(self, signal=None):
+    os.killpg(self.popen.pid, int(signal))
+    self.popen.wait(10)
+    self.signals.append(signal)
+
+
+def _local_remove(self, force=False):
+    if self.popen.poll() is None:
+        os.killpg(self.popen.pid, 9)
+        self.popen.wait(10)
+    self.removed = True
+
+
+def _local_wait(self, timeout=None):
+    return {"StatusCode": self.popen.wait(timeout)}
+
+
+@pytest.fixture
+def local_docker(monkeypatch):
+    monkeypatch.setattr(FakeContainer, "reload", _local_reload)
+    monkeypatch.setattr(FakeContainer, "kill", _local_kill)
+    monkeypatch.setattr(FakeContainer, "remove", _local_remove)
+    monkeypatch.setattr(FakeContainer, "wait", _local_wait)
+    client = FakeDockerClient()
+    client.containers = LocalProcessContainers(client)
+    return client
+
+
+def test_engine_handles_over_container_placement(local_docker, mooncake_target, mc_etcd, tmp_path):
+    from pytest_mooncake.targets.mooncake.engines import MooncakeEngine
+    from pytest_mooncake.targets.mooncake.metadata import EtcdMetadata
+
+    lab = DockerLab(local_docker, IMAGE, "s2", tmp_path)
+    placement = ContainerPlacement(lab, IMAGE)
+    meta = EtcdMetadata(list(mc_etcd.endpoints))
+    tag = os.getpid()
+    a = MooncakeEngine(placement, tmp_path, f"dk-a-{tag}", meta, {})
+    b = MooncakeEngine(placement, tmp_path, f"dk-b-{tag}", meta, {})
+    try:
+        run = local_docker.containers.created[0]
+        assert run.command[:2] == ["python3", "/mc-driver/driver.py"]
+        assert run.kwargs["ports"] == {"7000/tcp": ("127.0.0.1", None)}
+        assert a.write(b.segment, 0, b"through-containers").ok
+        assert b.local_read(0, 18) == b"through-containers"
+        first = a.process.container
+        a.restart()
+        assert first.removed and a.process.container is not first and a.alive()
+        assert first.signals == [signal.SIGKILL]
+        assert b.write_at(a.segment, a.buffers()[0][0], b"after").ok
+    finally:
+        a.stop()
+        b.stop()
+        assert lab.close() == []
+    assert all(c.popen.poll() is not None for c in local_docker.containers.created)

@@ -170,7 +170,8 @@ class MooncakeEngine(DriverCommands):
         except Exception as exc:
             raise TargetError(f"real Mooncake engine {self.segment!r} did not start: {exc}") from None
         self.info = read_ready_file(self.ready_file) or {}
-        port = self.placement.host_port(self.process, int(self.info["control_port"]))
+        inside = self._control_port or int(self.info["control_port"])
+        port = self.placement.host_port(self.process, inside)
         self.control = ControlClient(self.process, port)
 
     def _ready(self, _: ManagedProcess) -> bool:

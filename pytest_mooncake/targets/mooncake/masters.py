@@ -380,7 +380,7 @@ class MooncakeMasterCluster:
         proc = self.placement.start(name, argv, env, ready, timeout or self.ready_timeout,
                                     publish=[control] if control else [])
         info = read_ready_file(ready_file) or {}
-        port = self.placement.host_port(proc, int(info["control_port"]))
+        port = self.placement.host_port(proc, control or int(info["control_port"]))
         client = StoreClient(index, proc, ControlClient(proc, port))
         self.clients.append(client)
         self.placement.release(te_port)
