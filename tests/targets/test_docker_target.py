@@ -364,7 +364,11 @@ def local_docker(monkeypatch):
     monkeypatch.setattr(FakeContainer, "wait", _local_wait)
     client = FakeDockerClient()
     client.containers = LocalProcessContainers(client)
-    return client
+    yield client
+    for container in client.containers.created:
+        if container.popen.poll() is None:
+            os.killpg(container.popen.pid, signal.SIGKILL)
+            container.popen.wait(10)
 
 
 def test_engine_handles_over_container_placement(local_docker, mooncake_target, mc_etcd, tmp_path):
