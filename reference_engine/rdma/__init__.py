@@ -20,3 +20,7 @@ Worker steps are generators yielding named points: the scheduler drives them coo
 thread (exact interleavings, replayable), ``RdmaTransport.start()`` runs the same generators in
 real threads where a point costs one generator resume.
 """
+
+import logging
+
+logging.getLogger("reference_engine.rdma").addHandler(logging.NullHandler())

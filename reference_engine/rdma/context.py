@@ -30,9 +30,13 @@ class LocalContext:
         self.store.clock = transport.clock
         self.store.on_evict = transport.profile.retire.evict_hook(self.store)
         self.qp_owner: dict[int, Endpoint] = {}
-        self.qp_paths: dict[int, str] = {}
-        """qp_num -> peer path, never pruned: what a raw endpoint pointer in an async event
-        still leads to after the endpoint is gone (used by the legacy QP-fatal path)."""
+        self.slots: list[Endpoint | None] = []
+        """Endpoint "addresses": a destroyed endpoint's slot is reused (LIFO) by the next one,
+        as freed memory is. ``qp_slot`` maps a QP to its endpoint's slot and is never pruned: it
+        is the raw ``qp_context`` pointer an async event carries (the legacy QP-fatal path
+        follows it, and may land on a newer endpoint)."""
+        self.free_slots: list[int] = []
+        self.qp_slot: dict[int, int] = {}
         self.active = True
         self.failure_count = 0
         self._generation = 0
@@ -40,6 +44,20 @@ class LocalContext:
 
     def __repr__(self) -> str:
         return f"LocalContext({self.nic_path}, active={self.active})"
+
+    def alloc_slot(self, ep: Endpoint) -> int:
+        if self.free_slots:
+            slot = self.free_slots.pop()
+            self.slots[slot] = ep
+        else:
+            slot = len(self.slots)
+            self.slots.append(ep)
+        return slot
+
+    def free_slot(self, slot: int, ep: Endpoint) -> None:
+        if 0 <= slot < len(self.slots) and self.slots[slot] is ep:
+            self.slots[slot] = None
+            self.free_slots.append(slot)
 
     def pick_cq(self):
         cq = self.cqs[self._cq_next % len(self.cqs)]

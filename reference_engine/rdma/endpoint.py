@@ -57,6 +57,7 @@ class Endpoint:
         self.max_wr = 0
         self.max_cqe = 0
         self.last_error = ""
+        self.slot = -1
 
     def __repr__(self) -> str:
         return (f"Endpoint({self.ctx.nic_path}->{self.peer_nic_path} gen={self.generation} "
@@ -76,9 +77,10 @@ class Endpoint:
         self.max_wr = max_wr
         self.max_cqe = max_cqe
         self.qps = [ctx.verbs.create_qp(ctx.pd, self.cq, max_wr) for _ in range(num_qp)]
+        self.slot = ctx.alloc_slot(self)
         for qp in self.qps:
             ctx.qp_owner[qp.qp_num] = self
-            ctx.qp_paths[qp.qp_num] = self.peer_nic_path
+            ctx.qp_slot[qp.qp_num] = self.slot
         self.depth = [Counter(f"{self.peer_nic_path}#{self.generation}/qp{i}")
                       for i in range(num_qp)]
         self.state = UNCONNECTED
@@ -90,7 +92,7 @@ class Endpoint:
                     for _ in self.qps]
         for qp in self.qps:
             self.ctx.qp_owner[qp.qp_num] = self
-            self.ctx.qp_paths[qp.qp_num] = self.peer_nic_path
+            self.ctx.qp_slot[qp.qp_num] = self.slot
         self.state = UNCONNECTED
 
     # ------------------------------------------------------------------ handshake
@@ -236,6 +238,8 @@ class Endpoint:
                     pass
                 if self.ctx.qp_owner.get(qp.qp_num) is self:
                     del self.ctx.qp_owner[qp.qp_num]
+            if self.state != DESTROYED and self.qps:
+                self.ctx.free_slot(self.slot, self)
             self.state = DESTROYED
 
 

@@ -4,13 +4,13 @@
 every cause, shared worker model unless ``MC_RDMA_DEDICATED_POLLER`` is set, replacement
 detection by ``instance_id``.
 
-``legacy`` (the behaviour the RFCs were written against): the slice itself is the wr_id, so a
-completion reads whatever endpoint and QP-depth pointer the slice carries *now*; no attempt ids,
-no generations; each deletion cause deletes on its own (a CQ error unlinks the endpoint and
-deactivates it as two separate steps; a QP-fatal event deletes whatever endpoint now serves the
-QP's peer path, standing in for a reused raw pointer; eviction and a stale passive handshake
-destroy at once; a forced reclaim subtracts the depth from the CQ counter and leaves the posted
-slices to their fate); dedicated poller by default; no replacement detection.
+``legacy`` (Mooncake before the RFC): the slice itself is the wr_id, so a completion reads
+whatever endpoint and QP-depth pointer the slice carries *now*; no attempt ids, no generations;
+each deletion cause deletes on its own through raw pointers (a completion error deletes the
+slice's current endpoint; a QP-fatal event follows the QP's context pointer, which a newer
+endpoint may have reused); a forced reclaim subtracts the outstanding depth from the CQ counter
+and leaves the posted slices to their fate; dedicated poller by default; no replacement
+detection. Two-phase destruction itself is Mooncake's (0.3.12 has it for every cause).
 """
 
 from __future__ import annotations
@@ -186,56 +186,58 @@ class UnifiedRetire:
 
 
 class ScatteredDeletion:
-    """Legacy: each deletion cause deletes on its own (see the module docstring)."""
+    """Legacy: each cause deletes on its own, as Mooncake's paths do: a completion error deletes
+    the endpoint the slice's raw pointer names *now*; a QP-fatal event follows the QP's raw
+    context pointer (an endpoint "address" that a newer endpoint may occupy); eviction, stale
+    passive handshakes and disconnect-all call the store's two-phase delete. No generations,
+    no record of a single retire path."""
 
     name = "scattered"
 
-    def for_completion(self, tr, view, wc) -> Iterator[str]:
-        ep = view[0].endpoint
-        if ep is None or wc.status == WcStatus.WR_FLUSH_ERR:
-            return
-        if tr.observer is not None:
-            tr.observer.on_completion_retire(wc, ep)
+    @staticmethod
+    def _delete_by_ptr(tr, ep) -> bool:
         store = ep.ctx.store
-        if store.remove(ep):
-            yield RETIRE
+        with store.lock:
+            if not store.remove(ep):
+                return False
             ep.begin_destroy(tr.clock.now())
             store.waiting.append(ep)
+            return True
+
+    def for_completion(self, tr, view, wc) -> Iterator[str]:
+        ep = view[0].endpoint
+        if ep is not None and wc.status != WcStatus.WR_FLUSH_ERR:
+            if tr.observer is not None:
+                tr.observer.on_completion_retire(wc, ep)
+            self._delete_by_ptr(tr, ep)
+        return _no_yield()
 
     def for_qp_fatal(self, tr, ctx, qp_num: int) -> Iterator[str]:
-        path = ctx.qp_paths.get(qp_num)
-        if path is None:
-            return _no_yield()
-        ep = ctx.store.get(path)
-        if ep is not None:
+        slot = ctx.qp_slot.get(qp_num)
+        ep = ctx.slots[slot] if slot is not None and slot < len(ctx.slots) else None
+        if ep is not None and ep.in_map:
             if tr.observer is not None:
                 tr.observer.on_event_retire(qp_num, ep)
-            if ctx.store.remove(ep):
-                ep.begin_destroy(tr.clock.now())
-                ctx.store.waiting.append(ep)
+            self._delete_by_ptr(tr, ep)
         return _no_yield()
 
     def for_handshake_failure(self, tr, ep) -> Iterator[str]:
-        if ep.ctx.store.remove(ep):
-            ep.begin_destroy(tr.clock.now())
-            ep.ctx.store.waiting.append(ep)
+        self._delete_by_ptr(tr, ep)
         return _no_yield()
 
     def disconnect_all(self, tr, ctx, cause: str) -> Iterator[str]:
         for ep in ctx.store.endpoints():
-            if ctx.store.remove(ep):
-                ep.begin_destroy(tr.clock.now())
-                ctx.store.waiting.append(ep)
+            self._delete_by_ptr(tr, ep)
         return _no_yield()
 
     def passive_stale(self, tr, ep) -> None:
-        ep.ctx.store.remove(ep)
-        ep.destroy_qps()
+        self._delete_by_ptr(tr, ep)
 
     def evict_hook(self, store):
         def evict(ep) -> None:
             store.remove(ep)
-            ep.destroy_qps()
+            ep.begin_destroy(store.clock.now())
+            store.waiting.append(ep)
         return evict
 
     def replacement(self, tr, paths) -> int:

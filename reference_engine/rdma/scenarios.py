@@ -13,7 +13,8 @@ Names (``SCENARIOS``):
 - ``completion_error_retire_while_posting``: a completion error retires the endpoint while
   another worker is posting on it.
 - ``qp_fatal_races_completion``: a QP-fatal event for the old QP is handled after the
-  completion path already moved the slice to a new endpoint.
+  completion path retired that endpoint, it was reclaimed, and the slice went to a new
+  endpoint (which, under legacy, reuses the old one's address).
 - ``reclaim_with_pending_completions``: reclaim runs out of patience while the flush
   completions of a retired endpoint are still pending.
 - ``handoff_while_flush_drains``: a local RNIC handoff rewrites a slice while its old flush
@@ -115,12 +116,6 @@ def _submit(a, b, checker, n: int, offset: int = 0) -> list[Slice]:
     return task.slices
 
 
-def _qp_of(tr, s: Slice):
-    ctx = tr.contexts[s.ctx_index]
-    ep = ctx.store.get(s.peer_nic_path)
-    return ep.qps[0] if ep is not None else None
-
-
 def stale_completion_after_retry(profile, env, pinned):
     cluster, a, b, checker = _setup("s1", profile, env, b_nics=("mlx5_0", "mlx5_1"))
     [s] = _submit(a, b, checker, 1)
@@ -168,20 +163,24 @@ def qp_fatal_races_completion(profile, env, pinned):
     fabric = cluster.fabric
     fabric.inject(Fault(ERROR, local_addr=s.source_addr, status=WcStatus.REM_ACCESS_ERR))
     chaos = Chaos()
-    first_qp = []
+
+    def first_qp_num():
+        posts = checker.posts.get(s)
+        return posts[0][1] if posts else None
 
     def qp_in_error() -> bool:
-        if not first_qp:
-            qp = _qp_of(tr, s)
-            if qp is None:
-                return False
-            first_qp.append(qp)
-        return first_qp[0].state == QPState.ERR
+        num = first_qp_num()
+        if num is None:
+            return False
+        qp = fabric.qps.get(num)
+        return qp is None or qp.state == QPState.ERR
 
-    chaos.step("qp_fatal", qp_in_error, lambda: fabric.raise_qp_fatal(first_qp[0]))
+    chaos.step("qp_fatal", qp_in_error, lambda: fabric.raise_qp_fatal_num(
+        tr.contexts[s.ctx_index].verbs, first_qp_num()))
     poster, poller = _names(tr, s.ctx_index, "B", s.device_id)
-    script = [(poster, P.AFTER_POST), (FABRIC_ACTOR, P.DELIVER), (CHAOS_ACTOR, P.CHAOS),
-              (poller, P.RETRY), (poster, P.AFTER_POST), ("A/monitor", P.EVENT)] if pinned else []
+    script = [(poster, P.AFTER_POST), (FABRIC_ACTOR, P.DELIVER), (poller, P.RETIRE),
+              ("A/monitor", P.RECLAIM), (poller, P.RETRY), (poster, P.AFTER_POST),
+              (CHAOS_ACTOR, P.CHAOS), ("A/monitor", P.EVENT)] if pinned else []
     return cluster, checker, chaos, [s], script
 
 

@@ -375,6 +375,14 @@ class SimFabric:
             self._to_err(qp)
             qp.ctx.events.append(AsyncEvent(AsyncEventType.QP_FATAL, qp.qp_num))
 
+    def raise_qp_fatal_num(self, ctx: SimContext, qp_num: int) -> None:
+        """QP-fatal for a QP number, also one already destroyed (an event read late)."""
+        with self.lock:
+            qp = self.qps.get(qp_num)
+            if qp is not None:
+                self._to_err(qp)
+            ctx.events.append(AsyncEvent(AsyncEventType.QP_FATAL, qp_num))
+
     def raise_device_fatal(self, ctx: SimContext) -> None:
         with self.lock:
             ctx.dead = True

