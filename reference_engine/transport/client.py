@@ -1,15 +1,18 @@
 """Client side of the Mooncake TCP transport: pipelined READ and WRITE batches to one peer.
 
-A batch goes out on one pooled connection in windows: the next window's requests are sent
-before the previous window's responses are read, so the peer never waits on a round trip, and
-every window is one vectored ``sendmsg`` (headers interleaved with payload memoryviews) and, for
-READs, one ``recvmsg_into`` straight into the callers' destination buffers.
+A batch goes out on one pooled connection (a big one on ``lanes`` connections at once) in
+windows: the next window's requests are sent before the previous window's responses are read,
+so the peer never waits on a round trip, and every window is one vectored ``sendmsg`` (headers
+interleaved with payload memoryviews) and, for READs, one ``recvmsg_into`` with MSG_WAITALL
+straight into the callers' destination buffers.
 
 Failure handling follows the protocol: the peer serves a connection's requests in order and
 closes it after a rejection, so the requests after a rejected one were never executed and are
 sent again on a fresh connection. After any other failure nothing is retried: the requests not
 yet acknowledged fail with :class:`TransferConnectionError` (a WRITE among them may or may not
-have landed), and the connection is discarded rather than returned to the pool.
+have landed), and the connection is discarded rather than returned to the pool. When a send
+fails, the responses the peer wrote before closing are still read: a rejection that caused the
+close is reported as a rejection, not as the reset that followed it.
 """
 
 from __future__ import annotations
