@@ -45,7 +45,7 @@ def test_ini_keys_and_cli_precedence(pytester: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--mc-target=nosuch"], "*--mc-target: unknown target 'nosuch'; known targets: reference*"),
+        (["--mc-target=nosuch"], "*--mc-target: unknown target 'nosuch'; known targets: *reference (the Python reference engine*"),
         (["--mc-target=reference:bogus"], "*unknown reference profile 'bogus'*reference:legacy*"),
         (["--mc-seed=abc"], "*--mc-seed must be an integer (got 'abc')*"),
         (["--mc-schedules=0"], "*--mc-schedules must be a positive integer (got '0')*"),
