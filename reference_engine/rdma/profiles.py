@@ -24,8 +24,6 @@ from reference_engine.rdma.slices import SliceTable
 from reference_engine.rdma.tokens import TokenPool
 from reference_engine.rdma.verbs import WcStatus
 
-RETIRE = "retire"
-
 
 # ---------------------------------------------------------------------- completion ownership
 class TokenOwnership:
