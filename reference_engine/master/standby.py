@@ -156,9 +156,7 @@ class HotStandby:
                         continue
                     raise
                 for rec in batches:
-                    for entry in rec.entries:
-                        if entry.sequence_id <= prefix.last_seq:
-                            self.applier.apply(entry)
+                    self.applier.apply_batch(rec.entries, prefix.last_seq)
                     self.applied_batch_id = rec.batch_id
             if slow:
                 time.sleep(self.replay_delay)

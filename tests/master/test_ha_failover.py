@@ -63,7 +63,6 @@ def test_fresh_standby_not_promotable_until_caught_up_then_keeps_every_key(clust
     assert sorted(cluster.keys(fresh)) == sorted(keys)
 
 
-@pytest.mark.mc_req("MP-4", "MP-5")
 def test_legacy_fresh_standby_claims_promotable_at_once_and_promotes_into_an_empty_index(cluster_factory):
     cluster = cluster_factory("legacy", masters=1, clients=1, warmup=0)
     put_keys(cluster.client(0), 40)
@@ -95,7 +94,6 @@ def test_clients_reattach_within_the_bound_after_failover(cluster_factory):
     assert cluster.client(1).put("after-failover")["ok"]
 
 
-@pytest.mark.mc_req("MP-7")
 def test_legacy_clients_stay_stuck_on_the_dead_connection(cluster_factory):
     cluster = cluster_factory("legacy", masters=2, clients=1, warmup=0, client_stall=60.0,
                               reattach_timeout=1.0)

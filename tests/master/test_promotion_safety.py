@@ -51,7 +51,6 @@ def test_partial_restore_drops_only_the_bad_entry(cluster_factory):
     assert cluster.metrics(standby)["ha_restore_dropped_entries"] >= 1
 
 
-@pytest.mark.mc_req("MP-1", "MP-2")
 def test_legacy_promotes_then_one_bad_entry_empties_the_index(cluster_factory):
     cluster, keys, leader, standby = planted_cluster(cluster_factory, "legacy")
     assert cluster.promotable(standby)["promotable"] is True
@@ -62,8 +61,7 @@ def test_legacy_promotes_then_one_bad_entry_empties_the_index(cluster_factory):
     assert "Standby restore failed" in cluster.master_log(standby)
 
 
-@pytest.mark.mc_req("MP-9")
-@pytest.mark.parametrize("profile", ["rfc", "legacy"])
+@pytest.mark.parametrize("profile", [pytest.param("rfc", marks=pytest.mark.mc_req("MP-9")), "legacy"])
 def test_snapshot_restore_after_recreating_every_master(cluster_factory, profile):
     cluster = cluster_factory(profile, masters=2, clients=1, warmup=0, snapshots=True,
                               trim_oplog_after_snapshot=True)
@@ -96,3 +94,14 @@ def test_trimmed_history_without_snapshot_is_not_promotable(cluster_factory, tmp
     p = wait_for(lambda: (lambda a: a if "missing" in a["reason"] else None)(cluster.promotable(blind)),
                  10, "blind standby reports the gap")
     assert p["promotable"] is False and p["keys_restorable"] == 0
+
+
+@pytest.mark.mc_req("MP-1")
+def test_leader_crash_with_a_bad_context_leaves_no_master_serving_an_empty_index(cluster_factory):
+    cluster, keys, leader, standby = planted_cluster(cluster_factory, "rfc")
+    cluster.kill_master(leader)
+    wait_for(lambda: cluster.metrics(standby)["ha_promotions_refused_total"] >= 1, 15,
+             "standby refuses to campaign")
+    assert cluster.serving() == []
+    assert cluster.promotable(standby)["promotable"] is False
+    assert "refusing to campaign" in cluster.master_log(standby)

@@ -32,7 +32,6 @@ def test_compatible_skew_is_accepted_for_reads_and_writes(cluster_factory):
     assert newer.exists("k")["result"]["exists"] is True
 
 
-@pytest.mark.mc_req("MP-8")
 def test_legacy_skewed_client_reads_fine_writes_fail_and_the_master_is_silent(cluster_factory):
     cluster = cluster_factory("legacy", masters=1, warmup=0)
     same = cluster.start_client("same-client")
