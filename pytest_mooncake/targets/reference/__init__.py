@@ -68,8 +68,9 @@ class ReferenceTarget(Target):
         workdir.mkdir(parents=True, exist_ok=True)
         import tempfile
 
+        profile = options.pop("profile", self.profile)
         return ReferenceMasterCluster(self.ctx.etcd_endpoints(), Path(tempfile.mkdtemp(dir=workdir)),
-                                      self.profile, masters, clients, **options)
+                                      profile, masters, clients, **options)
 
     def rdma(self, **options: Any) -> Any:
         """The RDMA handle (see targets/reference/rdma.py); options: seed, schedules, strategy,
