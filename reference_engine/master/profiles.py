@@ -63,11 +63,11 @@ class ReplayBaseline(StandbyBaseline):
             log.info("standby baseline: snapshot %s (seq %d, %d objects)%s", snap.path.name,
                      snap.last_included_seq, snap.object_count,
                      f"; skipped bad newer snapshots: {snap.skipped}" if snap.skipped else "")
-        while not standby._stop.is_set():
+        while not standby.stopping:
             if standby.poll_once() and standby.applier.applied_seq >= standby.primary_seq:
                 break
-            standby._stop.wait(standby.poll_interval)
-        if standby._stop.is_set():
+            standby.wait(standby.poll_interval)
+        if standby.stopping:
             return
         standby.baseline_complete = True
         log.info("standby caught up: applied seq %d of %d (%d objects)",

@@ -78,6 +78,14 @@ class HotStandby:
         self._thread = threading.Thread(target=self._run, name="hot-standby", daemon=True)
         self._thread.start()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True as soon as the standby is being stopped."""
+        return self._stop.wait(seconds)
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():

@@ -43,15 +43,18 @@ def test_fresh_standby_not_promotable_until_caught_up_then_keeps_every_key(clust
     keys = put_keys(cluster.client(0), 150)
     fresh = cluster.start_master()
     answers = []
+    lags = []
 
     def caught_up():
         p = cluster.promotable(fresh)
         answers.append(p)
+        lags.append(cluster.metrics(fresh)["ha_oplog_standby_lag"])
         return p["promotable"]
 
     wait_for(caught_up, 30, "fresh standby promotable")
     assert not answers[0]["promotable"], answers[0]
     assert answers[0]["keys_restorable"] < 150
+    assert max(lags) > 0 and lags[-1] == 0
     for p in answers:
         if p["promotable"]:
             assert p["applied_seq"] == p["primary_seq"] and p["keys_restorable"] == 150, p

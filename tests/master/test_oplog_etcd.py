@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -112,3 +113,37 @@ def test_writer_group_commits_gap_free_and_fails_waiters_when_fenced(etcd, clust
         writer.wait_durable(seq, 10)
     assert fenced.wait(5)
     writer.stop()
+
+
+def test_standby_follows_the_state_machine_through_an_etcd_outage(etcd, cluster_id, mc_etcd):
+    from reference_engine.master.profiles import ReplayBaseline
+    from reference_engine.master.standby import HotStandby
+    from reference_engine.master.standby_state import StandbyState
+
+    session, store = lead(etcd, cluster_id)
+    store.commit(store.read_prefix(), BatchRecord(1, 1, (entry(1, "a"),)), session.view_version)
+    standby = HotStandby(OpLogStore(mc_etcd.client(timeout=1.0), cluster_id), ReplayBaseline(),
+                         poll_interval=3600)
+    standby.start()
+    try:
+        deadline = time.monotonic() + 10
+        while standby.machine.state is not StandbyState.WATCHING:
+            assert time.monotonic() < deadline, standby.status()
+            time.sleep(0.02)
+        assert standby.status().applied_seq == 1
+        mc_etcd.stop()
+        try:
+            assert standby.poll_once() is False
+            assert standby.machine.state is StandbyState.RECONNECTING
+        finally:
+            mc_etcd.start()
+        deadline = time.monotonic() + 10
+        while not standby.poll_once():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert standby.machine.state is StandbyState.WATCHING
+        events = [t.event.value for t in standby.machine.history()]
+        assert events[-2:] == ["DISCONNECTED", "RECOVERY_SUCCESS"]
+    finally:
+        standby.stop()
+        session.release()
