@@ -53,3 +53,38 @@ def test_compatible_skew_is_accepted(mc_master_cluster):
     assert newer.put("k", 64)["ok"] and newer.exists("k")["ok"], (
         "a client announcing a compatible newer minor version was refused (MP-8 accepts "
         "compatible skew)")
+
+
+def exists(client, key: str) -> bool:
+    answer = client.exists(key)
+    return bool(answer.get("ok") and answer.get("result", {}).get("exists"))
+
+
+@pytest.mark.mc_req("MP-10")
+def test_segment_drain_lifecycle_and_force_killed_client(mc_master_cluster):
+    cluster = mc_master_cluster(masters=1, clients=3, client_ttl=1.5)
+    writer = cluster.client(0)
+    keys = [f"k{i}" for i in range(12)]
+    for key in keys:
+        assert writer.put(key, 64)["ok"], f"precondition: put {key}"
+    source = cluster.client_segment(0)
+    on_source = [k for k in keys if source in cluster.replica_segments(k)]
+    assert on_source, f"precondition: no object landed on {source}"
+    cluster.drain_segment(source)
+    assert cluster.segment_status(source) in ("DRAINING", "DRAINED")
+    for key in on_source:
+        assert exists(writer, key), f"{key} on a draining segment is not readable (MP-10)"
+    for i in range(6):
+        key = f"new{i}"
+        assert cluster.client(1).put(key, 64)["ok"]
+        assert source not in cluster.replica_segments(key), (
+            f"a new object was allocated on the draining segment {source}; MP-10 requires a "
+            f"draining segment take no new allocations")
+    wait_until(lambda: cluster.segment_status(source) == "DRAINED", WAIT,
+               f"{source} to go DRAINING -> DRAINED")
+    lost = [k for k in keys if not exists(writer, k)]
+    assert not lost, f"draining {source} lost objects {lost} (MP-10)"
+    victim = cluster.client_segment(2)
+    cluster.client(2).kill()
+    wait_until(lambda: cluster.segment_status(victim) is None, WAIT,
+               "a force-killed store client's segment to disappear")

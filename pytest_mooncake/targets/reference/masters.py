@@ -343,6 +343,39 @@ class ReferenceMasterCluster:
         self._library_clients.append(client)
         return client
 
+    # ------------------------------------------------------------------ segments
+
+    def _operator(self) -> Any:
+        """An in-process client for operator calls (drain, segment status), started once."""
+        if getattr(self, "_operator_client", None) is None:
+            self._operator_client = self.library_client(client_id=f"operator-{uuid.uuid4().hex[:6]}")
+            self._operator_client.start(wait=10.0)
+        return self._operator_client
+
+    def client_segment(self, index: int) -> str:
+        """The segment (transport endpoint) store client ``index`` mounted."""
+        return f"{self.clients[index].client_id}@127.0.0.1"
+
+    def replica_segments(self, key: str) -> list[str]:
+        """The segments holding ``key``'s replicas, as the leader reports them."""
+        found = self._operator().get(key)
+        return sorted({d[0] for r in found["replicas"] for d in r["descriptors"]})
+
+    def drain_segment(self, segment: str) -> None:
+        """Start draining ``segment`` (OK -> DRAINING): readable, no new allocations."""
+        self._operator().call("drain_segment", {"endpoint": segment})
+
+    def segment_status(self, segment: str) -> str | None:
+        """OK, DRAINING, DRAINED, UNMOUNTING, ... or None once the segment is gone."""
+        from reference_engine.master.errors import ErrorCode, MasterError
+
+        try:
+            return self._operator().call("segment_status", {"endpoint": segment})["status"]
+        except MasterError as exc:
+            if exc.code is ErrorCode.SEGMENT_NOT_FOUND:
+                return None
+            raise
+
     # ------------------------------------------------------------------ faults
 
     def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor") -> int:
