@@ -179,3 +179,24 @@ def test_dedicated_poller_is_safe_under_exploration(mc_completions):
     assert not result.found, (
         f"with the dedicated poller opted in, the stale-completion exploration broke CO-9: "
         f"{explain(result.failure)}; replay with --mc-replay={result.failure.exact_token}")
+
+
+@pytest.mark.mc_req("CO-11")
+def test_tokens_come_from_a_bounded_pool(mc_completions):
+    """CO-11's 5% throughput bound is measured by tests/benchmarks/bench_rdma.py (speed is not
+    asserted in tests). What a test can hold the hot path to is its shape: per-post tokens are
+    recycled from a pool, so the path allocates no token per post once warm."""
+    cluster = mc_completions.cluster()
+    cluster.add_node("A")
+    cluster.add_node("B")
+    transfers = []
+    for _ in range(30):
+        transfers.append(cluster.submit("A", "B", 64 * 4096))
+        assert cluster.settle() and cluster.status(transfers[-1]) == "COMPLETED"
+    posts = sum(len(cluster.posts(t, i)) for t in transfers for i in range(64))
+    pool = cluster.token_pool("A")
+    assert pool["live"] == 0, f"{pool['live']} tokens still live at quiescence (CO-3)"
+    assert pool["created"] <= 2 * 64, (
+        f"{pool['created']} completion tokens were created for {posts} posts of at most 64 in "
+        f"flight; CO-11 requires the token path stay cheap: tokens come from a pool, not a fresh "
+        f"object per post")

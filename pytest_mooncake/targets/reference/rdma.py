@@ -287,6 +287,13 @@ class RdmaCluster:
         out["waiting_endpoints"] = sum(len(c.store.waiting) for c in tr.contexts)
         return out
 
+    def token_pool(self, node: str) -> dict[str, int]:
+        """``node``'s per-post completion tokens: how many were ever created (a pool keeps this
+        bounded by the posts in flight, not by the posts made) and how many are live now. A
+        path without tokens (the slice as wr_id) reports zeros."""
+        pool = getattr(self.sim.peers[node].transport.ownership, "tokens", None)
+        return {"created": len(pool.tokens) if pool else 0, "live": len(pool.live) if pool else 0}
+
     def endpoints(self, node: str) -> list[dict[str, Any]]:
         tr = self.sim.peers[node].transport
         return [{"nic": ctx.device_name, "peer_nic_path": ep.peer_nic_path,
