@@ -52,7 +52,7 @@ def run_once(scenario: str, profile: str, strategy, env: Mapping[str, str] | Non
     if pinned and not isinstance(strategy, Replay):
         strategy = Scripted(run.script) if run.script else RoundRobin()
     result = Scheduler(strategy, max_steps, record_trace).run(run.actors)
-    violations = run.checker.check_final(result.quiescent)
+    violations = run.checker.check_final(result.quiescent, result.crash)
     base = {"sc": scenario, "pr": profile, **_env_fields(env)}
     if pinned:
         base["pin"] = 1

@@ -89,7 +89,10 @@ class InvariantChecker:
                        f"QP-fatal event for qp {qp_num} retired {ep!r} (qps {ep.qp_nums})")
 
     # ------------------------------------------------------------------ end state
-    def check_final(self, quiescent: bool = True) -> list[Violation]:
+    def check_final(self, quiescent: bool = True, crash: str | None = None) -> list[Violation]:
+        if crash is not None:
+            self._fail("actor_crashed", crash)
+            return self.violations
         if not quiescent:
             self._fail("no_quiescence", "the run did not become quiescent within its step budget")
         for s in self.slices:

@@ -184,6 +184,8 @@ class RunResult:
     quiescent: bool
     choices: bytes
     trace: list[tuple[str, str]] = field(default_factory=list)
+    crash: str | None = None
+    """``actor: exception`` when an actor raised; the run stops there (replayable)."""
 
 
 class Scheduler:
@@ -217,6 +219,9 @@ class Scheduler:
             except StopIteration:
                 actor.done = True
                 point = None
+            except Exception as exc:  # noqa: BLE001 - a crash is a finding with a schedule
+                return RunResult(step, False, bytes(choices), trace,
+                                 f"{actor.name}: {type(exc).__name__}: {exc}")
             actor.blocked = point is IDLE
             if observe is not None:
                 observe(actor, point)

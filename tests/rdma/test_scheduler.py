@@ -116,3 +116,12 @@ def test_token_round_trip_and_rejects_garbage():
             decode_token(bad)
     with pytest.raises(ScheduleError, match="unknown strategy"):
         make_strategy({"st": "dfs"})
+
+
+def test_an_actor_crash_ends_the_run_and_is_reported():
+    def crashes():
+        yield "one"
+        raise RuntimeError("boom")
+
+    result = Scheduler(RoundRobin()).run([("c", crashes(), lambda: True)])
+    assert not result.quiescent and result.crash == "c: RuntimeError: boom"

@@ -40,7 +40,7 @@ class RdmaViolation:
     kind: str
     """stale_mutation, double_completion, success_and_failed, stuck_slice, stale_retire,
     post_to_retired, negative_counter, counter_leak, not_reclaimed, token_leak, no_quiescence,
-    retry_after_end."""
+    retry_after_end, actor_crashed."""
     detail: str
 
 
