@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class ReplicaStatus(str, enum.Enum):
@@ -24,8 +24,7 @@ class WireError(ValueError):
     """A replicated record that does not decode; the message names the field."""
 
 
-@dataclass(frozen=True)
-class MemoryDescriptor:
+class MemoryDescriptor(NamedTuple):
     """A range of a mounted memory segment holding one replica's bytes."""
 
     endpoint: str
@@ -52,7 +51,7 @@ class MemoryDescriptor:
         return cls(endpoint, address, size)
 
 
-@dataclass
+@dataclass(slots=True)
 class Replica:
     id: int
     status: ReplicaStatus
@@ -89,7 +88,7 @@ class Replica:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class ObjectMeta:
     key: str
     size: int

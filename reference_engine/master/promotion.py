@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reference_engine.master.index import ObjectIndex
-from reference_engine.master.model import ObjectMeta, SegmentInfo
+from reference_engine.master.model import (
+    MemoryDescriptor,
+    ObjectMeta,
+    Replica,
+    ReplicaStatus,
+    SegmentInfo,
+)
 from reference_engine.master.replicated import ReplicatedState
 from reference_engine.master.segments import SegmentRegistry
 
@@ -194,17 +200,37 @@ def restore(
     for info in report.valid_segments.values():
         registry.mount(info)
     index = ObjectIndex(registry, **index_options)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        index.install(_restored_objects(ctx, report, registry))
+    finally:
+        if was_enabled:
+            gc.enable()
+    return index, report
+
+
+def _restored_objects(ctx: PromotionContext, report: ValidationReport,
+                      registry: SegmentRegistry) -> list[ObjectMeta]:
+    """Validated wire objects as index records, their ranges reserved in the allocators."""
+    statuses = {s.value: s for s in ReplicaStatus}
+    allocators = {s.endpoint: s.allocator for s in registry.all()}
+    dead_replicas = report.dead_replicas
     metas = []
     for key in report.valid_keys:
-        meta = ObjectMeta.from_wire(key, ctx.objects[key])
-        dead = report.dead_replicas.get(key, ())
-        meta.replicas = [r for r in meta.replicas if r.id not in dead and r.status.value not in _DEAD]
-        for r in meta.replicas:
-            for d in r.descriptors:
-                registry.get(d.endpoint).allocator.reserve(d.address, d.size)
-        metas.append(meta)
-    index.install(metas)
-    return index, report
+        raw = ctx.objects[key]
+        dead = dead_replicas.get(key, ())
+        replicas = []
+        for rep in raw["replicas"]:
+            rid, status = rep["id"], rep["status"]
+            if status in _DEAD or rid in dead:
+                continue
+            descs = tuple(MemoryDescriptor(ep, address, size) for ep, address, size in rep["descriptors"])
+            for d in descs:
+                allocators[d.endpoint].reserve(d.address, d.size)
+            replicas.append(Replica(rid, statuses[status], descs))
+        metas.append(ObjectMeta(key, raw["size"], raw.get("client_id", ""), replicas, complete=True))
+    return metas
 
 
 def _valid_segments(segments: Mapping[str, SegmentInfo], dropped: list[Dropped]) -> dict[str, SegmentInfo]:
