@@ -21,3 +21,11 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert ci == ["bash scripts/run-tests.sh"]
     assert "\nbash scripts/run-tests.sh\n" in readme
     assert "\nbash scripts/run-suites.sh\n" in readme
+
+
+def test_test_module_basenames_are_unique() -> None:
+    """pytest's default import mode needs unique basenames across tests/ and suites/."""
+    seen: dict[str, Path] = {}
+    for path in sorted(list((ROOT / "tests").rglob("test_*.py")) + list((ROOT / "suites").rglob("test_*.py"))):
+        assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
+        seen[path.name] = path
