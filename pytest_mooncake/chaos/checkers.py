@@ -463,10 +463,10 @@ def bounded_recovery(within: float) -> Checker:
                 continue
             if next_inject - heal.time < bound and (after is None or after > next_inject):
                 continue  # the next fault came first: cannot judge this one
+            if after is None and end - heal.time < bound:
+                continue  # the history ended first: run with a recovery window to judge it
             gap = "no ok operation afterwards" if after is None else \
                 f"first ok operation {(after - heal.time) / 1e9:.3f}s later"
-            if after is None and end - heal.time < bound:
-                gap += " (the history ended first)"
             slow.append((heal, gap))
         worst = max(times, default=0.0)
         if slow:

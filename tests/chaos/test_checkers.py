@@ -227,9 +227,17 @@ def test_final_reads_do_not_count_as_recovery() -> None:
     h = (Build().call(NEMESIS, "inject", "srv", 0, 1, type="info")
          .call(NEMESIS, "heal", "srv", 10, 11, type="info")
          .call(0, "get", "k", 20, 30, type="fail")
-         .get(1, "k", None, 40, 41, final=True))
+         .call(0, "get", "k", 2000, 2100, type="fail")
+         .get(1, "k", None, 2200, 2201, final=True))
     result = bounded_recovery(1.0)(h.ops())
     assert result.valid is False, "a final read after the run is not the system recovering"
+
+
+def test_a_history_that_ends_before_the_bound_cannot_judge_the_last_heal() -> None:
+    h = (Build().call(NEMESIS, "inject", "srv", 0, 1, type="info")
+         .call(NEMESIS, "heal", "srv", 10, 11, type="info")
+         .call(0, "get", "k", 20, 30, type="fail"))
+    assert bounded_recovery(1.0)(h.ops()).valid is True
 
 
 # ------------------------------------------------------------------ composition and export
