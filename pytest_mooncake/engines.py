@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_mooncake.logs import attach_log
-from pytest_mooncake.targets.base import EngineHandle, MetadataHandle, Target
+from pytest_mooncake.targets.base import Capability, EngineHandle, MetadataHandle, Target
 
 METADATA_KINDS = ("etcd", "http")
 
@@ -46,10 +46,14 @@ class EngineFactory:
         self.engines: list[EngineHandle] = []
 
     def __call__(self, segment: str, metadata: MetadataHandle | None = None,
-                 **options: Any) -> EngineHandle:
+                 prefer_ttl_ms: int | None = None, **options: Any) -> EngineHandle:
         """Start an engine publishing ``segment``. Options the reference target understands:
-        ``ttl_ms`` (metadata_cache_ttl_ms), ``buffer_size``, ``profile`` (rfc/legacy, for
-        version skew), ``fixed_address``."""
+        ``ttl_ms`` (metadata_cache_ttl_ms; a target without cache_control makes the test
+        n/a), ``buffer_size``, ``profile`` (rfc/legacy), ``fixed_address``.
+        ``prefer_ttl_ms`` sets the TTL where the target can, and otherwise runs the engine with
+        its own caching: for tests that judge recovery, not the TTL itself."""
+        if prefer_ttl_ms is not None and self.target.missing(Capability.CACHE_CONTROL) is None:
+            options.setdefault("ttl_ms", prefer_ttl_ms)
         engine = self.target.start_engine(segment, metadata or self.metadata, **options)
         self.engines.append(engine)
         attach_log(self.request, f"engine {segment} log", engine.logs)

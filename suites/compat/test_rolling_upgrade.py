@@ -33,8 +33,9 @@ class Cluster:
         self.engines = []
 
     def start(self, role: str, segment: str):
-        options = {"ttl_ms": TTL_MS} if role == "new" else {}
-        engine = self.skew.target(role).start_engine(segment, self.metadata, **options)
+        target = self.skew.target(role)
+        options = {"ttl_ms": TTL_MS} if target.missing("cache_control") is None else {}
+        engine = target.start_engine(segment, self.metadata, **options)
         self.engines.append(engine)
         return engine
 

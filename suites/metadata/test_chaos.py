@@ -26,7 +26,7 @@ def test_transfers_survive_restarts_and_metadata_partitions(mc_chaos, mc_engine,
                                                             mc_metadata):
     proxy, listen = mc_faults.proxy("metadata", mc_metadata.address)
     a = mc_engine("seg-a")
-    b = mc_engine("seg-b", metadata=mc_metadata.through(listen), ttl_ms=200)
+    b = mc_engine("seg-b", metadata=mc_metadata.through(listen), prefer_ttl_ms=200)
     result = mc_chaos.run(
         lambda worker: EngineTransferClient(b, peers={"seg-a": a}),
         gen.transfers(["seg-a"], slots=SLOTS).stagger(0.01),

@@ -207,7 +207,7 @@ def test_recovery_is_observable(mc_engine, proxied_metadata):
 @pytest.mark.mc_req("MR-16")
 def test_peer_killed_and_restarted_recovers(mc_engine):
     a = mc_engine("seg-a")
-    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    b = mc_engine("seg-b", prefer_ttl_ms=SHORT_TTL_MS)
     assert lands(b, a, b"before-the-kill!")
     outcomes: list[bool] = []
     stop = threading.Event()
