@@ -51,6 +51,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("matrix", "", "run the suites over several targets in one session: a TOML file "
            "listing [[column]] target = \"...\" entries (e.g. fixtures/matrices/release.toml); "
            "the matrix gets a column per target. Overrides --mc-target.", "FILE.toml"),
+    Option("only", "", "run only the tests that name one of these requirements (comma-separated "
+           "IDs, e.g. MR-3,CO-4); the others are deselected. Default: all.", "ID,..."),
     Option("chaos_seconds", "10", "length of each nemesis (chaos) run in seconds. Default: 10.",
            "SECONDS"),
 )
@@ -70,6 +72,7 @@ class McConfig:
     replay: str | None
     chaos_seconds: float
     matrix: str | None = None
+    only: tuple[str, ...] = ()
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -162,5 +165,6 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         replay=raw["replay"].strip() or None,
         chaos_seconds=chaos,
         matrix=raw["matrix"].strip() or None,
+        only=tuple(x.strip().upper() for x in raw["only"].split(",") if x.strip()),
         raw=dict(raw),
     )

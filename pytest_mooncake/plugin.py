@@ -146,6 +146,17 @@ def pytest_collection_modifyitems(
                     )
     if problems:
         raise pytest.UsageError("mooncake markers:\n  " + "\n  ".join(problems))
+    only = config.stash[MC_CONFIG].only
+    if only:
+        unknown = [r for r in only if r not in catalogue]
+        if unknown:
+            raise pytest.UsageError(f"--mc-only: unknown requirement(s) {', '.join(unknown)} "
+                                    f"({catalogue.suggest(unknown[0])})")
+        keep = [i for i in items if set(_req_ids(i)) & set(only)]
+        drop = [i for i in items if not set(_req_ids(i)) & set(only)]
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
 
 
 def _req_ids(item: pytest.Item) -> list[str]:

@@ -202,3 +202,13 @@ def test_bad_matrix_files(pytester: pytest.Pytester, content, message) -> None:
     result = pytester.runpytest("--mc-matrix=nosuch.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_only_selects_tests_by_requirement(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--mc-only=MP-2,mr-1", "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*4 deselected*"])
+    result = pytester.runpytest("--mc-only=MR-99")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--mc-only: unknown requirement(s) MR-99*"])
