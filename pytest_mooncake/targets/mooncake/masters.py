@@ -4,16 +4,22 @@ real ``mooncake.store`` clients in driver processes.
 Leader and role come from each master's admin ``/health`` (``role``, ``ha_state``,
 ``service_ready``); key counts and metrics from ``/metrics``. Promotability is probed, not
 invented: the first call asks the admin service for a promotability endpoint and, when none
-answers, raises ``TargetLacks`` naming what was asked.
+answers, raises ``TargetLacks`` naming what was asked. Segments (MP-10) go through the serving
+leader's admin service: ``/get_segments_detail`` (names, endpoints, status),
+``/batch_query_keys`` (replica endpoints, without granting a read lease), ``POST
+/api/v1/drain_jobs`` and ``/api/v1/segments/status``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +45,35 @@ def admin_get(url: str, timeout: float = 2.0) -> tuple[int | None, str]:
         return exc.code, exc.read().decode(errors="replace")
     except OSError as exc:
         return None, str(exc)
+
+
+def admin_post(url: str, body: Mapping[str, Any], timeout: float = 5.0) -> tuple[int | None, str]:
+    """(status, body) of a JSON POST on loopback; status None when nothing answered."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 (loopback)
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except OSError as exc:
+        return None, str(exc)
+
+
+def json_or_none(body: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def whole_seconds(value: Any, option: str) -> int:
+    """0.3.13's TTL flags are int64 seconds: a fractional TTL is rounded up (never shortened);
+    anything that is not a positive number is refused naming the option."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"master_cluster: {option} must be a positive number of seconds, "
+                         f"got {value!r}")
+    return math.ceil(value)
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -96,6 +131,8 @@ class StoreClient:
     index: int
     process: ManagedProcess
     control: ControlClient
+    hostname: str = ""
+    """``MooncakeDistributedStore.get_hostname()``: the name its segment is mounted under."""
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def _op(self, op: str, **args: Any) -> dict[str, Any]:
@@ -147,7 +184,8 @@ class MooncakeMasterCluster:
 
     Options: ``oplog`` (default True: standbys follow the leader through the batch OpLog in
     etcd; without it 0.3.13 still elects a leader, observed),
-    ``client_ttl`` (s), ``flags`` (extra ``{name: value}`` master flags), ``env`` (extra
+    ``client_ttl`` (s; ``--client_ttl`` takes whole seconds, so a fraction is rounded up, and
+    the value the master echoes in its config line is checked), ``flags`` (extra ``{name: value}`` master flags), ``env`` (extra
     environment, e.g. ``MOONCAKE_SNAPSHOT_LOCAL_PATH``), ``cluster_id``, ``ready_timeout``."""
 
     def __init__(self, placement: Placement, workdir: Path, etcd_endpoints: list[str],
@@ -167,8 +205,11 @@ class MooncakeMasterCluster:
         self.cluster_id = options.get("cluster_id") or f"mc_{os.getpid()}_{self.workdir.name}"
         self.options = options
         self.ready_timeout = float(options.get("ready_timeout") or 30.0)
+        self.client_ttl = (None if options.get("client_ttl") is None
+                           else whole_seconds(options["client_ttl"], "client_ttl"))
         self.masters: list[_Master] = []
         self.clients: list[StoreClient] = []
+        self.drain_jobs: dict[str, str] = {}
         self._promotability: str | None = None
         try:
             for _ in range(masters):
@@ -191,8 +232,8 @@ class MooncakeMasterCluster:
             f"--metrics_host={self.placement.bind_host}", f"--metrics_port={m.metrics_port}",
             f"--enable_oplog={'true' if self.options.get('oplog', True) else 'false'}",
         ]
-        if self.options.get("client_ttl") is not None:
-            argv.append(f"--client_ttl={int(self.options['client_ttl'])}")
+        if self.client_ttl is not None:
+            argv.append(f"--client_ttl={self.client_ttl}")
         for name, value in (self.options.get("flags") or {}).items():
             if isinstance(value, bool):
                 value = "true" if value else "false"
@@ -218,7 +259,18 @@ class MooncakeMasterCluster:
         else:
             m.process.start()
         m.admin_port = self.placement.host_port(m.process, m.metrics_port)
+        self._check_client_ttl(m)
         return m.index
+
+    def _check_client_ttl(self, m: _Master) -> None:
+        """The master logs its config (``client_ttl=N``) at start; a different N means the flag
+        was not honoured, which would silently change what a liveness test judges."""
+        if self.client_ttl is None:
+            return
+        echoed = re.findall(r"client_ttl=(-?\d+)", m.process.log_text())
+        if echoed and int(echoed[-1]) != self.client_ttl:
+            raise TargetError(f"master {m.index} was started with --client_ttl={self.client_ttl} "
+                              f"but its config line says client_ttl={echoed[-1]}")
 
     def _admin_ready(self, m: _Master) -> Any:
         def ready(proc: ManagedProcess) -> bool:
@@ -381,7 +433,7 @@ class MooncakeMasterCluster:
                                     publish=[control] if control else [])
         info = read_ready_file(ready_file) or {}
         port = self.placement.host_port(proc, control or int(info["control_port"]))
-        client = StoreClient(index, proc, ControlClient(proc, port))
+        client = StoreClient(index, proc, ControlClient(proc, port), str(info.get("hostname", "")))
         self.clients.append(client)
         self.placement.release(te_port)
         return client
@@ -389,16 +441,123 @@ class MooncakeMasterCluster:
     def client(self, index: int = 0) -> StoreClient:
         return self.clients[index]
 
+    # ------------------------------------------------------------------ segments (MP-10)
+
+    def _leader_admin(self) -> str:
+        return self.masters[self.leader()].admin
+
+    def _endpoint_exists(self, status: int | None, doc: Any, request: str) -> None:
+        """A 404 without the admin service's JSON error is an endpoint this build lacks (older
+        builds have no drain jobs): the test is n/a, naming the request."""
+        if status == 404 and not (isinstance(doc, dict) and "error_message" in doc):
+            raise TargetLacks(Capability.MASTER_CLUSTER, (
+                f"mooncake_master of {self.placement.version} has no {request} admin endpoint "
+                f"(404)"))
+
+    def segments_detail(self) -> list[dict[str, Any]]:
+        """The serving leader's ``/get_segments_detail`` entries (segment_name, te_endpoint,
+        status, allocator bytes, ...)."""
+        status, body = admin_get(self._leader_admin() + "/get_segments_detail", timeout=5.0)
+        doc = json_or_none(body) if status == 200 else None
+        if not isinstance(doc, dict) or not isinstance(doc.get("segments"), list):
+            raise TargetError(f"GET /get_segments_detail answered {status}: {body[:200]}")
+        return [s for s in doc["segments"] if isinstance(s, dict)]
+
+    def client_segment(self, index: int) -> str:
+        """The segment store client ``index`` mounted: its ``get_hostname()``, which 0.3.13
+        uses as both segment name and TE endpoint, confirmed against the leader's list."""
+        client = self.clients[index]
+        names = {s.get("segment_name"): s for s in self.segments_detail()}
+        if client.hostname in names:
+            return client.hostname
+        by_endpoint = [n for n, s in names.items() if s.get("te_endpoint") == client.hostname]
+        if by_endpoint:
+            return by_endpoint[0]
+        raise TargetError(f"store client {index} ({client.hostname}) has no segment in the "
+                          f"leader's /get_segments_detail (segments: {sorted(map(str, names))})")
+
+    def replica_segments(self, key: str) -> list[str]:
+        """Segments holding a readable replica of ``key`` (none when it is absent or not yet
+        readable). ``/batch_query_keys`` reads replicas without a read lease (a lease would hold
+        the object back from a drain); a key with a comma cannot be said in its ``keys=`` list,
+        so it goes through ``/query_key``, which grants one."""
+        admin = self._leader_admin()
+        if "," in key:
+            status, body = admin_get(admin + "/query_key?key=" + urllib.parse.quote(key))
+            doc = json_or_none(body)
+            if status == 404:
+                return []
+            if status != 200 or not isinstance(doc, dict):
+                raise TargetError(f"GET /query_key for {key!r} answered {status}: {body[:200]}")
+            replicas = doc.get("data") or []
+        else:
+            status, body = admin_get(admin + "/batch_query_keys?keys=" + urllib.parse.quote(key))
+            doc = json_or_none(body)
+            self._endpoint_exists(status, doc, "GET /batch_query_keys")
+            item = doc.get("data", {}).get(key) if isinstance(doc, dict) else None
+            if status != 200 or not isinstance(item, dict):
+                raise TargetError(f"GET /batch_query_keys for {key!r} answered {status}: "
+                                  f"{body[:200]}")
+            if not item.get("ok"):
+                return []
+            replicas = (item.get("values") or []) + (item.get("nof_values") or [])
+        endpoints = [r.get("transport_endpoint_") for r in replicas if isinstance(r, dict)]
+        by_endpoint = {s.get("te_endpoint"): s.get("segment_name") for s in self.segments_detail()}
+        return [by_endpoint.get(e) or e for e in endpoints if e]
+
+    def drain_segment(self, segment: str) -> None:
+        """Start a drain job for ``segment`` (targets chosen by the master). A refusal is the
+        master's answer and is raised with its error name."""
+        status, body = admin_post(self._leader_admin() + "/api/v1/drain_jobs",
+                                  {"segments": [segment]})
+        doc = json_or_none(body)
+        self._endpoint_exists(status, doc, "POST /api/v1/drain_jobs")
+        if status != 200 or not isinstance(doc, dict) or not doc.get("success"):
+            raise TargetError(f"mooncake_master refused to drain {segment}: POST "
+                              f"/api/v1/drain_jobs answered {status}: {body[:200]}")
+        self.drain_jobs[segment] = str(doc.get("job_id"))
+
+    def drain_job(self, segment: str) -> dict[str, Any]:
+        """The master's record of the drain job started for ``segment``."""
+        job = self.drain_jobs[segment]
+        status, body = admin_get(self._leader_admin() + "/api/v1/drain_jobs/query?job_id="
+                                 + urllib.parse.quote(job))
+        doc = json_or_none(body)
+        return doc if status == 200 and isinstance(doc, dict) else {
+            "error": f"{status}: {body[:200]}"}
+
+    def segment_status(self, segment: str) -> str | None:
+        """``status_name`` from ``/api/v1/segments/status`` (OK, DRAINING, DRAINED,
+        GRACEFULLY_UNMOUNTING, UNMOUNTING); None once the master answers SEGMENT_NOT_FOUND."""
+        status, body = admin_get(self._leader_admin() + "/api/v1/segments/status?segment="
+                                 + urllib.parse.quote(segment))
+        doc = json_or_none(body)
+        self._endpoint_exists(status, doc, "GET /api/v1/segments/status")
+        if status == 404 and isinstance(doc, dict) and doc.get("error_message") == \
+                "SEGMENT_NOT_FOUND":
+            return None
+        if status != 200 or not isinstance(doc, dict) or not doc.get("status_name"):
+            raise TargetError(f"GET /api/v1/segments/status for {segment} answered {status}: "
+                              f"{body[:200]}")
+        return str(doc["status_name"])
+
     # ------------------------------------------------------------------ teardown
 
     def logs(self) -> str:
         parts = []
         for m in self.masters:
             if m.process is not None:
-                parts.append(f"== master {m.index} ({m.address}, admin {m.admin})\n"
+                parts.append(f"== master {m.index} (rpc port {m.rpc_port}, admin {m.admin})\n"
                              f"{m.process.log_tail(60)}")
         for c in self.clients:
-            parts.append(f"== client {c.index}\n{c.process.log_tail(30)}")
+            parts.append(f"== client {c.index} ({c.hostname})\n{c.process.log_tail(30)}")
+        if self.drain_jobs:
+            parts.append("== drain jobs and segments, as the leader reports them")
+            try:
+                parts += [f"{seg}: {json.dumps(self.drain_job(seg))}" for seg in self.drain_jobs]
+                parts += [json.dumps(s) for s in self.segments_detail()]
+            except (TargetError, TimeoutError) as exc:
+                parts.append(f"(not available: {exc})")
         return "\n".join(parts)
 
     def close(self) -> None:
