@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from pytest_mooncake.logs import attach_log
 from pytest_mooncake.targets import KNOWN_TARGETS, Target, TargetContext, resolve_target
 
 if sys.version_info >= (3, 11):
@@ -297,6 +298,25 @@ class _Borrowed:
         pass
 
 
+class _EngineLogs:
+    """A role's target whose engines' logs are shown (and attached) when the test fails, as
+    ``mc_engine`` does for the session target's engines."""
+
+    def __init__(self, target: Any, request: pytest.FixtureRequest, role: str):
+        self._target = target
+        self._request = request
+        self._role = role
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def start_engine(self, segment: str, metadata: Any, **options: Any) -> Any:
+        engine = self._target.start_engine(segment, metadata, **options)
+        attach_log(self._request, f"engine {segment} log ({self._role}: {self._target.label})",
+                   engine.logs)
+        return engine
+
+
 @pytest.fixture
 def mc_skew(request: pytest.FixtureRequest, mc_config: Any,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Skew]:
@@ -313,7 +333,7 @@ def mc_skew(request: pytest.FixtureRequest, mc_config: Any,
 
     def open_target(role: str, impl: Implementation) -> Target:
         if impl.target == SESSION_TARGET:
-            return _Borrowed(request.getfixturevalue("mc_target"))
+            return _EngineLogs(_Borrowed(request.getfixturevalue("mc_target")), request, role)
         target = resolve_target(impl.target)
         target.open(TargetContext(
             seed=mc_config.seed,
@@ -321,7 +341,7 @@ def mc_skew(request: pytest.FixtureRequest, mc_config: Any,
             etcd_endpoints=etcd_endpoints,
             options=dict(mc_config.raw),
         ))
-        return target
+        return _EngineLogs(target, request, role)
 
     skew = Skew(pair, open_target)
     try:
