@@ -123,7 +123,9 @@ class MooncakeEngine(DriverCommands):
     ``lookup`` asks the engine for the peer's first buffer address (``get_first_buffer_address``,
     which opens the segment through the engine's metadata cache): that address is all the wheel's
     Python API reveals of the cached descriptor. Forced refreshes, TTLs and counters are absent in
-    the wheel, so those calls raise ``TargetLacks`` with the reason the target probed."""
+    the wheel, so those calls raise ``TargetLacks`` with the reason the target probed; except a
+    forced lookup of another peer this process never opened: nothing of it is cached, so the
+    plain lookup is itself a fetch from the store, which is what the force asks for."""
 
     def __init__(self, placement: Placement, workdir: Path,
                  segment: str, metadata: MetadataHandle, lacks: Mapping[Capability, str],
@@ -141,6 +143,8 @@ class MooncakeEngine(DriverCommands):
         self.process: ManagedProcess | None = None
         self.control: ControlClient | None = None
         self.left_behind: list[str] = []
+        self.opened: set[str] = set()
+        """Peers this process has opened (so the engine may hold their descriptor)."""
         self._start(address=fixed_address, avoid=0)
 
     # ------------------------------------------------------------------ lifecycle
@@ -157,6 +161,7 @@ class MooncakeEngine(DriverCommands):
         return argv
 
     def _start(self, address: int, avoid: int) -> None:
+        self.opened = set()
         self.ready_file.unlink(missing_ok=True)
         argv = self._argv(address, avoid)
         try:
@@ -176,6 +181,16 @@ class MooncakeEngine(DriverCommands):
 
     def _ready(self, _: ManagedProcess) -> bool:
         return self.ready_file.exists()
+
+    def _call(self, op: str, **args: Any) -> dict[str, Any]:
+        if "peer" in args:
+            self.opened.add(str(args["peer"]))
+        return super()._call(op, **args)
+
+    def lookup(self, peer: str, force: bool = False) -> LookupResult:
+        if force and peer not in self.opened and peer != self.segment:
+            return super().lookup(peer)
+        return super().lookup(peer, force)
 
     _ready.__doc__ = "the driver wrote its ready file (engine initialised, buffer registered)"
 
