@@ -24,6 +24,8 @@ class TestOutcome:
     nodeid: str
     outcome: str
     reason: str | None = None
+    message: str | None = None
+    """Why a failed or errored test did not pass (its assertion or exception message)."""
 
 
 @dataclass
@@ -41,7 +43,7 @@ class ConformanceMatrix:
             self.columns.append(column)
 
     def record(self, req_ids: list[str], column: str, nodeid: str, phase: str, outcome: str,
-               reason: str | None = None) -> None:
+               reason: str | None = None, message: str | None = None) -> None:
         """Fold one pytest phase report (setup/call/teardown) into the test's final outcome."""
         self.add_column(column)
         for req in req_ids:
@@ -51,7 +53,8 @@ class ConformanceMatrix:
             if new is None:
                 continue
             keep_reason = reason if new == SKIPPED else None
-            tests[nodeid] = TestOutcome(nodeid, new, keep_reason)
+            keep_message = message if new in (FAILED, ERROR) else None
+            tests[nodeid] = TestOutcome(nodeid, new, keep_reason, keep_message)
 
     def requirement_ids(self) -> list[str]:
         return sorted({req for req, _ in self._tests}, key=self.catalogue.order)
@@ -139,6 +142,8 @@ class ConformanceMatrix:
                     entry = {"nodeid": t.nodeid, "outcome": t.outcome}
                     if t.reason:
                         entry["reason"] = t.reason
+                    if t.message:
+                        entry["message"] = t.message
                     tests.append(entry)
                 out[req] = {"verdict": verdict, "tests": tests}
             return out

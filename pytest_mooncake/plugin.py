@@ -198,6 +198,19 @@ def _skip_reason(report: pytest.TestReport) -> str | None:
     return None
 
 
+MESSAGE_LIMIT = 600
+
+
+def _failure_message(report: pytest.TestReport) -> str | None:
+    """The exception message of a failed phase (what the JSON report says went wrong)."""
+    if not report.failed:
+        return None
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "")
+    text = text.strip()
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 3] + "..."
+
+
 def _attach_logs(item: pytest.Item, report: pytest.TestReport) -> None:
     logs = logs_for(item)
     allure = _allure_if_active(item.config)
@@ -263,7 +276,8 @@ class _MatrixRecorder:
                       self.config.stash[MC_TARGET].label)
         reason = _skip_reason(report) if report.skipped else None
         self.config.stash[MC_MATRIX].record(
-            reqs, column, report.nodeid, report.when, report.outcome, reason
+            reqs, column, report.nodeid, report.when, report.outcome, reason,
+            _failure_message(report)
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -66,6 +66,9 @@ def test_json_report_shape(pytester: pytest.Pytester) -> None:
     mr2 = doc["requirements"]["MR-2"]
     assert mr2["verdict"] == "FAIL"
     assert sorted(t["outcome"] for t in mr2["tests"]) == ["failed", "passed"]
+    failed = next(t for t in mr2["tests"] if t["outcome"] == "failed")
+    assert "observed the wrong thing" in failed["message"]
+    assert all("message" not in t for t in mr2["tests"] if t["outcome"] == "passed")
     co3 = doc["requirements"]["CO-3"]
     assert co3["verdict"] == "n/a"
     assert co3["tests"][0]["outcome"] == "skipped"
