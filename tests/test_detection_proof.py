@@ -62,3 +62,14 @@ def test_nothing_is_skipped_on_the_reference_target(matrix_report: dict) -> None
                for req in matrix_report["columns"]["reference"]["requirements"].values()
                for t in req["tests"] if t["outcome"] != "passed"]
     assert not skipped, "tests not passing on the rfc reference target:\n  " + "\n  ".join(skipped)
+
+
+def test_the_nemesis_run_catches_legacy(matrix_report: dict) -> None:
+    """Every fixture together (engines, metadata proxy, nemesis, history, checkers): the chaos
+    test of MR-16 passes on rfc and its checker reports a violation on legacy."""
+    def outcome(column: str) -> str:
+        tests = matrix_report["columns"][column]["requirements"]["MR-16"]["tests"]
+        return next(t["outcome"] for t in tests if "test_chaos.py" in t["nodeid"])
+
+    assert outcome("reference") == "passed"
+    assert outcome("reference:legacy") == "failed"
