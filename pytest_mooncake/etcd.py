@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from pytest_mooncake.logs import attach_fixture_log
 from pytest_mooncake.ports import free_port, release_port
 from pytest_mooncake.processes import ManagedProcess, ProcessStartError
+from pytest_mooncake.services import serve
 
 INSTALL_HINT = (
     "no etcd binary found on PATH: install it with `apt-get install -y etcd-server` "
@@ -180,13 +180,4 @@ def mc_etcd(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactor
         server = EtcdServer(base / "data", base / "etcd.log")
     except EtcdUnavailable as exc:
         pytest.exit(str(exc), returncode=4)
-    attach_fixture_log(pytestconfig, "mc_etcd", "etcd log", server.log_text)
-    try:
-        server.start()
-    except EtcdUnavailable as exc:
-        server.close()
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from serve(pytestconfig, "mc_etcd", "etcd log", server, EtcdUnavailable)

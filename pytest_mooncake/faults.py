@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
-from pytest_mooncake.logs import attach_fixture_log
 from pytest_mooncake.options import McConfig
 from pytest_mooncake.processes import ManagedProcess, ProcessStartError
+from pytest_mooncake.services import serve
 
 READY_TIMEOUT = 20.0
 EXTERNAL_CHECK_TIMEOUT = 5.0
@@ -163,16 +163,8 @@ def mc_toxiproxy(pytestconfig: pytest.Config, mc_config: McConfig,
         return
     server = EmbeddedToxiproxy(tmp_path_factory.mktemp("toxiproxy") / "toxiproxy.log",
                                mc_config.seed)
-    attach_fixture_log(pytestconfig, "mc_toxiproxy", "toxiproxy log", server.log_text)
-    try:
-        server.start()
-    except ToxiproxyUnavailable as exc:
-        server.close()
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from serve(pytestconfig, "mc_toxiproxy", "toxiproxy log", server,
+                     ToxiproxyUnavailable)
 
 
 def _step(title: str) -> contextlib.AbstractContextManager[Any]:
