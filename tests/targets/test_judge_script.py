@@ -1,0 +1,159 @@
+"""scripts/judge_mooncake.py renders the README's judging section from a JSON report alone and
+touches nothing outside its markers (no suite run here)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("judge_mooncake",
+                                                  ROOT / "scripts" / "judge_mooncake.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+judge = load_script()
+
+REPORT = {
+    "target": "reference",
+    "seed": 4242,
+    "requirements": {},
+    "columns": {
+        "reference": {"requirements": {
+            "MR-1": {"verdict": "pass", "tests": [
+                {"nodeid": "suites/metadata/test_cache.py::test_ttl[reference]",
+                 "outcome": "passed"}]},
+            "MR-7": {"verdict": "pass", "tests": [
+                {"nodeid": "suites/metadata/test_identity.py::test_id[reference]",
+                 "outcome": "passed"}]},
+        }},
+        "reference:legacy": {"requirements": {
+            "MR-1": {"verdict": "FAIL", "tests": [
+                {"nodeid": "suites/metadata/test_cache.py::test_ttl[reference:legacy]",
+                 "outcome": "failed", "message": "AssertionError: stale"}]},
+            "MR-7": {"verdict": "FAIL", "tests": [
+                {"nodeid": "suites/metadata/test_identity.py::test_id[reference:legacy]",
+                 "outcome": "failed", "message": "AssertionError: no id"}]},
+        }},
+        "mooncake": {"requirements": {
+            "MR-1": {"verdict": "n/a", "tests": [
+                {"nodeid": "suites/metadata/test_cache.py::test_ttl[mooncake]",
+                 "outcome": "skipped", "reason": "no TTL | knob in 0.3.13"}]},
+            "MR-7": {"verdict": "FAIL", "tests": [
+                {"nodeid": "suites/metadata/test_identity.py::test_id[mooncake-etcd]",
+                 "outcome": "failed",
+                 "message": "AssertionError: A published no instance_id; MR-7 requires every "
+                            "process to publish one\nassert None is not None"},
+                {"nodeid": "suites/metadata/test_identity.py::test_other[mooncake]",
+                 "outcome": "passed"}]},
+        }},
+    },
+    "judged": {
+        "date": "2026-11-29 11:00 UTC",
+        "versions": {"reference": "reference-engine 0.1.0 (rfc)",
+                     "reference:legacy": "reference-engine 0.1.0 (legacy)",
+                     "mooncake": "mooncake-transfer-engine-non-cuda 0.3.13.post1"},
+        "build": "mooncake",
+    },
+}
+TITLES = {"MR-1": "remote descriptor cached at most TTL", "MR-7": "instance_id per process"}
+README = f"""# Project
+
+Text above, with a code span `{judge.START}`-like words but not the marker line.
+
+## Judging a Mooncake release
+
+{judge.START}
+(old generated text)
+{judge.END}
+
+## After
+
+Hand-written text | with a pipe, kept byte for byte.
+"""
+
+
+def test_render_has_the_table_fail_lines_and_na_reasons():
+    text = judge.render(REPORT, TITLES)
+    assert ("| requirement | title | reference | reference:legacy | mooncake 0.3.13.post1 |"
+            in text)
+    assert "| MR-1 | remote descriptor cached at most TTL | pass (1) | **FAIL** (1/1) | n/a |" \
+        in text
+    assert "| MR-7 | instance_id per process | pass (1) | **FAIL** (1/1) | **FAIL** (1/2) |" \
+        in text
+    assert ("- **MR-7** `test_id[etcd]`: A published no instance_id\n" in text)
+    assert "- MR-1: no TTL \\| knob in 0.3.13" in text
+    assert "judged 2026-11-29 11:00 UTC, seed 4242 (rerun with `--mc-seed=4242`)" in text
+    assert "1 FAIL, 1 n/a of 2 requirements" in text
+    for command in ("--mc-target=mooncake ", "--mc-target=mooncake:/opt/mooncake",
+                    "--mc-target=docker:kvcacheai/mooncake:0.3.13",
+                    "--mc-target=cluster:fixtures/clusters/example.toml", "--mc-matrix=release"):
+        assert command in text
+    assert judge.render(copy.deepcopy(REPORT), TITLES) == text
+
+
+def test_a_passing_build_has_no_fail_section_and_a_flat_report_renders():
+    doc = copy.deepcopy(REPORT)
+    doc["columns"]["mooncake"]["requirements"]["MR-7"] = {"verdict": "pass", "tests": [
+        {"nodeid": "t.py::test_id[mooncake]", "outcome": "passed"}]}
+    assert "did where it fails" not in judge.render(doc, TITLES)
+    flat = {"target": "mooncake", "seed": 1,
+            "requirements": REPORT["columns"]["mooncake"]["requirements"]}
+    text = judge.render(flat, TITLES)
+    assert "| requirement | title | mooncake |" in text and "**FAIL** (1/2)" in text
+
+
+def test_failure_lines_drop_exception_types_and_introspection():
+    assert judge.what_it_did("Failed: B could not write. MR-16 requires recovery") == \
+        "B could not write"
+    assert judge.what_it_did("x" * 500).endswith("...")
+    assert judge.what_it_did(None) == "(the report holds no failure message)"
+    assert judge.test_name("s.py::t[old=a-new=target-mooncake]", "mooncake") == \
+        "t[old=a-new=target]"
+    assert judge.test_name("s.py::t[reference:legacy-http]", "reference:legacy") == "t[http]"
+
+
+def test_only_the_marked_region_changes_and_rewriting_is_idempotent():
+    region = judge.render(REPORT, TITLES)
+    once = judge.replace_region(README, region)
+    head = README[: README.index(f"\n{judge.START}\n") + len(judge.START) + 2]
+    tail = README[README.index(f"\n{judge.END}\n") + 1:]
+    assert once.startswith(head) and once.endswith(tail)
+    assert "(old generated text)" not in once and region in once
+    assert judge.replace_region(once, region) == once
+    with pytest.raises(judge.StaleReadme):
+        judge.replace_region(README.replace(judge.END, ""), region)
+    with pytest.raises(judge.StaleReadme):
+        judge.replace_region(README + judge.START + "\n", region)
+
+
+def test_check_and_no_run_modes(tmp_path, capsys):
+    readme, report = tmp_path / "README.md", tmp_path / "report.json"
+    readme.write_text(README)
+    report.write_text(json.dumps(REPORT))
+    args = ["--readme", str(readme), "--report", str(report)]
+    assert judge.main(["--check", *args]) == 1
+    assert readme.read_text() == README
+    assert judge.main(["--no-run", *args]) == 0
+    written = readme.read_text()
+    assert written.split(f"\n{judge.START}\n")[0] == README.split(f"\n{judge.START}\n")[0]
+    assert written.split(f"\n{judge.END}\n")[1] == README.split(f"\n{judge.END}\n")[1]
+    assert judge.main(["--check", *args]) == 0
+    assert judge.main(["--check", "--readme", str(readme), "--report",
+                       str(tmp_path / "absent.json")]) == 2
+    capsys.readouterr()
+
+
+def test_the_committed_readme_matches_the_committed_report():
+    if not judge.REPORT.exists():
+        pytest.skip("no stored report yet (scripts/judge_mooncake.py writes it)")
+    assert judge.main(["--check"]) == 0, "run scripts/judge_mooncake.py --no-run"
