@@ -1,6 +1,6 @@
 """Checker cost on synthetic histories of growing size (a register workload, 3 workers).
 
-    /work/venv/bin/python tests/benchmarks/bench_chaos_checkers.py [--sizes 2000,20000]
+    .venv/bin/python tests/benchmarks/bench_chaos_checkers.py [--sizes 2000,20000]
 
 Prints one row per history size: ops, then seconds per checker.
 """

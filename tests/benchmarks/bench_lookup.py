@@ -1,6 +1,6 @@
 """Cached lookup latency within the TTL (target: under 2 microseconds per lookup).
 
-Run: ``/work/venv/bin/python tests/benchmarks/bench_lookup.py [--n 1000000]``. Prints a table:
+Run: ``.venv/bin/python tests/benchmarks/bench_lookup.py [--n 1000000]``. Prints a table:
 a remote segment within TTL (rfc and legacy), a local segment, and, for scale, a lookup that
 refreshes every time against an in-memory fetch (TTL 0: decode + validate + swap).
 """

@@ -1,6 +1,6 @@
 """Benchmarks of the reference RDMA path (CO-11 and the controlled scheduler's budget).
 
-Run: ``/work/venv/bin/python tests/benchmarks/bench_rdma.py [--quick]``. Prints a table:
+Run: ``.venv/bin/python tests/benchmarks/bench_rdma.py [--quick]``. Prints a table:
 
 1. small-slice post-and-complete throughput on simulated verbs (4 KiB slices, 64 per batch,
    one worker driven in this thread) with per-post tokens as wr_id versus the same path with
