@@ -118,9 +118,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
+    """Validate the markers, make requirement IDs ``-k`` keywords (before ``-k`` deselects),
+    and apply ``--mc-only``."""
     catalogue = load_catalogue()
     problems = []
     for item in items:
@@ -132,6 +135,7 @@ def pytest_collection_modifyitems(
                     hint = catalogue.suggest(str(req))
                     problems.append(f"{item.nodeid}: unknown requirement {req!r} in mc_req ({hint})")
                     continue
+                item.extra_keyword_matches.add(req)
                 fam = catalogue.families[catalogue[req].family]
                 item.add_marker(pytest.mark.allure_label(f"{fam.id}: {fam.name}", label_type="epic"))
                 item.add_marker(pytest.mark.allure_label(req, label_type="feature"))
