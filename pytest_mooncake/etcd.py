@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,22 @@ def etcd_healthy(endpoint: str, timeout: float = 0.5) -> bool:
 
 
 FALLBACK_PATHS = ("/usr/bin/etcd", "/usr/local/bin/etcd")
+READY_TIMEOUT_ENV = "MC_ETCD_READY_TIMEOUT"
+DEFAULT_READY_TIMEOUT = 20.0
+
+
+def ready_timeout_from_env() -> float:
+    """Seconds to wait for a started etcd to report healthy (``MC_ETCD_READY_TIMEOUT``)."""
+    raw = os.environ.get(READY_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_READY_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise EtcdUnavailable(f"{READY_TIMEOUT_ENV} must be a positive number of seconds (got {raw!r})")
+    return value
 
 
 def find_etcd() -> str:
@@ -81,8 +98,9 @@ class EtcdServer(_EtcdClientMixin):
     owned = True
 
     def __init__(self, data_dir: Path, log_path: Path, binary: str | None = None,
-                 ready_timeout: float = 20.0):
+                 ready_timeout: float | None = None):
         self.binary = binary or find_etcd()
+        self.ready_timeout = ready_timeout if ready_timeout is not None else ready_timeout_from_env()
         self.data_dir = Path(data_dir)
         self.client_port = free_port()
         self.peer_port = free_port()
@@ -100,16 +118,31 @@ class EtcdServer(_EtcdClientMixin):
         env = dict(os.environ, ETCD_UNSUPPORTED_ARCH=os.environ.get("ETCD_UNSUPPORTED_ARCH", ""))
         self.process = ManagedProcess(
             "etcd", argv, log_path, env=env, ready=lambda _: self.healthy(),
-            ready_timeout=ready_timeout,
+            ready_timeout=self.ready_timeout,
         )
         self.process.ready.__doc__ = f"GET http://{self.endpoints[0]}/health reports healthy"
 
     def start(self) -> EtcdServer:
+        began = time.monotonic()
         try:
             self.process.start()
-        except ProcessStartError as exc:
-            raise EtcdUnavailable(f"etcd did not become healthy: {exc}") from None
+        except ProcessStartError:
+            timed_out = time.monotonic() - began >= self.ready_timeout
+            raise EtcdUnavailable(self._not_healthy(timed_out)) from None
         return self
+
+    def _not_healthy(self, timed_out: bool) -> str:
+        """One line: what happened, where the log is, what to do."""
+        probe = f"GET http://{self.endpoints[0]}/health"
+        if timed_out:
+            what = (f"{probe} did not report healthy within {self.ready_timeout:g}s (killed it; "
+                    f"raise {READY_TIMEOUT_ENV} if this machine is only slow)")
+        else:
+            what = f"it exited with {self.process.returncode} before {probe} reported healthy"
+        return (f"etcd ({self.binary}) did not become healthy: {what}; see the etcd log "
+                f"(shown below, and at {self.process.log_path}), then fix what it says, set "
+                f"MC_ETCD_BIN to a working etcd (`apt-get install -y etcd-server`), or pass "
+                f"--mc-etcd=HOST:PORT of an etcd you run yourself")
 
     def stop(self) -> None:
         """Stop etcd (SIGTERM, then SIGKILL); data dir and ports are kept for ``start``."""

@@ -30,7 +30,13 @@ def serve(config: pytest.Config, fixturename: str, title: str, service: S,
         service.start()
     except unavailable as exc:
         service.close()
-        pytest.fail(str(exc), pytrace=False)
+        failure = str(exc)
+    else:
+        failure = None
+    if failure is not None:
+        # Raised outside the except block: no "During handling of the above exception" chain
+        # repeating the message in every test's report.
+        pytest.fail(failure, pytrace=False)
     try:
         yield service
     finally:

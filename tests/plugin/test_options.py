@@ -87,6 +87,22 @@ def test_plugin_loads_once_and_can_be_disabled(pytester: pytest.Pytester) -> Non
     assert "conformance matrix" not in result.stdout.str()
 
 
+def test_dash_p_loads_the_plugin_with_autoload_disabled(pytester: pytest.Pytester,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(PROBE)
+    # Control: with autoload off and no -p, the plugin (and its options) are really absent.
+    result = pytester.runpytest_subprocess("--mc-seed=11")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unrecognized arguments: --mc-seed=11*"])
+    result = pytester.runpytest_subprocess("-p", "pytest_mooncake", "-s", "--mc-seed=11",
+                                           "--mc-target=reference:legacy")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*TARGET reference:legacy SEED 11 *"])
+    assert result.stdout.str().count("mooncake: target=reference:legacy") == 1
+    result.stdout.fnmatch_lines(["mooncake: target=reference:legacy (*) seed=11*"])
+
+
 def test_seed_is_per_test_and_order_independent(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
         def test_a(mc_seed, mc_rng):
