@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,33 +27,58 @@ def expected_verdict(profile: str, req: str) -> str:
     return table.get(req, table["default"])
 
 
+def _text(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
+
+def run_suites(args: Sequence[str], report: Path, deadline: float) -> dict[str, Any]:
+    """Run conformance suites in a child pytest from the repository root (real processes, the
+    installed plugin) with ``--mc-report=report`` and return that report, with the run's output
+    under ``_output`` and its exit status under ``_exit``. Fails the calling test when the run
+    outlives ``deadline`` seconds (it is killed; its children die with it) or writes no report.
+    Also used by tests/targets/test_mooncake_suites.py."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "pytest_mooncake", "-p", "no:cacheprovider",
+           "-q", *args, f"--mc-report={report}"]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=deadline)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the suite run did not end within {deadline:.0f}s (a hang): {' '.join(cmd)}\n"
+                    f"{_text(exc.stdout)[-4000:]}\n{_text(exc.stderr)[-2000:]}", pytrace=False)
+    if not report.exists():
+        pytest.fail(f"the suite run wrote no report (exit {proc.returncode}): {' '.join(cmd)}\n"
+                    f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}", pytrace=False)
+    doc = json.loads(report.read_text())
+    doc["_output"] = proc.stdout[-6000:]
+    doc["_exit"] = proc.returncode
+    return doc
+
+
+def verdict_mismatches(observed: Mapping[str, Any], expected: Callable[[str], str],
+                       requirements: Iterable[str]) -> list[str]:
+    """One line per requirement whose verdict in ``observed`` (a report's ``requirements``)
+    is not ``expected(req)``; a requirement absent from the report counts as "untested"."""
+    wrong = []
+    for req in requirements:
+        want = expected(req)
+        got = observed.get(req, {}).get("verdict", "untested")
+        if got != want:
+            tests = ", ".join(f"{t['nodeid']} {t['outcome']}" for t in observed.get(req, {}).get("tests", []))
+            wrong.append(f"{req}: expected {want}, observed {got} [{tests}]")
+    return wrong
+
+
 @pytest.fixture(scope="module")
 def matrix_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("detection") / "matrix.json"
-    cmd = [sys.executable, "-m", "pytest", "-p", "pytest_mooncake", "suites/", "-n", "2",
-           "-p", "no:cacheprovider", "-q", "--mc-matrix=reference-profiles", f"--mc-report={out}"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=RUN_DEADLINE)
-    if not out.exists():
-        pytest.fail(f"the suite run wrote no report (exit {proc.returncode}):\n"
-                    f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}", pytrace=False)
-    doc = json.loads(out.read_text())
-    doc["_output"] = proc.stdout[-6000:]
-    return doc
+    return run_suites(["suites/", "-n", "2", "--mc-matrix=reference-profiles"], out, RUN_DEADLINE)
 
 
 @pytest.mark.parametrize(("profile", "column"), [("rfc", "reference"), ("legacy", "reference:legacy")])
 def test_verdicts_match_the_expected_ones(matrix_report: dict, profile: str, column: str) -> None:
     catalogue = load_catalogue()
     observed = matrix_report["columns"][column]["requirements"]
-    wrong = []
-    for req in catalogue.requirements:
-        if req.split("-")[0] not in FAMILIES:
-            continue
-        want = expected_verdict(profile, req)
-        got = observed.get(req, {}).get("verdict", "untested")
-        if got != want:
-            tests = ", ".join(f"{t['nodeid']} {t['outcome']}" for t in observed.get(req, {}).get("tests", []))
-            wrong.append(f"{req}: expected {want}, observed {got} [{tests}]")
+    wrong = verdict_mismatches(observed, lambda req: expected_verdict(profile, req),
+                               [r for r in catalogue.requirements if r.split("-")[0] in FAMILIES])
     assert not wrong, (f"{column}: {len(wrong)} requirement verdict(s) differ from "
                        f"fixtures/verdicts/reference.toml:\n  " + "\n  ".join(wrong)
                        + "\n\nrun output:\n" + matrix_report["_output"])
