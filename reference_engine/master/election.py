@@ -5,7 +5,8 @@ bound to a lease (``ttl`` seconds). Acquiring is a transaction "create if the ke
 CreateRevision is 0"; the view version is the key's CreateRevision. A leader may serve only
 while its lease is certainly alive: ``valid_until`` is the time the last successful keepalive
 was *sent* plus the TTL etcd granted, minus a margin, so the leader stops before etcd could have
-expired it.
+expired it. The first term starts when the grant request was sent, not when the (possibly slow)
+acquisition returned: etcd counts the TTL from the grant.
 """
 
 from __future__ import annotations
@@ -29,13 +30,17 @@ class LeaderView:
 class LeaderSession:
     """Held leadership: a lease we keep alive until ``release``."""
 
-    def __init__(self, client: Any, lease: Any, view: LeaderView, ttl: int, margin: float):
+    def __init__(self, client: Any, lease: Any, view: LeaderView, ttl: int, margin: float,
+                 granted_at: float | None = None):
+        """``granted_at``: ``time.monotonic()`` just before the lease grant was sent (etcd's
+        TTL can have started no earlier); default now."""
         self._client = client
         self.lease = lease
         self.view = view
         self.ttl = ttl
         self.margin = margin
-        self._valid_until = time.monotonic() + ttl - margin
+        start = time.monotonic() if granted_at is None else granted_at
+        self._valid_until = start + ttl - margin
         self._lock = threading.Lock()
         self.released = False
 
@@ -94,6 +99,7 @@ class LeaderElection:
         return LeaderView(value.decode(errors="replace"), meta.create_revision, meta.lease_id)
 
     def try_acquire(self) -> LeaderSession | None:
+        sent = time.monotonic()
         lease = self.client.lease(self.ttl)
         tx = self.client.transactions
         ok, _ = self.client.transaction(
@@ -111,4 +117,5 @@ class LeaderElection:
         view = self.current()
         if view is None or view.lease_id != lease.id:
             return None
-        return LeaderSession(self.client, lease, view, lease.ttl or self.ttl, self.margin)
+        return LeaderSession(self.client, lease, view, lease.ttl or self.ttl, self.margin,
+                             granted_at=sent)

@@ -36,6 +36,10 @@ def render_metrics(node: MasterNode) -> str:
         metric("ha_state_transitions_total", standby.machine.transitions_total, "counter")
         metric("ha_oplog_applied_entries_total", standby.applier.stats.applied_entries, "counter")
         metric("ha_oplog_corrupt_payloads_total", standby.applier.stats.corrupt_payloads, "counter")
+        snap = standby.snapshot_loaded
+        metric("ha_standby_snapshot_sequence_id", snap.last_included_seq if snap else 0,
+               help_text="last included sequence of the snapshot this standby started from "
+                         "(0: none, its baseline is a full OpLog replay)")
     else:
         applied = primary = 0
     metric("ha_oplog_applied_sequence_id", applied)

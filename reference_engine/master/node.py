@@ -75,7 +75,7 @@ class MasterNode:
         self.standby: HotStandby | None = None
         self.session: LeaderSession | None = None
         self.service: MasterService | None = None
-        self.serving = False
+        self._serving = False
         self.runtime_state = "starting"
         self.leader_view: LeaderView | None = None
         self.last_validation: ValidationReport | None = None
@@ -114,7 +114,7 @@ class MasterNode:
         self._lead_stop.set()
 
     def _shutdown(self) -> None:
-        self.serving = False
+        self._serving = False
         if self.standby is not None:
             self.standby.stop()
         if self.session is not None and not self.session.released:
@@ -124,6 +124,15 @@ class MasterNode:
         log.info("master %s stopped", self.address)
 
     # ------------------------------------------------------------------ standby side
+
+    @property
+    def serving(self) -> bool:
+        """Serving as the leader now: promoted, not stepped down, and the lease certainly alive.
+        The lease is checked here too, so ``service_ready`` turns false the moment the lease
+        may have run out, not when the leader loop (which can be blocked on a slow etcd) next
+        notices."""
+        session = self.session
+        return self._serving and session is not None and session.valid()
 
     @property
     def role(self) -> str:
@@ -269,7 +278,7 @@ class MasterNode:
             if service is None:
                 return
             self.service = service
-            self.serving = True
+            self._serving = True
             self.runtime_state = "serving"
             self.counters["promotions"] += 1
             log.info("serving as leader at %s, view_version %d, %d keys", self.address,
@@ -287,7 +296,7 @@ class MasterNode:
                 raise
             log.error("leadership failed: %s", exc)
         finally:
-            self.serving = False
+            self._serving = False
             self._lead_stop.set()
             if self.service is not None:
                 self.service.writer.stop("stepped down")
@@ -347,7 +356,7 @@ class MasterNode:
     def _step_down(self, reason: str) -> None:
         log.warning("stepping down: %s", reason)
         self.counters["step_downs"] += 1
-        self.serving = False
+        self._serving = False
         service = self.service
         if service is not None:
             try:
@@ -374,7 +383,7 @@ class MasterNode:
             return {"role": self.role, "serving": self.serving, "view_version": self.view_version,
                     "leader": self.leader_view.address if self.leader_view else None}
         service, session = self.service, self.session
-        if service is None or not self.serving or session is None or not session.valid():
+        if service is None or not self._serving or session is None or not session.valid():
             leader = self.leader_view.address if self.leader_view else None
             raise MasterError(ErrorCode.NOT_LEADER, f"not the serving leader; leader: {leader}")
         client_id = str(args.get("client_id") or conn.client_id)

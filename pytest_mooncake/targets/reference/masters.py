@@ -37,6 +37,13 @@ def _http(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tupl
     return status, raw.decode(errors="replace")
 
 
+def _endpoints(spec: str | list[str] | tuple[str, ...]) -> list[str]:
+    endpoints = [e.strip() for e in (spec.split(",") if isinstance(spec, str) else spec) if e.strip()]
+    if not endpoints:
+        raise TargetError("master etcd override: no endpoints given")
+    return endpoints
+
+
 def parse_metrics(text: str) -> dict[str, float]:
     out = {}
     for line in text.splitlines():
@@ -73,6 +80,8 @@ class _Master:
     rpc_port: int
     admin_port: int
     process: ManagedProcess
+    etcd: list[str] | None = None
+    """This master's own etcd endpoints (e.g. through a fault proxy); None = the cluster's."""
 
     @property
     def admin(self) -> str:
@@ -134,8 +143,11 @@ class ReferenceMasterCluster:
     ``client_ttl``, ``partial_restore``, ``snapshots`` (a shared snapshot dir),
     ``trim_oplog_after_snapshot``, ``fault_planting`` (default True), ``warmup`` (legacy
     leader warm-up), ``client_stall`` (legacy reattach stall), ``reattach_timeout``,
-    ``heartbeat_interval``, ``catch_up_timeout``, ``write_timeout``, ``start`` (default True:
-    start the masters and wait for a leader).
+    ``heartbeat_interval``, ``catch_up_timeout``, ``write_timeout``, ``master_etcd``
+    (``{index: "host:port" or [endpoints]}``: the etcd endpoints those masters use instead of
+    the cluster's, e.g. an ``mc_faults`` proxy to cut one master's etcd traffic; clients and
+    the other masters keep talking to etcd directly), ``start`` (default True: start the
+    masters and wait for a leader).
     """
 
     def __init__(self, etcd_endpoints: list[str], workdir: Path, profile: str = "rfc",
@@ -161,6 +173,8 @@ class ReferenceMasterCluster:
         self.catch_up_timeout = float(options.pop("catch_up_timeout", 5.0))
         self.write_timeout = float(options.pop("write_timeout", 5.0))
         self.extra_master_args = list(options.pop("master_args", ()))
+        self.master_etcd = {int(i): _endpoints(e)
+                            for i, e in dict(options.pop("master_etcd", None) or {}).items()}
         start = options.pop("start", True)
         if options:
             raise TargetError(f"reference master cluster: unknown options {sorted(options)}")
@@ -178,7 +192,7 @@ class ReferenceMasterCluster:
 
     def _master_argv(self, m: _Master, **overrides: Any) -> list[str]:
         argv = [sys.executable, "-m", "reference_engine", "master",
-                "--etcd", ",".join(self.etcd), "--cluster-id", self.cluster_id,
+                "--etcd", ",".join(m.etcd or self.etcd), "--cluster-id", self.cluster_id,
                 "--rpc", f"127.0.0.1:{m.rpc_port}", "--admin", f"127.0.0.1:{m.admin_port}",
                 "--profile", overrides.get("profile", self.profile),
                 "--lease-ttl", str(self.lease_ttl), "--poll-interval", str(self.poll_interval),
@@ -196,17 +210,23 @@ class ReferenceMasterCluster:
             argv += ["--warmup", str(self.warmup)]
         return argv + self.extra_master_args + list(overrides.get("args", ()))
 
-    def start_master(self, index: int | None = None, **overrides: Any) -> int:
+    def start_master(self, index: int | None = None, etcd: str | list[str] | None = None,
+                     **overrides: Any) -> int:
         """Start a new master (``index=None``) or restart master ``index`` on its old ports.
-        ``overrides``: ``profile``, ``partial_restore``, ``args`` (extra CLI arguments)."""
+        ``etcd``: the endpoints this master uses instead of the cluster's (kept for restarts;
+        e.g. an ``mc_faults`` proxy address). ``overrides``: ``profile``, ``partial_restore``,
+        ``args`` (extra CLI arguments)."""
         if index is None:
             index = len(self.masters)
-            m = _Master(index, free_port(), free_port(), None)  # type: ignore[arg-type]
+            m = _Master(index, free_port(), free_port(), None,  # type: ignore[arg-type]
+                        self.master_etcd.get(index))
             self.masters.append(m)
         else:
             m = self.masters[index]
             if m.process is not None and m.process.alive():
                 raise TargetError(f"master {index} is already running")
+        if etcd is not None:
+            m.etcd = _endpoints(etcd)
         m.process = ManagedProcess(
             f"master-{index}", self._master_argv(m, **overrides), self.workdir / f"master-{index}.log",
             ready=http_ok(m.admin + "/health"), ready_timeout=30.0, stop_timeout=10.0,
