@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 import time
@@ -382,3 +383,48 @@ def test_readers_never_see_a_torn_snapshot_while_it_is_replaced(mc_seed):
     assert not torn
     stats = cache.counters.snapshot()
     assert stats["replacements"] > 0 and stats["refresh_failed"] == 0
+
+
+# ------------------------------------------------------------------------------ log lines (MR-15)
+
+
+def _cache_log(caplog) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "reference_engine.cache"]
+
+
+def test_refresh_outcomes_and_replacements_are_logged(caplog):
+    cache, meta, clock = make()
+    with caplog.at_level(logging.DEBUG, "reference_engine.cache"):
+        meta.publish("a", instance_id="one")
+        cache.lookup("a")
+        meta.error = OSError("store unreachable")
+        clock.advance_ms(TTL_MS + 1)
+        cache.lookup("a")
+        with pytest.raises(LookupFailed):
+            cache.lookup("a", force=True)
+        meta.error = None
+        meta.publish("a", instance_id="two", port=2000)
+        cache.lookup("a", force=True)
+        meta.publish("b", instance_id=None)
+        cache.lookup("b")
+    lines = _cache_log(caplog)
+    assert ("DEBUG", "refresh of a ok") in lines
+    assert ("WARNING", "ordinary refresh of a failed, keeping the cached snapshot: "
+                       "OSError: store unreachable") in lines
+    assert ("WARNING", "forced refresh of a failed, no snapshot returned: "
+                       "OSError: store unreachable") in lines
+    assert ("DEBUG", "refresh of a ok (forced)") in lines
+    assert ("INFO", "snapshot of a replaced") in lines
+    assert any(level == "WARNING" and "replacement of a observed" in msg and "one" in msg
+               and "two" in msg for level, msg in lines), lines
+    assert ("INFO", "legacy peer b: descriptor carries no instance_id") in lines
+
+
+def test_a_lookup_within_the_ttl_logs_nothing(caplog):
+    cache, meta, _ = make()
+    meta.publish("a")
+    cache.lookup("a")
+    with caplog.at_level(logging.DEBUG, "reference_engine.cache"):
+        for _ in range(3):
+            cache.lookup("a")
+    assert _cache_log(caplog) == []
