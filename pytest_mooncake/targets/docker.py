@@ -87,6 +87,10 @@ def _bounded(call: Callable[[], Any], timeout: float, what: str) -> Any:
     return box.get("value")
 
 
+API_TIMEOUT = 600.0
+"""Seconds one Docker API request may take once the engine answered (an image pull, a wait)."""
+
+
 def default_client_factory(timeout: float) -> Any:
     import docker  # noqa: PLC0415 (only this target needs the SDK)
 
@@ -356,6 +360,8 @@ class DockerTarget(Target):
             self.client = _bounded(lambda: self.client_factory(self.ping_timeout),
                                    self.ping_timeout + 1, "docker.from_env")
             _bounded(self.client.ping, self.ping_timeout + 1, "docker ping")
+            # The probe's client times out after ping_timeout; pulls and container waits need longer.
+            self.client = self.client_factory(API_TIMEOUT)
         except ImportError as exc:
             self._no_engine = f"the docker SDK is not installed ({exc}): pip install docker"
         except Exception as exc:  # noqa: BLE001 (any failure means: no engine to use)

@@ -14,6 +14,7 @@ from pytest_mooncake.processes import ProcessStartError
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetContext, TargetLacks
 from pytest_mooncake.targets.docker import (
+    API_TIMEOUT,
     CONTROL_PORT,
     ContainerPlacement,
     ContainerProcess,
@@ -226,6 +227,18 @@ def test_probe_with_an_answering_engine_reads_the_image(tmp_path):
     assert fake.pings == 1
     assert target.version == f"{IMAGE} (0.3.13)"
     assert "no means for cache_control" in target.missing(Capability.CACHE_CONTROL)
+
+
+def test_only_the_probe_uses_the_short_timeout(tmp_path):
+    """The ping is bounded by ping_timeout; the client kept for pulls and waits is not."""
+    asked = []
+    probe_client, work_client = FakeDockerClient(), FakeDockerClient()
+    clients = iter([probe_client, work_client])
+    target = DockerTarget(IMAGE, client_factory=lambda timeout: asked.append(timeout) or next(clients),
+                          ping_timeout=2.0)
+    assert target.probe() is None
+    assert asked == [2.0, API_TIMEOUT] and probe_client.pings == 1
+    assert target.client is work_client
 
 
 def test_container_is_run_detached_on_the_session_network_with_loopback_ports(lab):
