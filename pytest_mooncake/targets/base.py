@@ -182,19 +182,34 @@ class StoreClientHandle(Protocol):
 
 class MasterClusterHandle(Protocol):
     """N HA masters and M store clients on one etcd. Masters and clients are named by index.
-    A method the target has no means for raises ``TargetLacks`` (the test is n/a)."""
+    A method the target has no means for raises ``TargetLacks`` (the test is n/a).
+
+    Per-master etcd routing: ``Target.master_cluster(..., master_etcd={i: "host:port" or
+    [endpoints]})`` starts master ``i`` on those etcd endpoints instead of the cluster's (e.g.
+    an ``mc_faults`` proxy, to cut one master's etcd traffic); ``start_master(etcd=...)`` does
+    the same for one start and keeps it for later restarts. Clients and the other masters keep
+    talking to etcd directly. A target without the means refuses either with ``TargetLacks``
+    naming the option; it never ignores it."""
 
     def leader(self, timeout: float = 10.0) -> int:
         """The index of the serving leader, waiting up to ``timeout`` for one."""
         ...
 
     def standbys(self) -> list[int]: ...
-    def start_master(self, index: int | None = None) -> int:
-        """Start a new master, or restart master ``index`` on its old ports."""
+    def start_master(self, index: int | None = None,
+                     etcd: str | list[str] | None = None) -> int:
+        """Start a new master, or restart master ``index`` on its old ports; ``etcd``: the
+        endpoints this master uses instead of the cluster's (per-master etcd routing)."""
         ...
 
-    def kill_master(self, index: int) -> None: ...
-    def stop_master(self, index: int) -> None: ...
+    def kill_master(self, index: int) -> None:
+        """SIGKILL: no lease release, no flush."""
+        ...
+
+    def stop_master(self, index: int) -> None:
+        """SIGTERM: the master releases its lease and exits; ``start_master(index)`` restarts it."""
+        ...
+
     def promotable(self, index: int) -> Mapping[str, Any]:
         """{promotable, reason, validation: {ok, dropped_entries}, applied_seq, primary_seq,
         keys_restorable} as the standby's admin endpoint reports it (MP-3)."""

@@ -400,7 +400,8 @@ class ClusterMasters:
                           f"master {self.masters[index].admin} exposes no promotability endpoint "
                           f"({'; '.join(tried)})")
 
-    def start_master(self, index: int | None = None) -> int:
+    def start_master(self, index: int | None = None,
+                     etcd: str | list[str] | None = None) -> int:
         raise _never(self.manifest, "starts masters", Capability.MASTER_CLUSTER)
 
     def kill_master(self, index: int) -> None:
@@ -505,6 +506,12 @@ class ClusterTarget(Target):
 
     def master_cluster(self, masters: int = 2, clients: int = 1,
                        **options: Any) -> MasterClusterHandle:
+        if options.get("master_etcd"):
+            from pytest_mooncake.targets.mooncake.masters import lacks_etcd_routing
+
+            raise lacks_etcd_routing("master_etcd", (
+                f"cluster:{self.manifest.path} observes the deployment's masters and never "
+                f"chooses their etcd"))
         if not self.manifest.masters:
             return super().master_cluster(masters, clients, **options)
         if clients:

@@ -449,8 +449,15 @@ class DockerTarget(Target):
 
     def master_cluster(self, masters: int = 2, clients: int = 1,
                        **options: Any) -> MasterClusterHandle:
-        from pytest_mooncake.targets.mooncake.masters import MooncakeMasterCluster
+        from pytest_mooncake.targets.mooncake.masters import (
+            MooncakeMasterCluster,
+            lacks_etcd_routing,
+        )
 
+        if options.get("master_etcd"):
+            raise lacks_etcd_routing("master_etcd", (
+                "every mooncake_master container gets the lab's etcd endpoints, and a host "
+                "proxy address would not be reachable from inside the session network"))
         placement = self.placement()
         inside, _ = self._lab().etcd()
         return MooncakeMasterCluster(placement, self.workdir / f"cluster-{time.monotonic_ns()}",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_mooncake.targets.reference.masters import wait_for
+from pytest_mooncake.waits import holds_for
 from reference_engine.master.errors import MasterError
 from reference_engine.master.model import SegmentInfo
 
@@ -59,9 +60,12 @@ def test_etcd_restart_loses_no_acknowledged_write_and_never_splits_brain(cluster
         mc_etcd.stop()
         down_at = time.monotonic()
         try:
-            wait_for(lambda: (observed_serving.append(cluster.serving()) or observed_serving[-1] == []),
-                     cluster.lease_ttl + 5, "every master stops serving without etcd")
-            time.sleep(0.5)
+            def none_serving() -> bool:
+                observed_serving.append(cluster.serving())
+                return observed_serving[-1] == []
+
+            wait_for(none_serving, cluster.lease_ttl + 5, "every master stops serving without etcd")
+            holds_for(none_serving, 0.5, "no master serving while etcd is down")
             up_at = time.monotonic()
         finally:
             mc_etcd.start()

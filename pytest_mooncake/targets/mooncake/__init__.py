@@ -240,9 +240,15 @@ class MooncakeTarget(Target):
 
     def master_cluster(self, masters: int = 2, clients: int = 1,
                        **options: Any) -> MasterClusterHandle:
-        from pytest_mooncake.targets.mooncake.masters import MooncakeMasterCluster
+        from pytest_mooncake.targets.mooncake.masters import (
+            MOONCAKE_ETCD_ROUTING,
+            MooncakeMasterCluster,
+            lacks_etcd_routing,
+        )
 
         self._require(Capability.MASTER_CLUSTER)
+        if options.get("master_etcd"):
+            raise lacks_etcd_routing("master_etcd", MOONCAKE_ETCD_ROUTING)
         return MooncakeMasterCluster(
             self.placement(), self.workdir / f"cluster-{next(_counter)}",
             list(self.ctx.etcd_endpoints()), masters=masters, clients=clients, **options)

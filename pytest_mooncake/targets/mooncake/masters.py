@@ -76,6 +76,19 @@ def whole_seconds(value: Any, option: str) -> int:
     return math.ceil(value)
 
 
+def lacks_etcd_routing(option: str, why: str) -> TargetLacks:
+    """The refusal of per-master etcd routing (``master_etcd={i: address}`` or
+    ``start_master(etcd=address)``) by a target without the means: the test is n/a with
+    ``option`` named, instead of running with every master on the cluster's etcd."""
+    return TargetLacks(Capability.MASTER_CLUSTER, (
+        f"{option}: no per-master etcd routing ({why}; routing one master's etcd traffic, e.g. "
+        f"through an mc_faults proxy, is a reference-target option)"))
+
+
+MOONCAKE_ETCD_ROUTING = ("every mooncake_master this target starts gets the cluster's "
+                         "--etcd_endpoints")
+
+
 def parse_metrics(text: str) -> dict[str, float]:
     """Prometheus text format to ``{"name{labels}": value}`` (comments and junk skipped)."""
     out: dict[str, float] = {}
@@ -190,6 +203,8 @@ class MooncakeMasterCluster:
 
     def __init__(self, placement: Placement, workdir: Path, etcd_endpoints: list[str],
                  masters: int = 2, clients: int = 1, **options: Any):
+        if options.pop("master_etcd", None):
+            raise lacks_etcd_routing("master_etcd", MOONCAKE_ETCD_ROUTING)
         unknown = sorted(set(options) - set(MASTER_OPTIONS))
         if unknown:
             raise TypeError(f"master_cluster: unknown option(s) {', '.join(unknown)} for the "
@@ -243,8 +258,12 @@ class MooncakeMasterCluster:
     def _env(self) -> dict[str, str]:
         return dict(self.options.get("env") or {})
 
-    def start_master(self, index: int | None = None) -> int:
-        """Start master ``index`` again (same ports), or a new one; returns its index."""
+    def start_master(self, index: int | None = None,
+                     etcd: str | list[str] | None = None) -> int:
+        """Start master ``index`` again (same ports), or a new one; returns its index.
+        ``etcd`` (per-master etcd routing) is refused with ``TargetLacks``."""
+        if etcd is not None:
+            raise lacks_etcd_routing("start_master(etcd=...)", MOONCAKE_ETCD_ROUTING)
         if index is None:
             m = _Master(len(self.masters), self.placement.port(), self.placement.port())
             self.masters.append(m)
