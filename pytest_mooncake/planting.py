@@ -1,11 +1,18 @@
 """Application-level metadata faults: plant malformed, truncated, oversized or foreign
 descriptors, delete keys, serve stale values. Works on any ``MetadataHandle`` and on raw JSON
 only, so suites stay target-agnostic.
+
+Foreign descriptors come in two kinds: ``plant_foreign`` puts another segment's value,
+unchanged (its ``name`` says so), under this segment's key; ``from_another_process`` makes a
+value that claims this segment's name and data endpoint but describes another process (its
+``instance_id`` and buffers). Stale values: ``capture`` keeps the bytes stored now,
+``serve_stale`` puts them back later, over whatever was published since.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +43,67 @@ def with_probe_buffer(doc: dict[str, Any], tag: str) -> dict[str, Any]:
 def without_instance_id(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` as a pre-RFC writer would publish it."""
     return {k: v for k, v in doc.items() if k != "instance_id"}
+
+
+def plant_foreign(store: MetadataHandle, segment: str, other: str) -> dict[str, Any]:
+    """Put ``other``'s published descriptor, byte for byte, under ``segment``'s key: a value of
+    another segment where this one's belongs. Returns the planted descriptor."""
+    key = store.segment_key(other)
+    raw = store.get(key)
+    assert raw is not None, f"no descriptor published under {key!r}"
+    plant(store, segment, raw)
+    return json.loads(raw)
+
+
+def from_another_process(doc: dict[str, Any], donor: dict[str, Any] | None = None
+                         ) -> dict[str, Any]:
+    """``doc`` (a segment's descriptor) as another process would claim it: the same ``name``
+    and data endpoint, but the ``instance_id`` and buffers of ``donor`` (another process's
+    descriptor), or, without a donor, a fresh random ``instance_id`` and buffers 1 GiB past
+    ``doc``'s, memory the owner never registered."""
+    new = json.loads(json.dumps(doc))
+    if donor is not None:
+        new["buffers"] = json.loads(json.dumps(donor["buffers"]))
+        if "instance_id" in donor:
+            new["instance_id"] = donor["instance_id"]
+        else:
+            new.pop("instance_id", None)
+        return new
+    start = min(b["addr"] for b in new["buffers"])
+    span = max(b["addr"] + b["length"] for b in new["buffers"]) - start
+    shift = (span + (1 << 30) + 4095) // 4096 * 4096  # past every buffer of doc, page aligned
+    new["buffers"] = [dict(b, addr=b["addr"] + shift) for b in new["buffers"]]
+    new["instance_id"] = secrets.token_hex(16)
+    return new
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A value as it was stored at one moment (``raw`` is None if the key was absent)."""
+
+    key: str
+    raw: bytes | None
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        assert self.raw is not None, f"{self.key!r} was absent when captured"
+        return json.loads(self.raw)
+
+
+def capture(store: MetadataHandle, segment: str) -> Captured:
+    """The bytes stored under ``segment``'s key now, to serve again later (``serve_stale``)."""
+    key = store.segment_key(segment)
+    return Captured(key, store.get(key))
+
+
+def serve_stale(store: MetadataHandle, old: Captured) -> None:
+    """Make the store serve a previously captured (older) value again, over whatever was
+    published since: the stale value a lagging replica or a delayed write would serve. A value
+    captured absent deletes the key."""
+    if old.raw is None:
+        store.delete(old.key)
+    else:
+        store.put(old.key, old.raw)
 
 
 def buffer_names(desc: dict[str, Any] | None) -> list[str]:
