@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reference_engine.descriptor import SegmentDescriptor, decode
+from reference_engine.descriptor import DescriptorError, SegmentDescriptor, decode
 from reference_engine.profiles import (
     CachePolicy,
     InstanceIdReplacement,
@@ -194,6 +194,9 @@ class SegmentCache:
                 if raw is None:
                     raise LookupFailed(name, "no descriptor published", flight.forced)
                 desc = decode(raw, name)
+                if self.policy.checks_owner and desc.name != name:
+                    raise DescriptorError(name, "name", f"the value under this segment's key is "
+                                          f"the descriptor of {desc.name!r}")
             except Exception as exc:  # any failure of fetch or decode is a failed refresh
                 flight.error = f"{type(exc).__name__}: {exc}"
                 count("refresh_failed")

@@ -30,6 +30,9 @@ class CachePolicy(Protocol):
     """A remote entry younger than this is served without I/O (``inf`` = never expires)."""
     honours_force: bool
     """Whether a forced lookup bypasses the cache."""
+    checks_owner: bool
+    """Whether a fetched descriptor must name the segment it was looked up as (a value of
+    another segment planted under the key is then rejected like any invalid value, MR-3/MR-4)."""
 
     def set_ttl_ms(self, ttl_ms: float) -> None: ...
 
@@ -38,6 +41,7 @@ class TtlPolicy:
     """RFC: remote entries expire ``ttl_ms`` after their last successful refresh (MR-1, MR-5)."""
 
     honours_force = True
+    checks_owner = True
 
     def __init__(self, ttl_ms: float = DEFAULT_TTL_MS):
         self.set_ttl_ms(ttl_ms)
@@ -53,6 +57,8 @@ class NeverExpirePolicy:
     """0.3.13: a mapped segment is never refetched, forced or not (observed on the wheel)."""
 
     honours_force = False
+    checks_owner = False
+    """0.3.13 installs whatever the segment's key holds."""
     ttl_ns = math.inf
 
     def __init__(self, ttl_ms: float | None = None):

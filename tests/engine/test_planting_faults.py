@@ -133,10 +133,6 @@ def test_another_process_under_the_key_cannot_reach_memory_the_owner_never_regis
     assert a.local_read(0, 16) == b"after-the-fault!"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding: the reference engine does not check a fetched descriptor's name against the "
-    "segment it looked up (reference_engine/cache.py, SegmentCache._fly), so another segment's "
-    "value under A's key is installed as A's and B's writes to A land in C's memory"))
 def test_another_segments_descriptor_under_the_key_is_rejected(mc_engine, mc_metadata, names):
     a = mc_engine(names("a"))
     c = mc_engine(names("c"))

@@ -316,6 +316,8 @@ def test_a_malformed_refresh_never_replaces_a_valid_snapshot(raw, force):
         expected = decode(raw, "a")
     except ValueError:
         expected = None
+    if expected is not None and expected.name != "a":
+        expected = None  # another segment's descriptor is invalid under a's key
     if expected is not None:
         assert cache.lookup("a", force=force) == expected
         return
@@ -428,3 +430,21 @@ def test_a_lookup_within_the_ttl_logs_nothing(caplog):
         for _ in range(3):
             cache.lookup("a")
     assert _cache_log(caplog) == []
+
+
+def test_another_segments_descriptor_under_the_key_is_rejected_and_keeps_the_old():
+    cache, meta, clock = make()
+    meta.publish("a", instance_id="one")
+    first = cache.lookup("a")
+    meta.values["a"] = meta.publish("c", instance_id="other", port=7777)
+    clock.advance_ms(TTL_MS + 1)
+    assert cache.lookup("a") is first, "an ordinary refresh installed another segment's value"
+    with pytest.raises(LookupFailed, match=r"segment 'a': field 'name'.*descriptor of 'c'"):
+        cache.lookup("a", force=True)
+    assert cache.counters.get("refresh_failed") == 2 and cache.counters.get("replacements") == 0
+
+
+def test_legacy_installs_whatever_the_key_holds():
+    cache, meta, _ = make(LEGACY)
+    meta.values["a"] = meta.publish("c", instance_id=None)
+    assert cache.lookup("a").name == "c"
