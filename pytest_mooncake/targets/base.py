@@ -159,7 +159,10 @@ class EngineHandle(Protocol):
 
     def stats(self) -> Mapping[str, int]:
         """Counters: refresh_ok, refresh_failed, refresh_forced, replacements, legacy_peers,
-        endpoints_retired, retries_exhausted, snapshots_replaced, metadata_fetches."""
+        endpoints_retired, retries_exhausted, snapshots_replaced, metadata_fetches; where the
+        target can observe them, open connections: peer_connections (to peers' data ports),
+        peer_connections_stale (of those, to a replaced instance), data_sessions (accepted on
+        this engine's data port)."""
         ...
 
     def logs(self) -> str: ...
@@ -250,7 +253,10 @@ class RdmaHandle(Protocol):
     The reference target's ``pytest_mooncake/targets/reference/rdma.py`` documents the API:
     ``scenarios()``, ``run_interleaving(name)``, ``explore(name, ...)``, ``replay(token)`` and
     ``cluster(...)`` for hand-built scenarios (hold/release completions, force retry or
-    handoff, error completions, bad_wr, QP-fatal, device-fatal, GID change, peer restart)."""
+    handoff, error completions, bad_wr, QP-fatal, device-fatal, GID change, peer restart,
+    also under new rkeys) and their observations (slices with path/address/rkey, queued
+    slices, active and retired endpoints, rail error/pause state per peer NIC path, a node's
+    published descriptor, counters)."""
 
     def scenarios(self) -> list[str]: ...
     def run_interleaving(self, name: str, dedicated_poller: bool = False) -> Any: ...

@@ -8,6 +8,12 @@ Transfers to a peer resolve it through the ``SegmentCache``. A transport failure
 peer's connections; under a profile with a retry budget (rfc) it then forces a refresh and
 retries, at most ``retry_budget`` times (MR-12, MR-14). A changed ``instance_id`` retires the old
 instance's connections before the new snapshot is used (MR-9 at the TCP level).
+
+``stats()`` also reports the connections the process holds (MR-16: no endpoint leak):
+``peer_connections`` (connections to peers' data ports not closed yet, wherever they are),
+``peer_connections_stale`` (those of them to an endpoint no current snapshot publishes: a
+replaced instance's) and ``data_sessions`` (connections accepted on our own data port, as the
+kernel lists them). Absent where they cannot be observed.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 from reference_engine.cache import COUNTERS, Counters, LookupFailed, SegmentCache
 from reference_engine.descriptor import SegmentDescriptor, encode, tcp_descriptor
 from reference_engine.engine.memory import Region, allocate, allocate_restartable
+from reference_engine.engine.sockets import LISTEN, ConnectionTracker, own_tcp_sockets
 from reference_engine.metadata import KeyLayout, MetadataStore
 from reference_engine.profiles import Profile
 from reference_engine.transport import TcpTransport, TransferError
@@ -72,6 +79,10 @@ class Engine:
         self.descriptor: SegmentDescriptor | None = None
         self._published: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._addressed: dict[tuple[str, int], str] = {}
+        """(host, port) of every peer data endpoint transferred to -> the peer."""
+        self._connections = ConnectionTracker()
+        self._connections.attach(getattr(self.transport, "pool", None))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,6 +182,8 @@ class Engine:
                 error = str(exc)
             else:
                 host, port = desc.data_endpoint()
+                if (host, port) not in self._addressed:
+                    self._addressed[(host, port)] = peer
                 try:
                     result = op(host, port, address(desc), desc.tcp_proto_version or 1)
                 except (TransferError, ValueError) as exc:
@@ -209,7 +222,29 @@ class Engine:
                              f"{self.region.length} bytes")
 
     def stats(self) -> dict[str, int]:
-        return self.counters.snapshot()
+        out = self.counters.snapshot()
+        out.update(self.connection_stats())
+        return out
+
+    def connection_stats(self) -> dict[str, int]:
+        """peer_connections, peer_connections_stale, data_sessions (see the module doc)."""
+        out: dict[str, int] = {}
+        if self._connections.attached:
+            current = set()
+            for peer in set(self._addressed.values()):
+                entry = self.cache.entry(peer)
+                if entry is not None:
+                    current.add(entry.snapshot.data_endpoint())
+            by_endpoint = self._connections.open_by_endpoint()
+            out["peer_connections"] = sum(by_endpoint.values())
+            out["peer_connections_stale"] = sum(n for ep, n in by_endpoint.items()
+                                                if ep not in current)
+        data_port = getattr(self.transport, "data_port", None)
+        sockets = own_tcp_sockets() if data_port else None
+        if sockets is not None:
+            out["data_sessions"] = sum(s.state != LISTEN and s.local[1] == data_port
+                                       for s in sockets)
+        return out
 
 
 def _first_buffer(desc: SegmentDescriptor) -> int:

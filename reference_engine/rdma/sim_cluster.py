@@ -103,10 +103,15 @@ class SimCluster:
         return f"{self.rng.getrandbits(128):032x}"
 
     def add_node(self, name: str, nics: Sequence[str] = ("mlx5_0",), buffer_len: int = 1 << 20,
-                 buffer_addr: int | None = None, publish: bool = True) -> SimPeer:
+                 buffer_addr: int | None = None, publish: bool = True,
+                 key_skip: int = 0) -> SimPeer:
+        """``key_skip``: memory registrations the process made before its buffer (so its rkeys
+        differ from those of a process that registered the buffer first)."""
         gids = [(nic, f"fe80::{zlib.crc32(f'{name}/{nic}'.encode()) & 0xffff:x}:{i}")
                 for i, nic in enumerate(nics)]
         node = self.fabric.add_node(name, gids)
+        for ctx in node.contexts.values():
+            ctx.mr_seq += key_skip
         addr = node.memory.alloc(buffer_len, buffer_addr)
         tr = RdmaTransport(
             name, [node.open(nic) for nic in nics], lookup=self.lookup_for(name),
@@ -127,15 +132,19 @@ class SimCluster:
             self.observer.watch(tr)
         return peer
 
-    def restart_node(self, name: str, same_instance: bool = False) -> SimPeer:
+    def restart_node(self, name: str, same_instance: bool = False,
+                     same_rkeys: bool = True) -> SimPeer:
         """The process dies and a new one takes the same segment name, NIC names, GIDs, buffer
-        address and (by registration order) the same rkeys; only ``instance_id`` differs."""
+        address and (by registration order) the same rkeys; only ``instance_id`` differs.
+        ``same_rkeys=False``: the new process registers its buffer under other rkeys (as if
+        it had registered other memory first)."""
         old = self.peers[name]
         old.transport.stop()
         old.transport.defunct = True
         old.node.shutdown()
         nics = [ctx.device_name for ctx in old.transport.contexts]
-        peer = self.add_node(name, nics, old.buffer_len, old.buffer_addr, publish=False)
+        peer = self.add_node(name, nics, old.buffer_len, old.buffer_addr, publish=False,
+                             key_skip=0 if same_rkeys else 1)
         if same_instance:
             peer.transport.instance_id = old.transport.instance_id
         self.directory.publish(peer.transport.local_descriptor())

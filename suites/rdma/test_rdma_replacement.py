@@ -9,13 +9,26 @@ import pytest
 pytestmark = pytest.mark.mc_requires("rdma_control")
 
 
-def cluster_with_traffic(mc_completions, controlled: bool = True):
-    cluster = mc_completions.cluster(controlled=controlled)
-    cluster.add_node("A")
+def cluster_with_traffic(mc_completions, controlled: bool = True, a_nics=("mlx5_0",),
+                         length: int = 4096, **config):
+    cluster = mc_completions.cluster(controlled=controlled, **config)
+    cluster.add_node("A", a_nics)
     cluster.add_node("B", ["mlx5_0", "mlx5_1"])
-    t = cluster.submit("A", "B", 4096)
+    t = cluster.submit("A", "B", length)
     assert cluster.settle() and cluster.status(t) == "COMPLETED"
     return cluster
+
+
+def to_b(endpoints):
+    return [e for e in endpoints if e["peer_nic_path"].startswith("B@")]
+
+
+def ids(before: dict, after: dict) -> str:
+    return f"instance {short(before['instance_id'])} -> {short(after['instance_id'])}"
+
+
+def short(instance_id: str | None) -> str:
+    return f"{instance_id[:8]}.." if instance_id else "none"
 
 
 @pytest.mark.mc_req("MR-9", "MR-11")
@@ -36,6 +49,112 @@ def test_replaced_peer_old_endpoints_retired_transfer_completes_on_new(mc_comple
         f"when those fields are reused")
     assert cluster.status(t) == "COMPLETED", f"the transfer to the new B ended {cluster.status(t)}"
     assert cluster.read("B", 0, 4096) == b"to-the-new-B!!!!" * 256, "the data did not reach the new B"
+    assert not cluster.check()
+
+
+@pytest.mark.mc_req("MR-9")
+def test_replacement_clears_rail_state_of_the_old_paths(mc_completions):
+    # a pause long enough that only the replacement, not its expiry, can lift it
+    cluster = cluster_with_traffic(mc_completions, rail_pause_seconds=3600.0)
+    t = cluster.submit("A", "B", 4096, dst_offset=4096)
+    cluster.inject_error(t, 0, "REM_ACCESS_ERR")
+    assert cluster.settle() and cluster.status(t) == "COMPLETED"
+    bad = {p: r for p, r in cluster.rails("A").items() if p.startswith("B@") and r["paused"]}
+    assert bad, (f"precondition: an error completion on a path to B paused no rail of A "
+                 f"(rails {cluster.rails('A')})")
+    old = cluster.descriptor("B")
+    cluster.restart_peer("B")
+    new = cluster.descriptor("B")
+    assert cluster.refresh("A", "B"), "A's forced refresh of B's new descriptor failed"
+    left = {p: r for p, r in cluster.rails("A").items()
+            if p.startswith("B@") and (r["paused"] or r["errors"])}
+    assert not left, (
+        f"A paused rail(s) {sorted(bad)} to B after an error completion; B then restarted as a "
+        f"new process ({ids(old, new)}) and A refreshed its descriptor, yet A still holds "
+        f"failure/pause state for the old instance's paths: {left}. Expected no rail state for "
+        f"them; MR-9 requires the rail failure/pause state of the old instance's paths be "
+        f"cleared on a new instance_id")
+
+
+@pytest.mark.mc_req("MR-9")
+def test_queued_slices_are_rebuilt_from_the_new_descriptor(mc_completions):
+    cluster = cluster_with_traffic(mc_completions)
+    old = cluster.descriptor("B")
+    cluster.restart_peer("B", same_rkeys=False)
+    new = cluster.descriptor("B")
+    old_rkeys, new_rkeys = old["buffers"][0]["rkey"], new["buffers"][0]["rkey"]
+    assert set(old_rkeys).isdisjoint(new_rkeys), (
+        f"precondition: the restarted B registered its buffer under new rkeys "
+        f"(old {old_rkeys}, new {new_rkeys})")
+    payload = b"rebuilt-for-new!" * 512
+    cluster.write_local("A", 8192, payload)
+    t = cluster.submit("A", "B", len(payload), src_offset=8192, dst_offset=8192)
+    queued = cluster.queued("A")
+    assert queued == len(cluster.slices(t)), (
+        f"precondition: the transfer's slices are still queued ({queued} queued)")
+    assert cluster.refresh("A", "B"), "A's forced refresh of B's new descriptor failed"
+    wrong = []
+    for i, s in enumerate(cluster.slices(t)):
+        path = s["peer_nic_path"]
+        want = new_rkeys[new["paths"].index(path)] if path in new["paths"] else None
+        if s["dest_rkey"] != want:
+            wrong.append(f"slice {i}: path {path}, rkey {s['dest_rkey']:#x} (the new descriptor "
+                         f"gives {want if want is None else hex(want)})")
+    assert not wrong, (
+        f"B restarted ({ids(old, new)}) and registered its buffer under rkeys "
+        f"{[hex(k) for k in new_rkeys]} (old {[hex(k) for k in old_rkeys]}); A saw the new "
+        f"instance while {queued} slice(s) to B were still queued, yet they still carry the old "
+        f"binding: {'; '.join(wrong)}. MR-9 requires queued slices be rebuilt from the new "
+        f"descriptor")
+    assert cluster.settle() and cluster.status(t) == "COMPLETED", (
+        f"the rebuilt transfer ended {cluster.status(t)}")
+    retried = [(i, s["retry_cnt"]) for i, s in enumerate(cluster.slices(t)) if s["retry_cnt"]]
+    assert not retried, (
+        f"rebuilt slices were retried ({retried} as (slice, retries)): they were posted with a "
+        f"stale binding first; MR-9 requires rebuilding them from the new descriptor before use")
+    assert cluster.read("B", 8192, len(payload)) == payload, "the data did not reach the new B"
+    assert not cluster.check()
+
+
+@pytest.mark.mc_req("MR-9")
+def test_new_endpoints_are_made_lazily(mc_completions):
+    # two local NICs and a two-slice transfer: A has an endpoint to each of B's two NICs
+    cluster = cluster_with_traffic(mc_completions, a_nics=("mlx5_0", "mlx5_1"), length=8192)
+    old_eps = to_b(cluster.endpoints("A"))
+    assert len({e["peer_nic_path"] for e in old_eps}) == 2, (
+        f"precondition: A has endpoints to both of B's NICs ({old_eps})")
+    old_gens = {(e["nic"], e["peer_nic_path"], e["generation"]) for e in old_eps}
+    old = cluster.descriptor("B")
+    cluster.restart_peer("B")
+    new = cluster.descriptor("B")
+    assert cluster.refresh("A", "B"), "A's forced refresh of B's new descriptor failed"
+    assert cluster.settle(), "the cluster did not settle with no transfer pending"
+    held = to_b(cluster.endpoints("A"))
+    stale = [e for e in held if (e["nic"], e["peer_nic_path"], e["generation"]) in old_gens]
+    assert not held, (
+        f"B restarted ({ids(old, new)}) and A refreshed its descriptor; with no transfer to B "
+        f"pending A holds {len(held)} active endpoint(s) to B: {held} "
+        + (f"({len(stale)} of the old instance, never retired)" if stale else
+           "(made for the new instance before any transfer needed them)")
+        + ". Expected none; MR-9 requires the old instance's endpoints be retired and new "
+          "endpoints be made lazily")
+    passive = cluster.endpoints("B")
+    assert not passive, (
+        f"no transfer to B was pending, yet the new B already accepted {len(passive)} "
+        f"endpoint(s) (a handshake ran): {passive}; MR-9 requires new endpoints be made lazily")
+    t = cluster.submit("A", "B", 4096)
+    assert cluster.settle() and cluster.status(t) == "COMPLETED", (
+        f"the first transfer to the new B ended {cluster.status(t)}")
+    used = {s["peer_nic_path"] for s in cluster.slices(t)}
+    made = to_b(cluster.endpoints("A"))
+    assert {e["peer_nic_path"] for e in made} == used and len(made) == len(used), (
+        f"one 4 KiB transfer to the new B went over {sorted(used)}; A now holds endpoints "
+        f"{made}. Expected exactly one new endpoint per path that transfer used; MR-9 requires "
+        f"new endpoints be made lazily, when a transfer needs them")
+    newest_old = max(g for _, _, g in old_gens)
+    assert all(e["generation"] > newest_old for e in made), (
+        f"the endpoint(s) to the new B {made} are not newer than the old instance's "
+        f"(generations up to {newest_old}); MR-9 requires new endpoints for the new instance")
     assert not cluster.check()
 
 

@@ -1,7 +1,9 @@
 """A bounded soak: free-running worker threads with faults injected while transfers run.
 
 Nothing may deadlock: every transfer ends, every thread stops, retired endpoints are reclaimed
-and the CO-9 end-state invariants hold (rfc)."""
+and the CO-9 end-state invariants hold (rfc). The fault mix includes one device-fatal event on
+one of the sender's NICs and one on a receiver's NIC, at a seeded round: the dead context's
+endpoints are retired (CO-6) and drained, its work is handed off, nothing leaks."""
 
 import random
 import time
@@ -37,6 +39,8 @@ def test_free_running_soak_with_faults_finishes(env, mc_seed):
     targets = [cluster.add_node(name, ["n0", "n1"], buffer_len=1 << 20) for name in "BC"]
     fabric = cluster.fabric
     a.write(0, bytes(rng.randrange(256) for _ in range(1 << 16)))
+    local_fatal = (rng.randrange(10, 50), rng.choice(["n0", "n1"]))
+    peer_fatal = (rng.randrange(10, 50), rng.choice(targets), rng.choice(["n0", "n1"]))
     cluster.start()
     tasks = []
     try:
@@ -64,6 +68,10 @@ def test_free_running_soak_with_faults_finishes(env, mc_seed):
                 fabric.release(f"h{round_ - rng.randrange(1, 4)}")
             elif fault == 5 and round_ % 20 == 5:
                 fabric.change_gid(a.node.open(rng.choice(["n0", "n1"])), f"fe80::{round_}")
+            if round_ == local_fatal[0]:
+                fabric.raise_device_fatal(a.node.open(local_fatal[1]))
+            if round_ == peer_fatal[0]:
+                fabric.raise_device_fatal(peer_fatal[1].node.open(peer_fatal[2]))
             time.sleep(rng.random() * 0.002)
         for tag in list(fabric.held):
             fabric.release(tag)
@@ -78,6 +86,14 @@ def test_free_running_soak_with_faults_finishes(env, mc_seed):
     assert stopped, "a worker thread did not stop"
     violations = checker.check_final()
     assert violations == [], [str(v) for v in violations[:5]]
+    dead = next(c for c in a.transport.contexts if c.device_name == local_fatal[1])
+    assert not dead.active, f"A's {local_fatal[1]} went device-fatal and stayed active"
+    assert not dead.store.endpoints(), (
+        f"endpoints left in the active map of A's dead {local_fatal[1]}: {dead.store.endpoints()}")
+    assert a.transport.stats["async_events"] >= 1, "the device-fatal event was never handled"
+    leaks = {c.device_name: c.cq_outstanding() for c in a.transport.contexts if c.cq_outstanding()}
+    assert not leaks, f"CQ outstanding left at the end: {leaks}"
+    assert a.transport.ownership.outstanding() == 0, "completion tokens left live at the end"
     completed = sum(t.status() == "COMPLETED" for t in tasks)
     print(f"soak: {completed}/{len(tasks)} transfers completed, stats {dict(a.transport.stats)}")
     assert completed > len(tasks) // 2
@@ -90,10 +106,13 @@ def test_legacy_free_running_soak_never_deadlocks(mc_seed):
                          rail_pause_seconds=0.01)
     a = cluster.add_node("A", ["n0", "n1"])
     b = cluster.add_node("B", ["n0", "n1"])
+    local_fatal = (rng.randrange(5, 35), rng.choice(["n0", "n1"]))
     cluster.start()
     try:
-        for _ in range(40):
+        for round_ in range(40):
             a.transport.submit("B", [(Opcode.RDMA_WRITE, a.buffer_addr, 4 * 4096, b.buffer_addr)])
+            if round_ == local_fatal[0]:
+                cluster.fabric.raise_device_fatal(a.node.open(local_fatal[1]))
             if rng.random() < 0.3:
                 cluster.fabric.inject(Fault(ERROR, status=rng.choice(ERRORS)))
             if rng.random() < 0.1:

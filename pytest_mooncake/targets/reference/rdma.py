@@ -13,8 +13,11 @@ nothing of reference_engine leaks out, so suites stay target-agnostic):
 - ``replay(token)``: run one recorded schedule again (``RdmaRun``).
 - ``cluster(...)``: build a scenario by hand (``RdmaCluster``): nodes with NICs, transfers,
   held/released completions, forced retry/handoff, error completions, bad_wr, QP-fatal,
-  device-fatal and GID-change events, peer restarts keeping names/addresses/rkeys; ``settle()``
-  runs it to quiescence; ``check()`` returns the CO-9 violations.
+  device-fatal and GID-change events, peer restarts keeping names/addresses/rkeys (or not the
+  rkeys); ``settle()`` runs it to quiescence; ``check()`` returns the CO-9 violations.
+  Observations: ``status``, ``slices`` (path, remote address and rkey per slice), ``posts``,
+  ``queued``, ``endpoints`` (active), ``retired``, ``rails`` (error/pause state per peer NIC
+  path), ``descriptor`` (what a node published), ``counters``, ``token_pool``.
 """
 
 from __future__ import annotations
@@ -189,10 +192,27 @@ class RdmaCluster:
         return self.transfers[transfer][1].status()
 
     def slices(self, transfer: int) -> list[dict[str, Any]]:
+        """Per slice: status, retry_cnt, attempt, the peer NIC path, remote address and rkey
+        it is (or was last) bound to, successes and failures."""
         return [{"status": STATUS_NAMES[s.status], "retry_cnt": s.retry_cnt,
                  "attempt": s.attempt, "peer_nic_path": s.peer_nic_path,
+                 "dest_addr": s.dest_addr, "dest_rkey": s.dest_rkey,
                  "successes": s.n_success, "failures": s.n_failed}
                 for s in self.transfers[transfer][1].slices]
+
+    def queued(self, node: str) -> int:
+        """Slices ``node`` has queued and not yet posted."""
+        return self.sim.peers[node].transport.queued()
+
+    def descriptor(self, node: str) -> dict[str, Any]:
+        """What ``node``'s current process published: instance_id, its NIC paths (in device
+        order) and buffers with one rkey per device."""
+        d = self.sim.directory.published[node]
+        server = d.rdma_server_name or d.name
+        return {"instance_id": d.instance_id,
+                "paths": [f"{server}@{dev.name}" for dev in d.devices or ()],
+                "buffers": [{"addr": b.addr, "length": b.length, "rkey": list(b.rkey)}
+                            for b in d.buffers]}
 
     def posts(self, transfer: int, index: int = 0) -> list[dict[str, int]]:
         """Every work request posted for one slice, in post order: its wr_id and QP number."""
@@ -250,9 +270,11 @@ class RdmaCluster:
     def gid_change(self, node: str, nic: str, gid: str) -> None:
         self.sim.fabric.change_gid(self.sim.peers[node].node.open(nic), gid)
 
-    def restart_peer(self, name: str, same_instance: bool = False) -> None:
-        """A new process under the same segment name, NIC names, GIDs, addresses and rkeys."""
-        self.sim.restart_node(name, same_instance=same_instance)
+    def restart_peer(self, name: str, same_instance: bool = False,
+                     same_rkeys: bool = True) -> None:
+        """A new process under the same segment name, NIC names, GIDs, addresses and rkeys
+        (with ``same_rkeys=False`` its buffer is registered under other rkeys)."""
+        self.sim.restart_node(name, same_instance=same_instance, same_rkeys=same_rkeys)
         if self._started:
             self.sim.peers[name].transport.start()
 
@@ -299,6 +321,15 @@ class RdmaCluster:
         return [{"nic": ctx.device_name, "peer_nic_path": ep.peer_nic_path,
                  "generation": ep.generation, "state": ep.state}
                 for ctx in tr.contexts for ep in ctx.store.endpoints()]
+
+    def rails(self, node: str) -> dict[str, dict[str, Any]]:
+        """``node``'s rail health per peer NIC path it has state for: error count and whether
+        the rail is paused now. A path without state is healthy."""
+        rails = self.sim.peers[node].transport.rails
+        now = rails.clock.now()
+        with rails.lock:
+            return {path: {"errors": r.error_count, "paused": r.pause_until > now}
+                    for path, r in rails.rails.items()}
 
     def retired(self, node: str) -> list[dict[str, Any]]:
         tr = self.sim.peers[node].transport
