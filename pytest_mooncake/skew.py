@@ -4,7 +4,17 @@ A test opts in with ``@pytest.mark.mc_skew("MATRIX")`` and requests the ``mc_ske
 it is parametrized at collection over the pairs of ``fixtures/skew/MATRIX.toml`` (ids like
 ``writer=reference:legacy-reader=reference``). ``mc_skew.target("writer")`` is the ``Target``
 of that role, built with ``resolve_target`` and opened like ``mc_target``; every target opened
-is closed at teardown.
+is closed at teardown. ``mc_skew.require("client", "foreign_master")`` is that target after
+checking its capabilities. Engines, master clusters and store clients a role's target starts
+(``start_engine``, ``master_cluster``, ``store_client``) have their logs shown when the test
+fails; clusters and clients are closed when it ends. A ``TargetLacks`` from a role's target
+(the test is n/a) names the role: ``skew role client (mooncake): ...``.
+
+A role naming an external target (``mooncake``, ``mooncake:SPEC``, ``docker:IMAGE``,
+``cluster:FILE``) gets a fresh instance of it, on the session's etcd; where that build is not
+available here (no wheel installed, a requirement the installed wheel does not satisfy, no
+Docker engine) its pairs are n/a with the target's reason, never an error. ``reference``
+variants are checked when the matrix loads (``reference:legcy`` is a usage error).
 
 Matrix file (TOML)::
 
@@ -26,7 +36,7 @@ the rootdir). Unknown matrices and malformed files are usage errors naming file 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +44,15 @@ from typing import Any
 import pytest
 
 from pytest_mooncake.logs import attach_log
-from pytest_mooncake.targets import KNOWN_TARGETS, Target, TargetContext, resolve_target
+from pytest_mooncake.targets import (
+    KNOWN_TARGETS,
+    Capability,
+    Target,
+    TargetContext,
+    TargetLacks,
+    UnknownTarget,
+    resolve_target,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,6 +62,9 @@ else:  # pragma: no cover
 MARKER = "mc_skew"
 SESSION_TARGET = "@target"
 """An implementation whose ``target`` is this names the target under test (``--mc-target``)."""
+BUILTIN_TARGETS = ("reference",)
+"""Targets resolved when a matrix is loaded (a bad variant is a usage error). The others are
+external builds resolved at first use, where one that is not available makes its pairs n/a."""
 PROJECT_SKEW_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "skew"
 _TOP_FIELDS = {"description", "roles", "implementations", "pairs"}
 _IMPL_FIELDS = {"target", "description"}
@@ -138,6 +159,11 @@ def load_matrix(path: Path, name: str | None = None) -> SkewMatrix:
         if target.strip() != SESSION_TARGET and kind not in KNOWN_TARGETS:
             raise bad(f"{where}.target", f"unknown target {target!r} (known targets: "
                       f"{', '.join(sorted(KNOWN_TARGETS))})")
+        if kind in BUILTIN_TARGETS:
+            try:
+                resolve_target(target)
+            except UnknownTarget as exc:
+                raise bad(f"{where}.target", str(exc)) from None
         text = spec.get("description", "")
         if not isinstance(text, str):
             raise bad(f"{where}.description", "must be a string")
@@ -247,6 +273,9 @@ class Skew:
         self.pair = pair
         self._open = open_target
         self._targets: dict[str, Target] = {}
+        self._closers: list[Callable[[], None]] = []
+        """What the roles' targets started for this test (master clusters, store clients), in
+        start order; closed in reverse before the targets."""
 
     @property
     def matrix(self) -> SkewMatrix:
@@ -265,11 +294,35 @@ class Skew:
         return self.pair.implementation(role)
 
     def target(self, role: str) -> Target:
-        """The opened ``Target`` running ``role``'s implementation (one per role)."""
+        """The opened ``Target`` running ``role``'s implementation (one per role). An external
+        target that is not available here (e.g. ``mooncake:REQUIREMENT`` the installed wheel
+        does not satisfy) raises ``TargetLacks``: the pair is n/a, naming the role."""
         self._check(role)
         if role not in self._targets:
-            self._targets[role] = self._open(role, self.pair.implementation(role))
+            self._targets[role] = self._open(role, self.pair.implementation(role), self)
         return self._targets[role]
+
+    def require(self, role: str, *capabilities: Capability | str) -> Target:
+        """``role``'s target, after checking it has every capability: where it lacks one the
+        test is n/a (``TargetLacks``) with the target's reason, naming the role."""
+        target = self.target(role)
+        for capability in capabilities:
+            reason = target.missing(capability)
+            if reason:
+                raise TargetLacks(capability, f"{self.role_text(role)}: {reason}")
+        return target
+
+    def role_text(self, role: str) -> str:
+        """``skew role master (reference:legacy)``: how n/a reasons name a role."""
+        impl = self.implementation(role)
+        if impl.target == SESSION_TARGET:
+            return f"skew role {role} (the target under test)"
+        if impl.name == impl.target:
+            return f"skew role {role} ({impl.target})"
+        return f"skew role {role} ({impl.name}: {impl.target})"
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        self._closers.append(closer)
 
     def _check(self, role: str) -> None:
         if role not in self.roles:
@@ -277,9 +330,17 @@ class Skew:
                            f"(roles: {', '.join(self.roles)})")
 
     def close(self) -> None:
+        errors: list[BaseException] = []
+        while self._closers:
+            try:
+                self._closers.pop()()
+            except Exception as exc:  # noqa: BLE001 (close the rest, then report)
+                errors.append(exc)
         while self._targets:
             _, target = self._targets.popitem()
             target.close()
+        if errors:
+            raise errors[0]
 
     def __repr__(self) -> str:
         return f"Skew({self.matrix.name}: {self.id})"
@@ -298,23 +359,60 @@ class _Borrowed:
         pass
 
 
-class _EngineLogs:
-    """A role's target whose engines' logs are shown (and attached) when the test fails, as
-    ``mc_engine`` does for the session target's engines."""
+class _RoleTarget:
+    """A role's target as a test sees it: what its factories start is shown (and attached)
+    when the test fails, as ``mc_engine`` and ``mc_master_cluster`` do for the session target;
+    master clusters and store clients it starts are closed when the test ends; and a
+    ``TargetLacks`` from a factory names the role."""
 
-    def __init__(self, target: Any, request: pytest.FixtureRequest, role: str):
+    def __init__(self, target: Any, request: pytest.FixtureRequest, role: str, skew: Skew):
         self._target = target
         self._request = request
         self._role = role
+        self._skew = skew
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
 
+    def _lacks(self, exc: TargetLacks) -> TargetLacks:
+        return TargetLacks(exc.capability, f"{self._skew.role_text(self._role)}: {exc.reason}")
+
     def start_engine(self, segment: str, metadata: Any, **options: Any) -> Any:
-        engine = self._target.start_engine(segment, metadata, **options)
+        try:
+            engine = self._target.start_engine(segment, metadata, **options)
+        except TargetLacks as exc:
+            raise self._lacks(exc) from None
         attach_log(self._request, f"engine {segment} log ({self._role}: {self._target.label})",
                    engine.logs)
         return engine
+
+    def master_cluster(self, masters: int = 2, clients: int = 1, **options: Any) -> Any:
+        try:
+            cluster = self._target.master_cluster(masters=masters, clients=clients, **options)
+        except TargetLacks as exc:
+            raise self._lacks(exc) from None
+        self._skew.on_close(cluster.close)
+        attach_log(self._request, f"master cluster logs ({self._role}: {self._target.label})",
+                   cluster.logs)
+        return cluster
+
+    def store_client(self, master: Any, client_id: str | None = None, version: str | None = None,
+                     wait_attached: bool = True) -> Any:
+        try:
+            client = self._target.store_client(master, client_id=client_id, version=version,
+                                               wait_attached=wait_attached)
+        except TargetLacks as exc:
+            raise self._lacks(exc) from None
+        self._skew.on_close(client.stop)
+        process = getattr(client, "process", None)
+        if process is not None and hasattr(process, "log_text"):
+            attach_log(self._request, f"store client {client_id or ''} log ({self._role}: "
+                       f"{self._target.label})", process.log_text)
+        return client
+
+    def store_client_lacks(self, master: Any, version: str | None = None) -> TargetLacks | None:
+        lacks = self._target.store_client_lacks(master, version)
+        return self._lacks(lacks) if lacks else None
 
 
 @pytest.fixture
@@ -331,17 +429,23 @@ def mc_skew(request: pytest.FixtureRequest, mc_config: Any,
     def etcd_endpoints() -> list[str]:
         return list(request.getfixturevalue("mc_etcd").endpoints)
 
-    def open_target(role: str, impl: Implementation) -> Target:
+    def open_target(role: str, impl: Implementation, skew: Skew) -> Any:
         if impl.target == SESSION_TARGET:
-            return _EngineLogs(_Borrowed(request.getfixturevalue("mc_target")), request, role)
-        target = resolve_target(impl.target)
+            return _RoleTarget(_Borrowed(request.getfixturevalue("mc_target")), request, role, skew)
+        try:
+            target = resolve_target(impl.target)
+        except UnknownTarget as exc:
+            # Built-in targets were resolved when the matrix was loaded; an external one (a
+            # wheel, an install directory, an image, a manifest) may simply not be here.
+            raise TargetLacks(Capability.VERSION_SKEW, f"{skew.role_text(role)} is not "
+                              f"available here: {exc}") from None
         target.open(TargetContext(
             seed=mc_config.seed,
             workdir=tmp_path_factory.mktemp(f"mc-skew-{role}-" + impl.name.replace(":", "-")),
             etcd_endpoints=etcd_endpoints,
             options=dict(mc_config.raw),
         ))
-        return _EngineLogs(target, request, role)
+        return _RoleTarget(target, request, role, skew)
 
     skew = Skew(pair, open_target)
     try:

@@ -13,6 +13,7 @@ from pytest_mooncake.targets.base import (
     EngineHandle,
     LookupResult,
     MasterClusterHandle,
+    MasterEndpoint,
     MetadataHandle,
     RdmaHandle,
     Target,
@@ -23,8 +24,8 @@ from pytest_mooncake.targets.base import (
 )
 
 __all__ = [
-    "Capability", "EngineHandle", "LookupResult", "MasterClusterHandle", "MetadataHandle", "RdmaHandle",
-    "Target", "TargetContext", "TargetError", "TargetLacks", "TransferResult",
+    "Capability", "EngineHandle", "LookupResult", "MasterClusterHandle", "MasterEndpoint",
+    "MetadataHandle", "RdmaHandle", "Target", "TargetContext", "TargetError", "TargetLacks", "TransferResult",
     "KNOWN_TARGETS", "UnknownTarget", "resolve_target",
 ]
 

@@ -46,6 +46,12 @@ class Capability(str, enum.Enum):
     """Plant an invalid entry (e.g. overlapping descriptors) in a standby's replicated state."""
     VERSION_SKEW = "version_skew"
     """Start components of a chosen other version or profile beside this target."""
+    CLIENT_VERSION = "client_version"
+    """Start store clients that announce a chosen protocol version instead of the build's own
+    (``start_client(version=)``, ``store_client(version=)``): MP-8 version-skew runs."""
+    FOREIGN_MASTER = "foreign_master"
+    """Attach this target's store clients to a master cluster another target started
+    (``Target.store_client(cluster.endpoint())``): mixed master/client pairs of ``mc_skew``."""
 
 
 class TargetLacks(Exception):
@@ -180,7 +186,30 @@ class StoreClientHandle(Protocol):
     def exists(self, key: str) -> Mapping[str, Any]: ...
     def remove(self, key: str, force: bool = False) -> Mapping[str, Any]: ...
     def kill(self) -> None: ...
+    def stop(self) -> None:
+        """Terminate the client process (SIGTERM, then SIGKILL) and free what it held."""
+        ...
+
     def alive(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class MasterEndpoint:
+    """Where store clients find a master cluster: what a client of *another* target needs to
+    attach to it (``MasterClusterHandle.endpoint()`` -> ``Target.store_client(endpoint)``)."""
+
+    protocol: str
+    """The RPC protocol its masters speak (``Target.master_protocol`` of the target that started
+    them); a client attaches only to masters of its own protocol."""
+    etcd: tuple[str, ...]
+    """``host:port`` of the etcd the leader is elected on, as this host reaches it."""
+    cluster_id: str
+    version: str
+    """The protocol version its masters announce to clients ("" when they announce none)."""
+    build: str
+    """The implementation that started them (``Target.version``), for messages."""
+    host_reachable: bool = True
+    """False when the etcd endpoints are only reachable inside a container network."""
 
 
 class MasterClusterHandle(Protocol):
@@ -234,6 +263,11 @@ class MasterClusterHandle(Protocol):
     def start_client(self, client_id: str | None = None, version: str | None = None,
                      wait_attached: bool = True) -> StoreClientHandle: ...
     def client(self, index: int = 0) -> StoreClientHandle: ...
+    def endpoint(self) -> MasterEndpoint:
+        """Where store clients of another target find these masters (mixed master/client
+        pairs); ``TargetLacks`` (foreign_master) where other clients may not attach."""
+        ...
+
     def client_segment(self, index: int) -> str:
         """The segment store client ``index`` mounted (its transport endpoint)."""
         ...
@@ -289,6 +323,9 @@ class Target:
 
     kind: str = ""
     capabilities: frozenset[Capability] = frozenset()
+    master_protocol: str = ""
+    """The RPC protocol this target's masters and store clients speak ("" when it has none):
+    a store client of one target attaches to another's masters only when both name the same."""
 
     def __init__(self, variant: str | None = None):
         self.variant = variant
@@ -338,6 +375,34 @@ class Target:
 
     def rdma(self, **options: Any) -> RdmaHandle:
         raise TargetLacks(Capability.RDMA_CONTROL, f"target {self.label} has no controllable RDMA path")
+
+    def store_client_lacks(self, master: MasterEndpoint,
+                           version: str | None = None) -> TargetLacks | None:
+        """Why this target cannot attach a store client (announcing ``version``, default its
+        own) to ``master``, as the ``TargetLacks`` that ``store_client`` would raise; None when
+        it can. A test may ask before starting anything."""
+        reason = self.missing(Capability.FOREIGN_MASTER)
+        if reason:
+            return TargetLacks(Capability.FOREIGN_MASTER, reason)
+        if not self.master_protocol or master.protocol != self.master_protocol:
+            return TargetLacks(Capability.FOREIGN_MASTER, (
+                f"store clients of {self.version} speak no master protocol but their own "
+                f"({self.master_protocol or 'none'}); the masters of {master.build} speak "
+                f"{master.protocol}"))
+        reason = None if version is None else self.missing(Capability.CLIENT_VERSION)
+        return TargetLacks(Capability.CLIENT_VERSION, reason) if reason else None
+
+    def store_client(self, master: MasterEndpoint, client_id: str | None = None,
+                     version: str | None = None, wait_attached: bool = True) -> StoreClientHandle:
+        """A store client of this target attached to ``master``, a cluster another target (or
+        this one) started: the client side of a mixed master/client pair. ``version``: the
+        protocol version to announce instead of the build's own (needs ``client_version``);
+        ``wait_attached``: return only once it attached (a client the master rejects never
+        does). The caller stops it (``stop()``); the target stops what is left at ``close()``.
+        Raises ``store_client_lacks``'s ``TargetLacks`` where it cannot."""
+        raise self.store_client_lacks(master, version) or TargetLacks(
+            Capability.FOREIGN_MASTER,
+            f"target {self.label} cannot start store clients for another target's masters")
 
     def describe(self) -> Mapping[str, Any]:
         """Facts for the report header (version, build, capabilities)."""

@@ -413,6 +413,11 @@ class ClusterMasters:
     def client(self, index: int = 0) -> Any:
         raise _never(self.manifest, "starts store clients", Capability.MASTER_CLUSTER)
 
+    def endpoint(self) -> Any:
+        raise TargetLacks(Capability.FOREIGN_MASTER, (
+            f"cluster:{self.manifest.path} observes the deployment's masters; it does not let "
+            f"store clients of another target attach to them"))
+
     def logs(self) -> str:
         return "\n".join(f"== master {i} {m.admin}: {self.health(i)}"
                          for i, m in enumerate(self.masters))

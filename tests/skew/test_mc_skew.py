@@ -155,3 +155,107 @@ def test_shipped_matrices_are_valid() -> None:
 def test_unreadable_file_is_reported(tmp_path: Path) -> None:
     with pytest.raises(SkewMatrixError, match="cannot read"):
         load_matrix(tmp_path / "absent.toml")
+
+
+def test_a_bad_reference_variant_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    _project(pytester, MATRIX.replace('target = "reference:legacy"', 'target = "reference:legcy"'))
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*field 'implementations.reference:legacy.target'*unknown "
+                                 "reference profile 'legcy'*"])
+
+
+EXTERNAL = """
+roles = ["master", "client"]
+[implementations.target]
+target = "@target"
+[implementations.absent]
+target = "mooncake:/nonexistent/mooncake-install"
+[[pairs]]
+master = "target"
+client = "absent"
+"""
+
+
+def test_an_external_target_that_is_not_available_makes_the_pair_na(
+        pytester: pytest.Pytester) -> None:
+    _project(pytester, EXTERNAL, name="external")
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.mc_skew("external")
+        def test_pair(mc_skew):
+            assert mc_skew.target("master").label == "reference"
+            mc_skew.target("client")
+    """)
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([
+        "*n/a: skew role client (absent: mooncake:/nonexistent/mooncake-install) is not "
+        "available here: *is not a directory*"])
+
+
+def test_require_names_the_role_and_the_targets_reason(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.mc_skew("upgrade")
+        def test_pair(mc_skew):
+            assert mc_skew.require("writer", "engine", "master_cluster")
+            mc_skew.require("reader", "version_skew")
+    """)
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines([
+        "*n/a: skew role reader (reference*): the reference engine does not implement "
+        "version_skew yet*"])
+
+
+def test_master_clusters_and_store_clients_of_a_role_are_closed_and_logged(
+        pytester: pytest.Pytester) -> None:
+    _project(pytester, MATRIX.replace('[[pairs]]\nwriter = "reference"\nreader = "reference:legacy"\n',
+                                      ''))
+    pytester.makepyfile("""
+        import pytest
+
+        SEEN = {}
+
+        @pytest.mark.mc_skew("upgrade")
+        def test_pair(mc_skew):
+            cluster = mc_skew.target("writer").master_cluster(masters=1, clients=0)
+            client = mc_skew.target("reader").store_client(cluster.endpoint(), client_id="c1")
+            assert client.put("k", 64)["ok"] and client.exists("k")["result"]["exists"]
+            SEEN["processes"] = [cluster.masters[0].process, client.process]
+            assert False, "show the logs"
+
+        def test_after():
+            assert SEEN["processes"] and not any(p.alive() for p in SEEN["processes"])
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "master cluster logs (writer: reference:legacy)" in out
+    assert "store client c1 log (reader: reference)" in out
+    assert "client c1 attached to" in out
+
+
+def test_mixed_engine_pairs_without_a_wheel_are_na_naming_the_role(pytester: pytest.Pytester,
+                                                                   tmp_path: Path) -> None:
+    """The shipped compat suite on a `mixed-engines` matrix whose mooncake build is an empty
+    install directory (what a machine without the wheel looks like): n/a, never an error."""
+    suite = Path(__file__).resolve().parents[2] / "suites" / "compat" / "test_mixed_engines.py"
+    shipped = (PROJECT_SKEW_DIR / "mixed-engines.toml").read_text()
+    empty = tmp_path / "no-mooncake-here"
+    empty.mkdir()
+    _project(pytester, shipped.replace('target = "mooncake"', f'target = "mooncake:{empty}"'),
+             name="mixed-engines")
+    pytester.makepyfile(test_mixed=suite.read_text())
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines([
+        f"*n/a: skew role writer (mooncake: mooncake:{empty}): Mooncake is not installed in "
+        f"{empty}*",
+        f"*n/a: skew role reader (mooncake: mooncake:{empty}): Mooncake is not installed in "
+        f"{empty}*"])

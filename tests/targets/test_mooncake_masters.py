@@ -41,7 +41,7 @@ def test_ha_pair_elects_a_leader_and_serves_a_store_client(cluster):
     assert "service plane is not active" in standby_count.value.reason
     with pytest.raises(TargetLacks) as skew:
         cluster.start_client("skewed", version="0.1.0")
-    assert skew.value.capability is Capability.VERSION_SKEW
+    assert skew.value.capability is Capability.CLIENT_VERSION
     metrics = cluster.metrics(leader)
     assert "master_key_count" in metrics and "ha_state_transitions_total" in metrics
     leased = client.remove(key)

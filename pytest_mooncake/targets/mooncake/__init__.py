@@ -41,6 +41,8 @@ _counter = itertools.count(1)
 
 class MooncakeTarget(Target):
     kind = "mooncake"
+    master_protocol = "mooncake-coro-rpc"
+    """mooncake_master's RPC, spoken by ``mooncake.store`` (``masters.PROTOCOL``)."""
 
     def __init__(self, install: MooncakeInstall, variant: str | None = None):
         super().__init__(variant)
@@ -128,6 +130,11 @@ class MooncakeTarget(Target):
             f"state (no admin endpoint for it)")
         lacks[Capability.VERSION_SKEW] = (
             f"the mooncake target runs one build ({ver}); skew pairs come from --mc-matrix")
+        lacks[Capability.CLIENT_VERSION] = (
+            f"mooncake.store of {ver} announces its own build; it has no means to announce "
+            f"version another build would (no client option sets it)")
+        if Capability.MASTER_CLUSTER in lacks:
+            lacks[Capability.FOREIGN_MASTER] = lacks[Capability.MASTER_CLUSTER]
         caps = frozenset(c for c in Capability if c not in lacks)
         return caps, lacks
 
@@ -252,3 +259,23 @@ class MooncakeTarget(Target):
         return MooncakeMasterCluster(
             self.placement(), self.workdir / f"cluster-{next(_counter)}",
             list(self.ctx.etcd_endpoints()), masters=masters, clients=clients, **options)
+
+    def store_client(self, master: Any, client_id: str | None = None,
+                     version: str | None = None, wait_attached: bool = True) -> Any:
+        """A real ``mooncake.store`` client of this build attached to ``master``, the masters
+        of another Mooncake target (another build, same RPC); it cannot announce a version.
+        Stopped with the session's processes at ``close()`` if the caller did not."""
+        from pytest_mooncake.targets.mooncake.masters import start_store_client
+
+        lacks = self.store_client_lacks(master, version)
+        if lacks:
+            raise lacks
+        if not master.host_reachable:
+            raise TargetLacks(Capability.FOREIGN_MASTER, (
+                f"the masters of {master.build} are reachable only inside their container "
+                f"network; store clients of {self.version} run on this host"))
+        n = next(_counter)
+        workdir = self.workdir / f"store-client-{n}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        return start_store_client(self.placement(), workdir, list(master.etcd),
+                                  master.cluster_id, n, client_id, 30.0)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.processes import ManagedProcess, http_ok
-from pytest_mooncake.targets.base import Capability, TargetError, TargetLacks
+from pytest_mooncake.targets.base import Capability, MasterEndpoint, TargetError, TargetLacks
 from pytest_mooncake.targets.mooncake.control import ControlClient, b64, read_ready_file, unb64
 from pytest_mooncake.targets.mooncake.placement import Placement
 
@@ -183,8 +183,46 @@ class StoreClient:
         self.control.close()
         self.process.kill()
 
+    def stop(self) -> None:
+        self.control.close()
+        self.process.terminate(timeout=3)
+
     def alive(self) -> bool:
         return self.process.alive()
+
+
+PROTOCOL = "mooncake-coro-rpc"
+"""``Target.master_protocol`` of Mooncake builds: mooncake_master's RPC (coro_rpc with
+struct_pack), spoken by ``mooncake.store`` clients."""
+
+
+def start_store_client(placement: Placement, workdir: Path, etcd: list[str], cluster_id: str,
+                       index: int, client_id: str | None, ready_timeout: float) -> StoreClient:
+    """A real ``mooncake.store`` client in a driver process on the cluster ``cluster_id`` of
+    ``etcd`` (it finds the leader there); ready once ``setup`` returned 0."""
+    ready_file = Path(workdir) / f"client-{index}.ready"
+    ready_file.unlink(missing_ok=True)
+    te_port = placement.port()
+    etcd_uri = "etcd://" + ";".join(etcd)
+    name = f"mooncake-client-{cluster_id}-{client_id or index}"
+    control = placement.control_port
+    argv = placement.driver_argv(
+        "store", "--hostname", f"{placement.host_name(name)}:{te_port}",
+        "--metadata", etcd_uri, "--master", etcd_uri, "--ready-file", str(ready_file),
+        "--control-host", placement.bind_host, "--control-port", str(control))
+    env = {"MC_STORE_CLUSTER_ID": cluster_id}
+
+    def ready(_: ManagedProcess) -> bool:
+        return ready_file.exists()
+
+    ready.__doc__ = "the store driver wrote its ready file (setup returned 0)"
+    proc = placement.start(name, argv, env, ready, ready_timeout,
+                           publish=[control] if control else [])
+    info = read_ready_file(ready_file) or {}
+    port = placement.host_port(proc, control or int(info["control_port"]))
+    client = StoreClient(index, proc, ControlClient(proc, port), str(info.get("hostname", "")))
+    placement.release(te_port)
+    return client
 
 
 def payload(key: str, size: int) -> bytes:
@@ -428,34 +466,21 @@ class MooncakeMasterCluster:
         attached once ``setup`` returned, so ``wait_attached`` changes nothing. A ``version`` or
         ``profile`` other than the build's own is version skew this target cannot produce."""
         if version or profile:
-            raise TargetLacks(Capability.VERSION_SKEW, (
+            raise TargetLacks(Capability.CLIENT_VERSION, (
                 f"mooncake.store of {self.placement.version} announces its own build; it has no "
                 f"means to announce version {version or profile!r}"))
-        index = len(self.clients)
-        ready_file = self.workdir / f"client-{index}.ready"
-        ready_file.unlink(missing_ok=True)
-        te_port = self.placement.port()
-        etcd_uri = "etcd://" + ";".join(self.etcd)
-        name = f"mooncake-client-{self.cluster_id}-{client_id or index}"
-        control = self.placement.control_port
-        argv = self.placement.driver_argv(
-            "store", "--hostname", f"{self.placement.host_name(name)}:{te_port}",
-            "--metadata", etcd_uri, "--master", etcd_uri, "--ready-file", str(ready_file),
-            "--control-host", self.placement.bind_host, "--control-port", str(control))
-        env = {"MC_STORE_CLUSTER_ID": self.cluster_id}
-
-        def ready(_: ManagedProcess) -> bool:
-            return ready_file.exists()
-
-        ready.__doc__ = "the store driver wrote its ready file (setup returned 0)"
-        proc = self.placement.start(name, argv, env, ready, timeout or self.ready_timeout,
-                                    publish=[control] if control else [])
-        info = read_ready_file(ready_file) or {}
-        port = self.placement.host_port(proc, control or int(info["control_port"]))
-        client = StoreClient(index, proc, ControlClient(proc, port), str(info.get("hostname", "")))
+        client = start_store_client(self.placement, self.workdir, self.etcd, self.cluster_id,
+                                    len(self.clients), client_id, timeout or self.ready_timeout)
         self.clients.append(client)
-        self.placement.release(te_port)
         return client
+
+    def endpoint(self) -> MasterEndpoint:
+        """Where store clients of another Mooncake target (another build) find these masters:
+        the cluster's etcd and ``MC_STORE_CLUSTER_ID``; they speak mooncake_master's RPC."""
+        install = getattr(self.placement, "install", None)
+        return MasterEndpoint(PROTOCOL, tuple(self.etcd), self.cluster_id,
+                              getattr(install, "dist_version", None) or "", self.placement.version,
+                              host_reachable=self.placement.bind_host == "127.0.0.1")
 
     def client(self, index: int = 0) -> StoreClient:
         return self.clients[index]

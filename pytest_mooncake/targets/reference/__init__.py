@@ -13,6 +13,7 @@ from typing import Any
 from pytest_mooncake.targets.base import (
     Capability,
     EngineHandle,
+    MasterEndpoint,
     MetadataHandle,
     Target,
     TargetContext,
@@ -27,6 +28,7 @@ ENGINE_CAPABILITIES = frozenset({
 })
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
+    Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER,
 })
 RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER})
 
@@ -34,11 +36,15 @@ RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER})
 class ReferenceTarget(Target):
     kind = "reference"
     capabilities = ENGINE_CAPABILITIES | MASTER_CAPABILITIES | RDMA_CAPABILITIES
+    master_protocol = "reference-json-rpc"
+    """Its masters and store clients speak the reference master protocol (length-prefixed
+    JSON over TCP); ``targets/reference/masters.py`` spells it ``PROTOCOL``."""
 
     def __init__(self, profile: str = "rfc"):
         super().__init__(None if profile == "rfc" else profile)
         self.profile = profile
         self._engines: Any = None
+        self._store_clients: list[Any] = []
 
     def open(self, ctx: TargetContext) -> None:
         super().open(ctx)
@@ -72,6 +78,27 @@ class ReferenceTarget(Target):
         return ReferenceMasterCluster(self.ctx.etcd_endpoints(), Path(tempfile.mkdtemp(dir=workdir)),
                                       profile, masters, clients, **options)
 
+    def store_client(self, master: MasterEndpoint, client_id: str | None = None,
+                     version: str | None = None, wait_attached: bool = True) -> Any:
+        """A ``python -m reference_engine client`` process of this target's profile attached
+        to ``master`` (a reference master cluster of any profile), announcing ``version``
+        (default the reference's own); stopped at ``close()`` if the caller did not."""
+        lacks = self.store_client_lacks(master, version)
+        if lacks:
+            raise lacks
+        import uuid
+
+        from pytest_mooncake.targets.reference.masters import start_client_process
+
+        workdir = self.ctx.workdir / "clients"
+        workdir.mkdir(parents=True, exist_ok=True)
+        client_id = client_id or f"{self.profile}-client-{uuid.uuid4().hex[:8]}"
+        client = start_client_process(list(master.etcd), master.cluster_id, workdir,
+                                      len(self._store_clients), client_id, self.profile, version,
+                                      wait_attached=wait_attached)
+        self._store_clients.append(client)
+        return client
+
     def rdma(self, **options: Any) -> Any:
         """The RDMA handle (see targets/reference/rdma.py); options: seed, schedules, strategy,
         replay, verbs (only ``sim`` is driven here)."""
@@ -86,6 +113,8 @@ class ReferenceTarget(Target):
         return ReferenceRdma(self.profile, **{**options, "verbs": verbs})
 
     def close(self) -> None:
+        while self._store_clients:
+            self._store_clients.pop().stop()
         if self._engines is not None:
             self._engines.close()
             self._engines = None

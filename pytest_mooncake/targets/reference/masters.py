@@ -18,7 +18,7 @@ from typing import Any
 
 from pytest_mooncake.ports import free_port, release_port
 from pytest_mooncake.processes import ManagedProcess, ProcessStartError, http_ok
-from pytest_mooncake.targets.base import TargetError
+from pytest_mooncake.targets.base import MasterEndpoint, TargetError
 
 PLANT_OP_PUT_END = 1
 
@@ -132,8 +132,50 @@ class ClientProcess:
     def kill(self) -> None:
         self.process.kill()
 
+    def stop(self) -> None:
+        """SIGTERM (then SIGKILL after the process's stop timeout); frees the control port."""
+        self.process.terminate()
+        release_port(self.control_port)
+
     def alive(self) -> bool:
         return self.process.alive()
+
+
+PROTOCOL = "reference-json-rpc"
+"""``Target.master_protocol`` of the reference target: length-prefixed JSON over TCP, opened by
+a version handshake (``reference_engine.master.protocol``)."""
+
+
+def start_client_process(etcd: list[str], cluster_id: str, workdir: Path, index: int,
+                         client_id: str, profile: str, version: str | None = None,
+                         reattach_timeout: float = 3.0, heartbeat_interval: float = 0.1,
+                         stall: float = 121.0, wait_attached: bool = True,
+                         timeout: float = 15.0) -> ClientProcess:
+    """One ``python -m reference_engine client`` process of ``profile`` on the cluster
+    ``cluster_id`` of ``etcd``, announcing ``version`` (default: the reference's own)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "reference_engine", "client", "--etcd", ",".join(etcd),
+            "--cluster-id", cluster_id, "--client-id", client_id,
+            "--control", f"127.0.0.1:{port}", "--profile", profile,
+            "--reattach-timeout", str(reattach_timeout),
+            "--heartbeat-interval", str(heartbeat_interval), "--stall", str(stall)]
+    if version:
+        argv += ["--version", version]
+    proc = ManagedProcess(f"client-{client_id}", argv, Path(workdir) / f"client-{client_id}.log",
+                          ready=http_ok(f"http://127.0.0.1:{port}/status"), ready_timeout=30.0)
+    handle = ClientProcess(index, client_id, port, proc)
+    try:
+        proc.start()
+    except ProcessStartError as exc:
+        release_port(port)
+        raise TargetError(str(exc)) from None
+    if wait_attached:
+        try:
+            wait_for(lambda: handle.status()["attached"], timeout, f"client {client_id} attached")
+        except TimeoutError:
+            handle.stop()
+            raise
+    return handle
 
 
 class ReferenceMasterCluster:
@@ -328,25 +370,24 @@ class ReferenceMasterCluster:
         version it announces (version-skew tests)."""
         index = len(self.clients)
         client_id = client_id or f"client-{index}"
-        port = free_port()
-        argv = [sys.executable, "-m", "reference_engine", "client", "--etcd", ",".join(self.etcd),
-                "--cluster-id", self.cluster_id, "--client-id", client_id,
-                "--control", f"127.0.0.1:{port}", "--profile", profile or self.profile,
-                "--reattach-timeout", str(self.reattach_timeout),
-                "--heartbeat-interval", str(self.heartbeat_interval), "--stall", str(self.client_stall)]
-        if version:
-            argv += ["--version", version]
-        proc = ManagedProcess(f"client-{client_id}", argv, self.workdir / f"client-{client_id}.log",
-                              ready=http_ok(f"http://127.0.0.1:{port}/status"), ready_timeout=30.0)
-        handle = ClientProcess(index, client_id, port, proc)
+        handle = start_client_process(
+            self.etcd, self.cluster_id, self.workdir, index, client_id, profile or self.profile,
+            version, self.reattach_timeout, self.heartbeat_interval, self.client_stall,
+            wait_attached=False)
         self.clients.append(handle)
-        try:
-            proc.start()
-        except ProcessStartError as exc:
-            raise TargetError(str(exc)) from None
         if wait_attached:
             wait_for(lambda: handle.status()["attached"], timeout, f"client {client_id} attached")
         return handle
+
+    def endpoint(self) -> MasterEndpoint:
+        """Where store clients of another reference target (another profile) find these
+        masters: the cluster's etcd and cluster id, the reference master protocol."""
+        import reference_engine
+        from reference_engine.master.protocol import MASTER_VERSION
+
+        return MasterEndpoint(PROTOCOL, tuple(self.etcd), self.cluster_id, MASTER_VERSION,
+                              f"reference-engine {reference_engine.__version__} "
+                              f"({self.profile})")
 
     def client(self, index: int = 0) -> ClientProcess:
         return self.clients[index]

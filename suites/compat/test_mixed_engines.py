@@ -1,0 +1,91 @@
+"""MR-8 between two real implementations: a real Mooncake engine and a reference engine on the
+same etcd, in both writer/reader roles of fixtures/skew/mixed-engines.toml.
+
+The writer publishes its descriptor; the reader resolves it from the shared etcd and transfers
+both ways (writes into the writer's buffer, reads back what the writer holds). With the real
+0.3.13 wheel as reader, that is MR-8's last clause observed on 0.3.13 itself: descriptors that
+carry ``instance_id`` stay decodable by readers that ignore unknown fields. With the reference
+(rfc) as reader of 0.3.13's descriptors (no ``instance_id``), it is the first two: the descriptor
+is accepted, the peer is a legacy peer and no ID is synthesized. Where the wheel is not
+installed (or not usable), the pairs are n/a with the mooncake target's reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from pytest_mooncake.waits import Timeout, wait_until
+
+WAIT = 15.0
+
+
+def published(engine) -> dict:
+    raw = engine.raw_descriptor()
+    assert raw is not None, f"precondition: {engine.segment} published no descriptor"
+    return json.loads(raw)
+
+
+@pytest.mark.mc_req("MR-8")
+@pytest.mark.mc_skew("mixed-engines")
+def test_mixed_engines_read_each_others_descriptors_and_transfer_both_ways(mc_skew):
+    writer_t = mc_skew.require("writer", "engine", "metadata_etcd")
+    reader_t = mc_skew.require("reader", "engine", "metadata_etcd")
+    writer_name = mc_skew.implementation("writer").name
+    reader_name = mc_skew.implementation("reader").name
+    writer_meta, reader_meta = writer_t.metadata_store("etcd"), reader_t.metadata_store("etcd")
+    assert writer_meta.address == reader_meta.address, (
+        f"precondition: the writer's metadata store is {writer_meta.address} and the reader's "
+        f"{reader_meta.address}; a mixed pair shares one etcd")
+    # Fresh names per run: 0.3.13 merges a killed predecessor's buffers into a new descriptor.
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    writer = writer_t.start_engine(f"mixed-w-{tag}", writer_meta)
+    reader = reader_t.start_engine(f"mixed-r-{tag}", reader_meta)
+    doc = published(writer)
+    where = (f"{writer_name} writer {writer.segment} (descriptor fields {sorted(doc)}), "
+             f"{reader_name} reader {reader.segment}")
+
+    seen = reader.lookup(writer.segment)
+    assert seen.ok, (
+        f"{where}: the reader could not resolve the writer's descriptor from the shared etcd "
+        f"({seen.error}); MR-8 requires readers accept descriptors with and without instance_id "
+        f"and 0.3.13 readers decode descriptors with fields they do not know")
+    first = doc["buffers"][0]["addr"]
+    got = seen.descriptor.get("buffers", [{}])[0].get("addr")
+    assert got == first, (
+        f"{where}: the reader resolved the writer's first buffer at {got!r}, the writer "
+        f"published {first:#x}; MR-8 requires the descriptor be decoded, not misread")
+    if "instance_id" not in doc:
+        assert "instance_id" not in seen.descriptor, (
+            f"{where}: the writer published no instance_id but the reader reports "
+            f"{seen.descriptor.get('instance_id')!r}; MR-8 says a missing ID marks a legacy "
+            f"peer and no ID is synthesized")
+        if reader_t.missing("engine_counters") is None:
+            legacy = reader.stats().get("legacy_peers", 0)
+            assert legacy >= 1, (
+                f"{where}: the reader resolved a descriptor without instance_id but counts "
+                f"legacy_peers={legacy}; MR-8 requires a missing ID mark the peer as legacy")
+
+    pushed = f"{reader_name}->{writer_name}".encode().ljust(32, b".")
+    writer.local_write(0, b"\0" * len(pushed))
+    try:
+        wait_until(lambda: reader.write(writer.segment, 0, pushed).ok
+                   and writer.local_read(0, len(pushed)) == pushed, WAIT,
+                   "the reader's write to land in the writer's buffer")
+    except Timeout:
+        last = reader.write(writer.segment, 0, pushed)
+        pytest.fail(f"{where}: for {WAIT:g}s the reader's writes into the writer's buffer did "
+                    f"not land (last: ok={last.ok}, error={last.error!r}, writer holds "
+                    f"{writer.local_read(0, len(pushed))!r}); MR-8 requires a mixed pair keep "
+                    f"transferring across the descriptor formats", pytrace=False)
+
+    held = f"held by {writer_name} for {reader_name}".encode().ljust(48, b".")
+    writer.local_write(4096, held)
+    pulled = reader.read(writer.segment, 4096, len(held))
+    assert pulled.ok and pulled.data == held, (
+        f"{where}: the reader's read of the writer's buffer returned ok={pulled.ok} "
+        f"data={pulled.data!r} error={pulled.error!r}, expected {held!r}; MR-8 requires a "
+        f"mixed pair transfer both ways")
