@@ -6,7 +6,16 @@ never loaded twice. It stays import-light: the hook and fixture modules are
 listed in ``pytest_plugins`` and loaded by pytest only when the plugin is active.
 """
 
+import os
+
 __version__ = "0.1.0"
+
+# The plugin forks engines, masters and etcd while the test process holds gRPC channels (etcd3).
+# gRPC's fork handlers restart its poller in the child, where close_fds has closed the epoll fd,
+# and grpcio 1.80+ then aborts the child before exec now and then (grpc/grpc#43055). Children
+# exec at once and never use the parent's channels, so the handlers are turned off; this must
+# happen before gRPC is first imported, which loading the plugin precedes.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 pytest_plugins = [
     "pytest_mooncake.plugin",
