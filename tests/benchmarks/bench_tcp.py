@@ -153,8 +153,9 @@ _DONE = re.compile(r"duration ([\d.]+), batch count (\d+)")
 
 REAL_ATTEMPTS = 3
 real_crashes: list[str] = []
-"""Runs of the real initiator that died without a result (it sometimes aborts in gRPC's epoll
-poller at exit here); the round is run again, up to REAL_ATTEMPTS times, and the count printed."""
+"""Runs of the real initiator that died without a result; the round is run again, up to
+REAL_ATTEMPTS times, and the count printed. (With grpcio 1.80+ in this process, a child forked
+while the etcd3 channel was busy could abort before exec: see README "gRPC and fork".)"""
 
 
 def run_real(children: Children, exe: Path, etcd: str, target: str, op: str, block: int,
