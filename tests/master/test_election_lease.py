@@ -26,8 +26,11 @@ def test_slow_acquisition_does_not_stretch_the_lease_past_etcds(mc_etcd, mc_faul
     try:
         slow.get(key)                                   # channel up before the link slows down
         proxy.add_toxic(type="latency", attributes={"latency": 700})   # every answer late
-        session = LeaderElection(slow, cluster, "127.0.0.1:1", ttl=2, margin=0.5).try_acquire()
-        assert session is not None and direct.get(key)[0] == b"127.0.0.1:1"
+        # Acquisition is three round trips (grant, transaction, read back): ~2.1 s at 700 ms each,
+        # so the TTL must outlast it or etcd may expire the key before we can look.
+        session = LeaderElection(slow, cluster, "127.0.0.1:1", ttl=4, margin=0.5).try_acquire()
+        assert session is not None, "the election over a slow link did not acquire"
+        assert direct.get(key)[0] == b"127.0.0.1:1", "the leader key is not in etcd after acquiring"
         # No keepalive from here: etcd expires the lease TTL seconds after it granted it.
         wait_until(lambda: direct.get(key)[1] is None, 20, "etcd to expire the leader's lease")
         assert not session.valid(), \
