@@ -38,26 +38,44 @@ class ConformanceMatrix:
         default_factory=lambda: defaultdict(dict)
     )
 
+    pairs: dict[str, list[str]] = field(default_factory=dict)
+    """Per column, the version-skew pairs (``mc_skew`` ids) its tests ran under (shown sorted,
+    so serial and xdist runs print the same)."""
+
     def add_column(self, column: str) -> None:
         if column not in self.columns:
             self.columns.append(column)
 
     def record(self, req_ids: list[str], column: str, nodeid: str, phase: str, outcome: str,
-               reason: str | None = None, message: str | None = None) -> None:
-        """Fold one pytest phase report (setup/call/teardown) into the test's final outcome."""
+               reason: str | None = None, message: str | None = None,
+               pair: str | None = None) -> None:
+        """Fold one pytest phase report (setup/call/teardown) into the test's final outcome;
+        a test run under a skew ``pair`` also counts in that pair's own cell of the column."""
         self.add_column(column)
+        keys = [column]
+        if pair:
+            seen = self.pairs.setdefault(column, [])
+            if pair not in seen:
+                seen.append(pair)
+            keys.append(pair_label(column, pair))
         for req in req_ids:
-            tests = self._tests[(req, column)]
-            prev = tests.get(nodeid)
-            new = _fold(prev.outcome if prev else None, phase, outcome)
-            if new is None:
-                continue
-            keep_reason = reason if new == SKIPPED else None
-            keep_message = message if new in (FAILED, ERROR) else None
-            tests[nodeid] = TestOutcome(nodeid, new, keep_reason, keep_message)
+            for key in keys:
+                self._fold_into(self._tests[(req, key)], nodeid, phase, outcome, reason, message)
 
-    def requirement_ids(self) -> list[str]:
-        return sorted({req for req, _ in self._tests}, key=self.catalogue.order)
+    @staticmethod
+    def _fold_into(tests: dict[str, TestOutcome], nodeid: str, phase: str, outcome: str,
+                   reason: str | None, message: str | None) -> None:
+        prev = tests.get(nodeid)
+        new = _fold(prev.outcome if prev else None, phase, outcome)
+        if new is None:
+            return
+        keep_reason = reason if new == SKIPPED else None
+        keep_message = message if new in (FAILED, ERROR) else None
+        tests[nodeid] = TestOutcome(nodeid, new, keep_reason, keep_message)
+
+    def requirement_ids(self, column: str | None = None) -> list[str]:
+        return sorted({req for req, c in self._tests if column is None or c == column},
+                      key=self.catalogue.order)
 
     def tests(self, req: str, column: str) -> list[TestOutcome]:
         return list(self._tests.get((req, column), {}).values())
@@ -126,6 +144,26 @@ class ConformanceMatrix:
                      if t.outcome == SKIPPED and t.reason and self.verdict(req, c) == VERDICT_NA})
         for req, c, reason in na:
             lines.append(f"  n/a {req} [{c}]: {reason}")
+        return lines + self._render_pairs(title_w)
+
+    def _render_pairs(self, title_w: int) -> list[str]:
+        """Version-skew pairs: a row per requirement and pair, a column per target."""
+        rows = []
+        for pair in sorted({p for c in self.columns for p in self.pairs.get(c, ())}):
+            for req in dict.fromkeys(r for c in self.columns
+                                     for r in self.requirement_ids(pair_label(c, pair))):
+                rows.append((req, pair))
+        if not rows:
+            return []
+        pair_w = max(len(p) for _, p in rows)
+        col_w = [max(12, len(c)) for c in self.columns]
+        head = f"{'requirement':<11}  {'version-skew pair':<{pair_w}}  " + "  ".join(
+            f"{c:<{w}}" for c, w in zip(self.columns, col_w, strict=True))
+        lines = ["", head, "-" * len(head)]
+        for req, pair in rows:
+            cells = "  ".join(f"{self.cell(req, pair_label(c, pair)):<{w}}"
+                              for c, w in zip(self.columns, col_w, strict=True))
+            lines.append(f"{req:<11}  {pair:<{pair_w}}  {cells}")
         return lines
 
     def to_json(self, seed: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -148,16 +186,28 @@ class ConformanceMatrix:
                 out[req] = {"verdict": verdict, "tests": tests}
             return out
 
+        def with_pairs(column: str) -> dict[str, Any]:
+            out: dict[str, Any] = {"requirements": column_doc(column)}
+            if self.pairs.get(column):
+                out["pairs"] = {p: {"requirements": column_doc(pair_label(column, p))}
+                                for p in sorted(self.pairs[column])}
+            return out
+
         first = self.columns[0] if self.columns else ""
-        doc: dict[str, Any] = {"target": first, "seed": seed, "requirements": column_doc(first)}
+        doc: dict[str, Any] = {"target": first, "seed": seed, **with_pairs(first)}
         if len(self.columns) > 1:
-            doc["columns"] = {c: {"requirements": column_doc(c)} for c in self.columns}
+            doc["columns"] = {c: with_pairs(c) for c in self.columns}
         if extra:
             doc.update(extra)
         return doc
 
     def write_json(self, path: str | Path, seed: int, extra: dict[str, Any] | None = None) -> None:
         Path(path).write_text(json.dumps(self.to_json(seed, extra), indent=2) + "\n")
+
+
+def pair_label(column: str, pair: str) -> str:
+    """The key of a column's cell for one version-skew pair."""
+    return f"{column} [{pair}]"
 
 
 def _fold(prev: str | None, phase: str, outcome: str) -> str | None:

@@ -28,6 +28,7 @@ MC_MATRIX = pytest.StashKey[ConformanceMatrix]()
 NA_PREFIX = "n/a: "
 REQ_PROPERTY = "mc_req"
 COLUMN_PROPERTY = "mc_column"
+PAIR_PROPERTY = "mc_skew_pair"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -193,6 +194,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     for req in _req_ids(item):
         report.user_properties.append((REQ_PROPERTY, req))
     report.user_properties.append((COLUMN_PROPERTY, target_for(item).label))
+    pair = _skew_pair_id(item)
+    if pair:
+        report.user_properties.append((PAIR_PROPERTY, pair))
+
+
+def _skew_pair_id(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    pair = callspec.params.get("mc_skew") if callspec is not None else None
+    return getattr(pair, "id", None)
 
 
 def _skip_reason(report: pytest.TestReport) -> str | None:
@@ -279,9 +289,10 @@ class _MatrixRecorder:
         column = next((v for k, v in report.user_properties if k == COLUMN_PROPERTY),
                       self.config.stash[MC_TARGET].label)
         reason = _skip_reason(report) if report.skipped else None
+        pair = next((v for k, v in report.user_properties if k == PAIR_PROPERTY), None)
         self.config.stash[MC_MATRIX].record(
             reqs, column, report.nodeid, report.when, report.outcome, reason,
-            _failure_message(report)
+            _failure_message(report), pair
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
