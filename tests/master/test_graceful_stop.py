@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_mooncake.targets.reference.masters import put_keys
 from pytest_mooncake.waits import wait_until
-
-
-def put_keys(client, prefix: str, n: int) -> list[str]:
-    keys = [f"{prefix}{i}" for i in range(n)]
-    for k in keys:
-        result = client.put(k, 64)
-        assert result["ok"], result
-    return keys
 
 
 @pytest.mark.mc_req("MP-6")
 def test_sigterm_leader_hands_over_exits_cleanly_and_rejoins_at_the_same_index(cluster_factory):
     cluster = cluster_factory("rfc", masters=2, clients=1)
     client = cluster.client(0)
-    keys = put_keys(client, "before-", 30)
+    keys = put_keys(client, 30, "before-")
     old = cluster.leader()
     (standby,) = cluster.standbys()
     wait_until(lambda: cluster.key_count(standby) == 30, 10, "the standby to apply every put")
@@ -39,7 +32,7 @@ def test_sigterm_leader_hands_over_exits_cleanly_and_rejoins_at_the_same_index(c
     new_address = cluster.masters[standby].address
     wait_until(lambda: (lambda s: s["attached"] and s["leader"] == new_address)(client.status()),
                15, f"the client to reattach to {new_address}")
-    keys += put_keys(client, "after-", 30)
+    keys += put_keys(client, 30, "after-")
 
     assert cluster.start_master(old) == old
     assert cluster.masters[old].address == old_address, "restarted on other ports"

@@ -7,15 +7,7 @@ import time
 
 import pytest
 
-from pytest_mooncake.targets.reference.masters import wait_for
-
-
-def put_keys(client, n, prefix="k"):
-    keys = [f"{prefix}{i}" for i in range(n)]
-    for k in keys:
-        result = client.put(k, 64)
-        assert result["ok"], result
-    return keys
+from pytest_mooncake.targets.reference.masters import put_keys, wait_for
 
 
 @pytest.mark.mc_req("MP-6")

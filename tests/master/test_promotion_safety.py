@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_mooncake.targets.reference.masters import wait_for
-
-
-def put_keys(client, n, prefix="k"):
-    keys = [f"{prefix}{i}" for i in range(n)]
-    for k in keys:
-        assert client.put(k, 64)["ok"]
-    return keys
+from pytest_mooncake.targets.reference.masters import put_keys, wait_for
 
 
 def planted_cluster(cluster_factory, profile, **options):

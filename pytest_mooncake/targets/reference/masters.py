@@ -57,6 +57,15 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
+def put_keys(client: Any, n: int, prefix: str = "k", size: int = 64) -> list[str]:
+    """Put ``n`` objects ``prefix0..`` through a store client, each acknowledged; their keys."""
+    keys = [f"{prefix}{i}" for i in range(n)]
+    for key in keys:
+        result = client.put(key, size)
+        assert result["ok"], f"put {key}: {result}"
+    return keys
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns something truthy; TimeoutError naming ``what``."""
     deadline = time.monotonic() + timeout
