@@ -416,9 +416,11 @@ class _RoleTarget:
 
 
 @pytest.fixture
-def mc_skew(request: pytest.FixtureRequest, mc_config: Any,
+def mc_skew(request: pytest.FixtureRequest, mc_config: Any, mc_target: Any,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Skew]:
-    """The version-skew pair of this run (needs ``@pytest.mark.mc_skew("MATRIX")``)."""
+    """The version-skew pair of this run (needs ``@pytest.mark.mc_skew("MATRIX")``). It
+    depends on ``mc_target`` so that under ``--mc-matrix`` a skew test runs once per column and
+    ``"@target"`` is that column's target."""
     pair = getattr(request, "param", None)
     if not isinstance(pair, SkewPair):
         raise pytest.UsageError(
@@ -431,7 +433,7 @@ def mc_skew(request: pytest.FixtureRequest, mc_config: Any,
 
     def open_target(role: str, impl: Implementation, skew: Skew) -> Any:
         if impl.target == SESSION_TARGET:
-            return _RoleTarget(_Borrowed(request.getfixturevalue("mc_target")), request, role, skew)
+            return _RoleTarget(_Borrowed(mc_target), request, role, skew)
         try:
             target = resolve_target(impl.target)
         except UnknownTarget as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -76,8 +77,9 @@ def test_targets_are_closed_at_teardown(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
     result = pytester.runpytest("-s", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
-    assert "CLOSED ['reference', 'reference', 'reference:legacy', 'reference:legacy']" \
-        in result.stdout.str()
+    # each pair's two role targets, and the session's target under test (mc_skew uses it)
+    assert "CLOSED ['reference', 'reference', 'reference', 'reference:legacy', " \
+        "'reference:legacy']" in result.stdout.str()
 
 
 def test_unknown_matrix_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -259,3 +261,36 @@ def test_mixed_engine_pairs_without_a_wheel_are_na_naming_the_role(pytester: pyt
         f"{empty}*",
         f"*n/a: skew role reader (mooncake: mooncake:{empty}): Mooncake is not installed in "
         f"{empty}*"])
+
+
+def test_under_a_matrix_at_target_is_each_columns_target(pytester: pytest.Pytester) -> None:
+    """A skew test runs once per --mc-matrix column, and "@target" is that column's target
+    (not the first column's): otherwise a legacy column is judged on the rfc build."""
+    _project(pytester, """
+        roles = ["old", "new"]
+        [implementations."reference:legacy"]
+        target = "reference:legacy"
+        [implementations.target]
+        target = "@target"
+        [[pairs]]
+        old = "reference:legacy"
+        new = "target"
+    """)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.mc_req("MR-17")
+        @pytest.mark.mc_skew("upgrade")
+        def test_pair(mc_skew):
+            print("NEW", mc_skew.target("new").label)
+    """)
+    pytester.makefile(".toml", columns='[[column]]\ntarget = "reference"\n\n'
+                                       '[[column]]\ntarget = "reference:legacy"\n')
+    result = pytester.runpytest("-s", "-v", "-p", "no:cacheprovider",
+                                "--mc-matrix=columns.toml", "--mc-report=r.json")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert "NEW reference\n" in out and "NEW reference:legacy\n" in out, out
+    doc = json.loads((pytester.path / "r.json").read_text())
+    for column in ("reference", "reference:legacy"):
+        assert doc["columns"][column]["requirements"]["MR-17"]["verdict"] == "pass", column
