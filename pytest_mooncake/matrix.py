@@ -148,11 +148,9 @@ class ConformanceMatrix:
 
     def _render_pairs(self, title_w: int) -> list[str]:
         """Version-skew pairs: a row per requirement and pair, a column per target."""
-        rows = []
-        for pair in sorted({p for c in self.columns for p in self.pairs.get(c, ())}):
-            for req in dict.fromkeys(r for c in self.columns
-                                     for r in self.requirement_ids(pair_label(c, pair))):
-                rows.append((req, pair))
+        rows = sorted({(req, pair) for c in self.columns for pair in self.pairs.get(c, ())
+                       for req in self.requirement_ids(pair_label(c, pair))},
+                      key=lambda row: (self.catalogue.order(row[0]), row[1]))
         if not rows:
             return []
         pair_w = max(len(p) for _, p in rows)
