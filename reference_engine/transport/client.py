@@ -96,13 +96,16 @@ def _scan_frames(frames, count: int) -> tuple[int, _Failure | None]:
 
 
 class TcpClient:
-    """``lanes``: a batch big enough to be worth it (``LANE_MIN_REQUESTS`` requests and
-    ``LANE_MIN_BYTES``) is split into that many contiguous parts, run concurrently on separate
-    connections, as Mooncake spreads a batch over several connections per peer. A WRITE batch
-    whose remote ranges overlap stays on one connection, so its requests apply in order."""
+    """``lanes``: a batch of big requests (at least ``LANE_MIN_REQUESTS`` of them, averaging
+    ``LANE_MIN_MEAN_BYTES`` or more) is split into that many contiguous parts, run concurrently
+    on separate connections, as Mooncake spreads a batch over several connections per peer: the
+    kernel copies of big bodies then overlap. Batches of smaller requests stay on one connection,
+    where per-request work, not copying, is the cost and a second lane only contends for the GIL
+    (measured here at 64 KiB x 128: one lane 3.6 GB/s, two 2.3 GB/s; at 1 MiB: one 2.3, two 3.5).
+    A WRITE batch whose remote ranges overlap stays on one connection, so it applies in order."""
 
     LANE_MIN_REQUESTS = 32
-    LANE_MIN_BYTES = 256 * 1024
+    LANE_MIN_MEAN_BYTES = 256 * 1024
 
     def __init__(self, pool: ConnectionPool, window: int = 256, lanes: int = 2) -> None:
         if window < 1:
@@ -168,7 +171,7 @@ class TcpClient:
         if (
             lanes > 1
             and len(reqs) >= self.LANE_MIN_REQUESTS
-            and sum(len(r.view) for r in reqs) >= self.LANE_MIN_BYTES
+            and sum(len(r.view) for r in reqs) >= self.LANE_MIN_MEAN_BYTES * len(reqs)
             and (op == wire.READ or _disjoint(reqs))
         ):
             step = -(-len(reqs) // lanes)

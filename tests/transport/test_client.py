@@ -29,7 +29,7 @@ def test_batches_cross_windows_and_keep_order(server_peer, client):
     client.write_batch(H, server_peer.port, items)
     back = client.read_batch(H, server_peer.port, [(a, len(d)) for a, d in items])
     assert back == [d for _, d in items]
-    assert client.pool.opened == client.client.lanes  # pipelined connections, reused
+    assert client.pool.opened == 1  # small requests: one pipelined connection, reused
 
 
 def test_read_batch_into_lands_in_the_callers_buffers(server_peer, client):
@@ -214,6 +214,7 @@ def test_addresses_outside_u64_are_refused_before_sending(client, addr):
 
 def test_big_disjoint_batches_use_lanes_and_merge_failures(server_peer, client):
     assert client.client.lanes == 2
+    client.client.LANE_MIN_MEAN_BYTES = 8192  # these requests count as big
     items = [(BASE + 8192 * i, bytes([i % 251]) * 8192) for i in range(64)]
     items[50] = (BASE + SIZE, b"x" * 8192)  # rejected, in the second lane
     with pytest.raises(PeerRejectedError) as ei:
@@ -224,6 +225,17 @@ def test_big_disjoint_batches_use_lanes_and_merge_failures(server_peer, client):
     for i, (addr, data) in enumerate(items):
         if i != 50:
             assert server_peer.mem[addr - BASE : addr - BASE + 8192] == data
+
+
+def test_batches_of_small_requests_stay_on_one_lane_big_ones_split(server_peer, client):
+    small = [(BASE + 65536 * i, bytes([i]) * 65536) for i in range(48)]       # 3 MiB
+    client.write_batch(H, server_peer.port, small)
+    assert client.pool.opened == 1
+    big = [(BASE + (SIZE // 32) * i, bytes([i]) * (SIZE // 32)) for i in range(32)]  # 128 KiB
+    client.client.LANE_MIN_MEAN_BYTES = SIZE // 32
+    client.write_batch(H, server_peer.port, big)
+    assert client.pool.opened == 2
+    assert bytes(server_peer.mem[: SIZE // 32]) == bytes([0]) * (SIZE // 32)
 
 
 def test_overlapping_write_batch_stays_ordered(server_peer, client):
