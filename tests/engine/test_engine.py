@@ -5,33 +5,11 @@ from __future__ import annotations
 import pytest
 
 from reference_engine.descriptor import decode, encode, tcp_descriptor
-from reference_engine.engine import Engine
 from reference_engine.engine.memory import MappingError, allocate
 from reference_engine.metadata import KeyLayout
-from reference_engine.metadata.memory import MemoryStore
 from reference_engine.profiles import LEGACY, RFC
 
 KEYS = KeyLayout()
-
-
-@pytest.fixture
-def store():
-    return MemoryStore()
-
-
-@pytest.fixture
-def engines(store):
-    started = []
-
-    def start(name, profile=RFC, **kw):
-        engine = Engine(name, store, profile, buffer_size=1 << 16, **kw)
-        engine.start()
-        started.append(engine)
-        return engine
-
-    yield start
-    for engine in started:
-        engine.transport.stop()
 
 
 def test_publishes_a_fresh_descriptor_of_its_own_buffer_only(store, engines):

@@ -8,8 +8,6 @@ import uuid
 
 import pytest
 
-from reference_engine.engine import Engine
-from reference_engine.metadata.memory import MemoryStore
 from reference_engine.profiles import RFC, Profile
 
 
@@ -26,23 +24,9 @@ PROFILE = EachEngineAnIncarnation(**{f.name: getattr(RFC, f.name)
 
 
 @pytest.fixture
-def store():
-    return MemoryStore()
-
-
-@pytest.fixture
-def engines(store):
-    started = []
-
-    def start(name):
-        engine = Engine(name, store, PROFILE, buffer_size=1 << 16)
-        engine.start()
-        started.append(engine)
-        return engine
-
-    yield start
-    for engine in started:
-        engine.transport.stop()
+def engines(engines):
+    """Every engine its own incarnation (PROFILE), as separate processes would be."""
+    return lambda name: engines(name, PROFILE)
 
 
 def counts(engine):

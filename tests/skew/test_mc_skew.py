@@ -294,3 +294,57 @@ def test_under_a_matrix_at_target_is_each_columns_target(pytester: pytest.Pytest
     doc = json.loads((pytester.path / "r.json").read_text())
     for column in ("reference", "reference:legacy"):
         assert doc["columns"][column]["requirements"]["MR-17"]["verdict"] == "pass", column
+
+
+PAIR_SUITE = """
+import pytest
+
+@pytest.mark.mc_req("MR-17")
+@pytest.mark.mc_skew("upgrade")
+def test_rollout(mc_skew):
+    assert mc_skew.implementation("writer").target == "reference", "old writer breaks it"
+
+@pytest.mark.mc_req("MR-17")
+def test_plain():
+    pass
+"""
+OLD_WRITER = "writer=reference:legacy-reader=reference"
+NEW_WRITER = "writer=reference-reader=reference:legacy"
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_each_pair_has_its_own_cell_in_the_matrix(pytester: pytest.Pytester, workers) -> None:
+    """Which pair of a rollout breaks a requirement, not only whether one did; serial and
+    xdist runs print the same."""
+    _project(pytester)
+    pytester.makepyfile(PAIR_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--mc-report=r.json", *workers)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "MR-17 * FAIL (1/3)*",
+        "requirement  version-skew pair*reference*",
+        f"MR-17        {NEW_WRITER}  *pass (1)*",
+        f"MR-17        {OLD_WRITER}  FAIL (1/1)*",
+    ])
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert doc["requirements"]["MR-17"]["verdict"] == "FAIL"
+    pairs = doc["pairs"]
+    assert list(pairs) == sorted([OLD_WRITER, NEW_WRITER])
+    assert pairs[OLD_WRITER]["requirements"]["MR-17"]["verdict"] == "FAIL"
+    assert pairs[NEW_WRITER]["requirements"]["MR-17"]["verdict"] == "pass"
+    assert [t["nodeid"] for t in pairs[NEW_WRITER]["requirements"]["MR-17"]["tests"]] == [
+        f"test_each_pair_has_its_own_cell_in_the_matrix.py::test_rollout[{NEW_WRITER}]"]
+
+
+def test_no_pair_table_without_skew_tests(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.mc_req("MR-17")
+        def test_plain():
+            pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--mc-report=r.json")
+    result.assert_outcomes(passed=1)
+    assert "version-skew pair" not in result.stdout.str()
+    assert "pairs" not in json.loads((pytester.path / "r.json").read_text())
