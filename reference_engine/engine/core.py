@@ -28,7 +28,7 @@ from typing import Any
 from reference_engine.cache import COUNTERS, Counters, LookupFailed, SegmentCache
 from reference_engine.descriptor import SegmentDescriptor, encode, tcp_descriptor
 from reference_engine.engine.memory import Region, allocate, allocate_restartable
-from reference_engine.engine.sockets import LISTEN, ConnectionTracker, own_tcp_sockets
+from reference_engine.engine.sockets import LISTEN, own_tcp_sockets
 from reference_engine.metadata import KeyLayout, MetadataStore
 from reference_engine.profiles import Profile
 from reference_engine.transport import TcpTransport, TransferError
@@ -81,8 +81,6 @@ class Engine:
         self._lock = threading.Lock()
         self._addressed: dict[tuple[str, int], str] = {}
         """(host, port) of every peer data endpoint transferred to -> the peer."""
-        self._connections = ConnectionTracker()
-        self._connections.attach(getattr(self.transport, "pool", None))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -229,13 +227,14 @@ class Engine:
     def connection_stats(self) -> dict[str, int]:
         """peer_connections, peer_connections_stale, data_sessions (see the module doc)."""
         out: dict[str, int] = {}
-        if self._connections.attached:
+        pool = getattr(self.transport, "pool", None)
+        if pool is not None:
             current = set()
             for peer in set(self._addressed.values()):
                 entry = self.cache.entry(peer)
                 if entry is not None:
                     current.add(entry.snapshot.data_endpoint())
-            by_endpoint = self._connections.open_by_endpoint()
+            by_endpoint = pool.open_by_endpoint()
             out["peer_connections"] = sum(by_endpoint.values())
             out["peer_connections_stale"] = sum(n for ep, n in by_endpoint.items()
                                                 if ep not in current)

@@ -2,13 +2,17 @@
 
 A connection is handed to one caller at a time. ``drop_peer`` closes the idle connections to a
 peer and makes the busy ones close when they come back: after a peer is replaced, no request
-may travel on a connection that was opened to its predecessor.
+may travel on a connection that was opened to its predecessor. ``open_by_endpoint`` counts the
+connections the pool ever opened that are not closed yet, wherever they are now (idle, in a
+caller's hands, or dropped by everyone but not closed): the engine's leak counters (MR-16).
 """
 
 from __future__ import annotations
 
+import collections
 import socket
 import threading
+import weakref
 
 from .errors import TransferConnectionError
 from .sockio import set_kernel_timeouts
@@ -46,6 +50,8 @@ class ConnectionPool:
         self._generation: dict[Key, int] = {}
         self._epoch = 0
         self.opened = 0
+        self._opened_sockets: weakref.WeakKeyDictionary[socket.socket, Key] = (
+            weakref.WeakKeyDictionary())
 
     def _current(self, key: Key) -> tuple[int, int]:
         return (self._epoch, self._generation.get(key, 0))
@@ -67,7 +73,15 @@ class ConnectionPool:
         set_kernel_timeouts(sock, self.io_timeout)
         with self._lock:
             self.opened += 1
+            self._opened_sockets[sock] = key
         return Connection(sock, key, generation)
+
+    def open_by_endpoint(self) -> collections.Counter[Key]:
+        """(host, port) -> how many connections opened to it are not closed yet (a socket a
+        dead peer reset still holds its fd until closed, so it counts)."""
+        with self._lock:
+            items = list(self._opened_sockets.items())
+        return collections.Counter(key for sock, key in items if sock.fileno() != -1)
 
     def release(self, conn: Connection, healthy: bool) -> None:
         with self._lock:
