@@ -377,20 +377,21 @@ class _RoleTarget:
     def _lacks(self, exc: TargetLacks) -> TargetLacks:
         return TargetLacks(exc.capability, f"{self._skew.role_text(self._role)}: {exc.reason}")
 
-    def start_engine(self, segment: str, metadata: Any, **options: Any) -> Any:
+    def _naming_the_role(self, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            engine = self._target.start_engine(segment, metadata, **options)
+            return factory(*args, **kwargs)
         except TargetLacks as exc:
             raise self._lacks(exc) from None
+
+    def start_engine(self, segment: str, metadata: Any, **options: Any) -> Any:
+        engine = self._naming_the_role(self._target.start_engine, segment, metadata, **options)
         attach_log(self._request, f"engine {segment} log ({self._role}: {self._target.label})",
                    engine.logs)
         return engine
 
     def master_cluster(self, masters: int = 2, clients: int = 1, **options: Any) -> Any:
-        try:
-            cluster = self._target.master_cluster(masters=masters, clients=clients, **options)
-        except TargetLacks as exc:
-            raise self._lacks(exc) from None
+        cluster = self._naming_the_role(self._target.master_cluster, masters=masters,
+                                        clients=clients, **options)
         self._skew.on_close(cluster.close)
         attach_log(self._request, f"master cluster logs ({self._role}: {self._target.label})",
                    cluster.logs)
@@ -398,11 +399,8 @@ class _RoleTarget:
 
     def store_client(self, master: Any, client_id: str | None = None, version: str | None = None,
                      wait_attached: bool = True) -> Any:
-        try:
-            client = self._target.store_client(master, client_id=client_id, version=version,
-                                               wait_attached=wait_attached)
-        except TargetLacks as exc:
-            raise self._lacks(exc) from None
+        client = self._naming_the_role(self._target.store_client, master, client_id=client_id,
+                                       version=version, wait_attached=wait_attached)
         self._skew.on_close(client.stop)
         process = getattr(client, "process", None)
         if process is not None and hasattr(process, "log_text"):
