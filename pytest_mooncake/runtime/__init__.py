@@ -1,0 +1,1 @@
+"""Runtime services of the plugin: processes, ports, logs, waits, caches and native builds."""
