@@ -22,7 +22,7 @@ Wiring a target takes a client and faults; e.g. engines of the current target::
 
 Modules: ``history`` (ops, JSON lines), ``generator`` (workloads), ``nemesis`` (faults and
 their schedule), ``runner`` (``run_chaos``), ``checkers``, ``clients`` (adapters over the
-Target API), ``fixtures`` (``mc_chaos``).
+Target API); the ``mc_chaos`` fixture is in ``pytest_mooncake/fixtures/chaos_runs.py``.
 """
 
 from pytest_mooncake.chaos.checkers import (

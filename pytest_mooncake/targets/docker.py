@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.etcd import etcd_healthy
-from pytest_mooncake.processes import ProcessStartError, ReadyProbe
+from pytest_mooncake.runtime.etcd_process import etcd_healthy
+from pytest_mooncake.runtime.processes import ProcessStartError, ReadyProbe
 from pytest_mooncake.targets.base import (
     Capability,
     MasterClusterHandle,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pytest_mooncake.etcd import EtcdServer  # noqa: E402
+from pytest_mooncake.runtime.etcd_process import EtcdServer  # noqa: E402
 from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster, wait_for  # noqa: E402
 from reference_engine.master.applier import OpLogApplier  # noqa: E402
 from reference_engine.master.etcd import connect  # noqa: E402

@@ -190,7 +190,7 @@ def _run_real_once(children: Children, exe: Path, etcd: str, target: str, op: st
 
 
 def free_port() -> int:
-    from pytest_mooncake.ports import free_port as fp
+    from pytest_mooncake.runtime.ports import free_port as fp
 
     return fp()
 
@@ -231,7 +231,7 @@ def main(argv: list[str]) -> int:
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         ref_port = int(ref.stdout.readline())
         if exe is not None:
-            from pytest_mooncake.etcd import EtcdServer
+            from pytest_mooncake.runtime.etcd_process import EtcdServer
 
             etcd = EtcdServer(tmp / "etcd", tmp / "etcd.log").start()
             target = f"127.0.0.1:{free_port()}"

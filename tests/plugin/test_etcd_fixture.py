@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pytest_mooncake.etcd import etcd_healthy
+from pytest_mooncake.runtime.etcd_process import etcd_healthy
 
 
 def _pid_alive(pid: int) -> bool:
@@ -105,7 +105,7 @@ def test_external_etcd_is_used_and_not_stopped(pytester: pytest.Pytester, mc_etc
 
 
 def test_unreachable_external_etcd_is_a_clear_error(pytester: pytest.Pytester) -> None:
-    from pytest_mooncake.ports import free_port
+    from pytest_mooncake.runtime.ports import free_port
 
     pytester.makepyfile("def test_a(mc_etcd):\n    pass\n")
     port = free_port()
@@ -130,7 +130,7 @@ def test_missing_etcd_binary_says_what_to_install(pytester: pytest.Pytester) -> 
 
 
 def test_find_etcd_without_any_binary(monkeypatch) -> None:
-    from pytest_mooncake import etcd
+    from pytest_mooncake.runtime import etcd_process as etcd
 
     monkeypatch.delenv("MC_ETCD_BIN", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.skew import PROJECT_SKEW_DIR, SkewMatrixError, load_matrix
+from pytest_mooncake.fixtures.version_skew import PROJECT_SKEW_DIR, SkewMatrixError, load_matrix
 
 MATRIX = """
 roles = ["writer", "reader"]

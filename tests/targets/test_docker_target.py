@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from pytest_mooncake.processes import ProcessStartError
+from pytest_mooncake.runtime.processes import ProcessStartError
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetContext, TargetLacks
 from pytest_mooncake.targets.docker import (
@@ -324,7 +324,7 @@ class LocalProcessContainers(FakeContainers):
         import subprocess
         import sys
 
-        from pytest_mooncake.ports import free_port
+        from pytest_mooncake.runtime.ports import free_port
         from pytest_mooncake.targets.mooncake.install import DRIVER
 
         container = super().run(image, command, **kwargs)

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.ports import free_port, release_port
-from pytest_mooncake.processes import Supervisor, port_open
+from pytest_mooncake.runtime.ports import free_port, release_port
+from pytest_mooncake.runtime.processes import Supervisor, port_open
 from pytest_mooncake.targets.base import (
     Capability,
     MasterClusterHandle,

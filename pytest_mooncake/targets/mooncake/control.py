@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.processes import ManagedProcess
+from pytest_mooncake.runtime.processes import ManagedProcess
 
 
 class ControlError(RuntimeError):

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.processes import ManagedProcess
+from pytest_mooncake.runtime.processes import ManagedProcess
 from pytest_mooncake.targets.base import (
     Capability,
     LookupResult,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.processes import ManagedProcess, http_ok
+from pytest_mooncake.runtime.processes import ManagedProcess, http_ok
 from pytest_mooncake.targets.base import Capability, MasterEndpoint, TargetError, TargetLacks
 from pytest_mooncake.targets.mooncake.control import ControlClient, b64, read_ready_file, unb64
 from pytest_mooncake.targets.mooncake.placement import Placement

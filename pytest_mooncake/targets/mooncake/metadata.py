@@ -8,7 +8,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from pytest_mooncake.processes import ManagedProcess
+from pytest_mooncake.runtime.processes import ManagedProcess
 
 KEY_PREFIX = "mooncake/"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pytest_mooncake.ports import free_port, release_port
-from pytest_mooncake.processes import ManagedProcess, ReadyProbe, Supervisor
+from pytest_mooncake.runtime.ports import free_port, release_port
+from pytest_mooncake.runtime.processes import ManagedProcess, ReadyProbe, Supervisor
 from pytest_mooncake.targets.mooncake.install import MooncakeInstall
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.ports import free_port, release_port
-from pytest_mooncake.processes import ManagedProcess, ProcessStartError, http_ok
+from pytest_mooncake.runtime.ports import free_port, release_port
+from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError, http_ok
 from pytest_mooncake.targets.base import MasterEndpoint, TargetError
 
 PLANT_OP_PUT_END = 1

@@ -1,31 +1,43 @@
 """The conformance matrix: requirement x target -> pass / FAIL / n/a, from test outcomes.
 
-Verdict rules (per requirement and column): FAIL if any test naming the ID failed; error if
-none failed but one could not be judged (a setup or teardown error); n/a if every test was
-skipped (the target lacked the means); pass if every test that ran passed and at least one ran.
+It collects one outcome per test, requirement and column (``verdict_rule`` folds the phases
+and gives the verdict) and renders the terminal table; ``json_report`` writes it as JSON.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from pytest_mooncake.catalogue import Catalogue, tomllib
-
-PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
-VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR = "pass", "FAIL", "n/a", "error"
+from pytest_mooncake.report.catalogue import Catalogue
+from pytest_mooncake.report.not_applicable import NotApplicable
+from pytest_mooncake.report.verdict_rule import (
+    ERROR,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    VERDICT_ERROR,
+    VERDICT_FAIL,
+    VERDICT_NA,
+    VERDICT_PASS,
+    VERDICTS,
+    fold_phase,
+    verdict,
+)
 
 
 @dataclass
 class TestOutcome:
     nodeid: str
     outcome: str
-    reason: str | None = None
+    not_applicable: NotApplicable | None = None
+    """Why a skipped test did not run (the means its target lacks)."""
     message: str | None = None
     """Why a failed or errored test did not pass (its assertion or exception message)."""
+
+    @property
+    def reason(self) -> str | None:
+        return self.not_applicable.reason if self.not_applicable else None
 
 
 @dataclass
@@ -47,7 +59,7 @@ class ConformanceMatrix:
             self.columns.append(column)
 
     def record(self, req_ids: list[str], column: str, nodeid: str, phase: str, outcome: str,
-               reason: str | None = None, message: str | None = None,
+               not_applicable: NotApplicable | None = None, message: str | None = None,
                pair: str | None = None) -> None:
         """Fold one pytest phase report (setup/call/teardown) into the test's final outcome;
         a test run under a skew ``pair`` also counts in that pair's own cell of the column."""
@@ -60,18 +72,19 @@ class ConformanceMatrix:
             keys.append(pair_label(column, pair))
         for req in req_ids:
             for key in keys:
-                self._fold_into(self._tests[(req, key)], nodeid, phase, outcome, reason, message)
+                self._fold_into(self._tests[(req, key)], nodeid, phase, outcome, not_applicable,
+                                message)
 
     @staticmethod
     def _fold_into(tests: dict[str, TestOutcome], nodeid: str, phase: str, outcome: str,
-                   reason: str | None, message: str | None) -> None:
+                   not_applicable: NotApplicable | None, message: str | None) -> None:
         prev = tests.get(nodeid)
-        new = _fold(prev.outcome if prev else None, phase, outcome)
+        new = fold_phase(prev.outcome if prev else None, phase, outcome)
         if new is None:
             return
-        keep_reason = reason if new == SKIPPED else None
+        keep_na = not_applicable if new == SKIPPED else None
         keep_message = message if new in (FAILED, ERROR) else None
-        tests[nodeid] = TestOutcome(nodeid, new, keep_reason, keep_message)
+        tests[nodeid] = TestOutcome(nodeid, new, keep_na, keep_message)
 
     def requirement_ids(self, column: str | None = None) -> list[str]:
         return sorted({req for req, c in self._tests if column is None or c == column},
@@ -81,16 +94,7 @@ class ConformanceMatrix:
         return list(self._tests.get((req, column), {}).values())
 
     def verdict(self, req: str, column: str) -> str | None:
-        outcomes = [t.outcome for t in self.tests(req, column)]
-        if not outcomes:
-            return None
-        if FAILED in outcomes:
-            return VERDICT_FAIL
-        if ERROR in outcomes:
-            return VERDICT_ERROR
-        if all(o == SKIPPED for o in outcomes):
-            return VERDICT_NA
-        return VERDICT_PASS
+        return verdict(t.outcome for t in self.tests(req, column))
 
     # ------------------------------------------------------------------ rendering
 
@@ -128,25 +132,21 @@ class ConformanceMatrix:
                 title = title[: title_w - 3] + "..."
             cells = "  ".join(f"{self.cell(req, c):<{w}}" for c, w in zip(self.columns, col_w, strict=True))
             lines.append(f"{req:<11}  {title:<{title_w}}  {cells}")
-        counts = defaultdict(int)
+        counts: dict[str, int] = defaultdict(int)
         for req in reqs:
             for c in self.columns:
                 v = self.verdict(req, c)
                 if v:
                     counts[v] += 1
-        lines.append(
-            "verdicts: " + ", ".join(f"{counts[v]} {v}" for v in
-                                     (VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR)
-                                     if counts[v])
-        )
+        lines.append("verdicts: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]))
         na = sorted({(req, c, t.reason) for req in reqs for c in self.columns
                      for t in self.tests(req, c)
                      if t.outcome == SKIPPED and t.reason and self.verdict(req, c) == VERDICT_NA})
         for req, c, reason in na:
             lines.append(f"  n/a {req} [{c}]: {reason}")
-        return lines + self._render_pairs(title_w)
+        return lines + self._render_pairs()
 
-    def _render_pairs(self, title_w: int) -> list[str]:
+    def _render_pairs(self) -> list[str]:
         """Version-skew pairs: a row per requirement and pair, a column per target."""
         rows = sorted({(req, pair) for c in self.columns for pair in self.pairs.get(c, ())
                        for req in self.requirement_ids(pair_label(c, pair))},
@@ -164,88 +164,7 @@ class ConformanceMatrix:
             lines.append(f"{req:<11}  {pair:<{pair_w}}  {cells}")
         return lines
 
-    def to_json(self, seed: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The report shape: one column as the documented flat form; several under columns."""
-
-        def column_doc(column: str) -> dict[str, Any]:
-            out = {}
-            for req in self.requirement_ids():
-                verdict = self.verdict(req, column)
-                if verdict is None:
-                    continue
-                tests = []
-                for t in sorted(self.tests(req, column), key=lambda t: t.nodeid):
-                    entry = {"nodeid": t.nodeid, "outcome": t.outcome}
-                    if t.reason:
-                        entry["reason"] = t.reason
-                    if t.message:
-                        entry["message"] = t.message
-                    tests.append(entry)
-                out[req] = {"verdict": verdict, "tests": tests}
-            return out
-
-        def with_pairs(column: str) -> dict[str, Any]:
-            out: dict[str, Any] = {"requirements": column_doc(column)}
-            if self.pairs.get(column):
-                out["pairs"] = {p: {"requirements": column_doc(pair_label(column, p))}
-                                for p in sorted(self.pairs[column])}
-            return out
-
-        first = self.columns[0] if self.columns else ""
-        doc: dict[str, Any] = {"target": first, "seed": seed, **with_pairs(first)}
-        if len(self.columns) > 1:
-            doc["columns"] = {c: with_pairs(c) for c in self.columns}
-        if extra:
-            doc.update(extra)
-        return doc
-
-    def write_json(self, path: str | Path, seed: int, extra: dict[str, Any] | None = None) -> None:
-        Path(path).write_text(json.dumps(self.to_json(seed, extra), indent=2) + "\n")
-
 
 def pair_label(column: str, pair: str) -> str:
     """The key of a column's cell for one version-skew pair."""
     return f"{column} [{pair}]"
-
-
-def _fold(prev: str | None, phase: str, outcome: str) -> str | None:
-    """Combine a phase's outcome with what the test already has."""
-    if phase == "setup":
-        return {PASSED: None, FAILED: ERROR, SKIPPED: SKIPPED}.get(outcome)
-    if phase == "call":
-        return outcome
-    # teardown: an error after a pass means the test could not be judged cleanly
-    if outcome == FAILED and prev in (PASSED, None):
-        return ERROR
-    return None
-
-
-def load_matrix_columns(spec: str, rootdir: Path) -> list[str]:
-    """Target specs of a matrix file: ``[[column]] target = "reference:legacy"`` entries. ``spec``
-    is a path, or a name of a file in ``fixtures/matrices/``."""
-    import pytest  # noqa: PLC0415
-
-    candidates = [Path(spec), rootdir / spec, rootdir / "fixtures" / "matrices" / f"{spec}.toml"]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise pytest.UsageError(
-            f"--mc-matrix={spec}: no such file (looked at {', '.join(str(c) for c in candidates)})"
-        )
-    try:
-        doc = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise pytest.UsageError(f"--mc-matrix={path}: not valid TOML: {exc}") from None
-    columns = doc.get("column")
-    if not isinstance(columns, list) or not columns:
-        raise pytest.UsageError(
-            f'--mc-matrix={path}: needs at least one [[column]] table with target = "NAME[:VARIANT]"'
-        )
-    specs = []
-    for i, col in enumerate(columns):
-        target = col.get("target") if isinstance(col, dict) else None
-        if not isinstance(target, str) or not target.strip():
-            raise pytest.UsageError(
-                f"--mc-matrix={path}: column {i + 1} has no target string (got {col!r})"
-            )
-        specs.append(target.strip())
-    return specs

@@ -1,9 +1,10 @@
-"""``mc_etcd``: a real etcd for tests, one per xdist worker, or an existing cluster.
+"""A real etcd for tests as a child process, or an existing cluster reached by address.
 
-The default starts ``etcd`` (Debian's ``etcd-server``) on two free loopback ports with a data
+``EtcdServer`` starts ``etcd`` (Debian's ``etcd-server``) on two free loopback ports with a data
 directory under the worker's temp dir, waits (bounded) for ``/health``, and stops and reaps it
-at session end. ``stop()``/``start()`` keep the data dir and ports, for fault tests. With
-``--mc-etcd=host:port,...`` the given cluster is used and never stopped.
+when closed. ``stop()``/``start()`` keep the data dir and ports, for fault tests.
+``ExternalEtcd`` is a cluster given by address (``--mc-etcd``): used, never stopped. The
+``mc_etcd`` fixture (``fixtures/etcd_store.py``) chooses between them.
 """
 
 from __future__ import annotations
@@ -13,15 +14,11 @@ import os
 import shutil
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from pytest_mooncake.ports import free_port, release_port
-from pytest_mooncake.processes import ManagedProcess, ProcessStartError
-from pytest_mooncake.services import serve
+from pytest_mooncake.runtime.ports import free_port, release_port
+from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError
 
 INSTALL_HINT = (
     "no etcd binary found on PATH: install it with `apt-get install -y etcd-server` "
@@ -191,26 +188,3 @@ class ExternalEtcd(_EtcdClientMixin):
 
     def log_text(self) -> str:
         return f"(external etcd at {','.join(self.endpoints)}: no log)"
-
-
-@pytest.fixture(scope="session")
-def mc_etcd(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[EtcdServer | ExternalEtcd]:
-    """A real etcd: ``.endpoints``, ``.uri``, ``.client()``, ``.stop()``/``.start()``."""
-    from pytest_mooncake.plugin import MC_CONFIG
-
-    endpoints = pytestconfig.stash[MC_CONFIG].etcd
-    if endpoints:
-        external = ExternalEtcd(list(endpoints))
-        try:
-            external.check()
-        except EtcdUnavailable as exc:
-            pytest.exit(str(exc), returncode=4)
-        yield external
-        return
-    base = tmp_path_factory.mktemp("etcd")
-    try:
-        server = EtcdServer(base / "data", base / "etcd.log")
-    except EtcdUnavailable as exc:
-        pytest.exit(str(exc), returncode=4)
-    yield from serve(pytestconfig, "mc_etcd", "etcd log", server, EtcdUnavailable)

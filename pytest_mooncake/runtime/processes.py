@@ -16,11 +16,12 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 import urllib.request
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from pytest_mooncake.runtime.deadlines import Timeout, wait_until
 
 ReadyProbe = Callable[["ManagedProcess"], bool]
 
@@ -152,24 +153,27 @@ class ManagedProcess:
     def wait_ready(self, timeout: float | None = None) -> None:
         """Poll the readiness probe until it holds, the child exits, or the deadline passes."""
         assert self.ready is not None
-        deadline = time.monotonic() + (self.ready_timeout if timeout is None else timeout)
-        delay = 0.005
-        while True:
-            if self.ready(self):
-                return
+        probe = self.ready
+
+        def ready_or_exited() -> bool:
+            if probe(self):
+                return True
             if not self.alive():
                 raise ProcessStartError(
                     f"{self.name} exited with {self.returncode} before it was ready "
-                    f"({self.ready.__doc__}); last log lines:\n{self.log_tail()}"
+                    f"({probe.__doc__}); last log lines:\n{self.log_tail()}"
                 )
-            if time.monotonic() >= deadline:
-                self.kill()
-                raise ProcessStartError(
-                    f"{self.name} was not ready ({self.ready.__doc__}) within "
-                    f"{self.ready_timeout:.0f}s; killed it. Last log lines:\n{self.log_tail()}"
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
+            return False
+
+        try:
+            wait_until(ready_or_exited, self.ready_timeout if timeout is None else timeout,
+                       f"{self.name} to be ready", interval=0.005, max_interval=0.1)
+        except Timeout:
+            self.kill()
+            raise ProcessStartError(
+                f"{self.name} was not ready ({probe.__doc__}) within "
+                f"{self.ready_timeout:.0f}s; killed it. Last log lines:\n{self.log_tail()}"
+            ) from None
 
     def wait_exit(self, timeout: float) -> int | None:
         """Wait up to ``timeout`` seconds for the child to exit; its return code or None."""

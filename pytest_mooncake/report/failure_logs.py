@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_mooncake.report.allure_glue import attach_text
+
 LOG_SOURCES = pytest.StashKey[list[tuple[str, Callable[[], str]]]]()
 TAIL_LINES = 60
 
@@ -63,3 +65,11 @@ def logs_for(item: pytest.Item) -> list[tuple[str, str]]:
             except Exception as exc:
                 out.append((title, f"(could not read log: {exc})"))
     return out
+
+
+def show_failure_logs(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Add every log of a failed test to its report (a section each, tail only) and, when
+    allure records, attach each one whole."""
+    for title, text in logs_for(item):
+        report.sections.append((f"Captured {title}", tail(text)))
+        attach_text(item.config, title, text)
