@@ -15,6 +15,11 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+TRANSIENT: tuple[type[BaseException], ...] = (OSError, ValueError)
+"""What a server that is starting, restarting or failing over answers for a moment (a refused or
+reset connection, a half-written or non-JSON body): ``wait_until(..., ignore=TRANSIENT)``."""
+
+
 class Timeout(TimeoutError, AssertionError):
     """A condition did not hold before its deadline; the message says what was awaited and
     what was last observed."""

@@ -13,10 +13,10 @@ import json
 import os
 import shutil
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.runtime.loopback_http import http_request
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError
 
@@ -33,9 +33,10 @@ class EtcdUnavailable(RuntimeError):
 
 def etcd_healthy(endpoint: str, timeout: float = 0.5) -> bool:
     try:
-        with urllib.request.urlopen(f"http://{endpoint}/health", timeout=timeout) as resp:
-            return json.loads(resp.read() or b"{}").get("health") in ("true", True)
-    except (OSError, ValueError):
+        answer = http_request("GET", f"http://{endpoint}/health", timeout=timeout)
+        return answer.status == 200 and json.loads(answer.body or b"{}").get("health") in (
+            "true", True)
+    except (OSError, ValueError, AttributeError):
         return False
 
 

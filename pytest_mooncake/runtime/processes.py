@@ -16,12 +16,12 @@ import signal
 import socket
 import subprocess
 import threading
-import urllib.request
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
+from pytest_mooncake.runtime.loopback_http import http_request
 
 ReadyProbe = Callable[["ManagedProcess"], bool]
 
@@ -83,8 +83,7 @@ def port_open(port: int, host: str = "127.0.0.1") -> ReadyProbe:
 def http_ok(url: str) -> ReadyProbe:
     def probe(_: ManagedProcess) -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=0.5) as resp:  # noqa: S310 (loopback only)
-                return 200 <= resp.status < 300
+            return 200 <= http_request("GET", url, timeout=0.5).status < 300
         except OSError:
             return False
 

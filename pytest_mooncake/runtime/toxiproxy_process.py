@@ -9,16 +9,14 @@ chooses between them.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
+from pytest_mooncake.runtime.loopback_http import http_request, json_body
 from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError
 
 READY_TIMEOUT = 20.0
@@ -33,18 +31,11 @@ class ToxiproxyUnavailable(RuntimeError):
 def api_request(url: str, method: str, path: str, body: Any = None,
                 timeout: float = 5.0) -> tuple[int, Any]:
     """One call to a Toxiproxy API: (status, decoded JSON body or None)."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    answer = http_request(method, url + path, json_body(body), timeout=timeout)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (loopback)
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    try:
-        return status, json.loads(raw) if raw.strip() else None
+        return answer.status, answer.json() if answer.body.strip() else None
     except ValueError:
-        return status, raw.decode(errors="replace")
+        return answer.status, answer.text
 
 
 def toxiproxy_version(url: str, timeout: float = 0.5) -> str | None:

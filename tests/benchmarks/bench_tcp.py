@@ -195,14 +195,6 @@ def free_port() -> int:
     return fp()
 
 
-def wait_for(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=3.0)
@@ -232,6 +224,7 @@ def main(argv: list[str]) -> int:
         ref_port = int(ref.stdout.readline())
         if exe is not None:
             from pytest_mooncake.runtime.etcd_process import EtcdServer
+            from pytest_mooncake.waits import wait_until
 
             etcd = EtcdServer(tmp / "etcd", tmp / "etcd.log").start()
             target = f"127.0.0.1:{free_port()}"
@@ -243,7 +236,7 @@ def main(argv: list[str]) -> int:
                 )
             key = f"mooncake/ram/{target}".encode()
             client = etcd.client()
-            wait_for(lambda: client.get(key)[0] is not None, 30, "the real target's descriptor")
+            wait_until(lambda: client.get(key)[0] is not None, 30, "the real target's descriptor")
         for r in range(args.rounds):
             for op, block in cells:
                 if exe is not None:

@@ -10,7 +10,8 @@ import pytest
 
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetLacks
-from pytest_mooncake.targets.cluster import ClusterTarget, load_manifest
+from pytest_mooncake.targets.mooncake.cluster_manifest import load_manifest
+from pytest_mooncake.targets.mooncake.deployment_placement import ClusterTarget
 
 EXAMPLE = Path(__file__).parents[2] / "fixtures" / "clusters" / "example.toml"
 
@@ -177,8 +178,12 @@ def test_observed_masters_report_a_leader_and_are_never_killed(mooncake_target, 
         assert observed.standbys() == [1 - leader]
         assert observed.key_count(leader) == 0
         assert observed.keys(leader) == []
-        with pytest.raises(TargetLacks, match="answered 503"):
+        with pytest.raises(TargetLacks, match="no key list on a master that is not serving"):
             observed.keys(1 - leader)
+        with pytest.raises(TargetLacks, match="no key count on a master that is not serving"):
+            observed.key_count(1 - leader)
+        with pytest.raises(TargetLacks, match="never drains segments"):
+            observed.drain_segment("any")
         with pytest.raises(TargetLacks, match="never kills masters"):
             observed.kill_master(leader)
         with pytest.raises(TargetLacks, match="exposes no promotability endpoint"):

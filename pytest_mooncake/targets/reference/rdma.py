@@ -22,10 +22,10 @@ nothing of reference_engine leaks out, so suites stay target-agnostic):
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_mooncake.runtime.deadlines import Timeout, wait_until
 from reference_engine.rdma import exploration
 from reference_engine.rdma.invariants import InvariantChecker
 from reference_engine.rdma.scenarios import SCENARIOS
@@ -290,12 +290,11 @@ class RdmaCluster:
         if not self._started:
             self.sim.start()
             self._started = True
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(t.done for _, t in self.transfers):
-                return True
-            time.sleep(0.001)
-        return False
+        try:
+            return wait_until(lambda: all(t.done for _, t in self.transfers), timeout,
+                              "every transfer to end", interval=0.001, max_interval=0.001)
+        except Timeout:
+            return False
 
     def check(self) -> list[RdmaViolation]:
         """CO-9 violations seen so far plus those of the end state (call after ``settle``)."""

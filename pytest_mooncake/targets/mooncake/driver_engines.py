@@ -18,16 +18,14 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
     TransferResult,
 )
-from pytest_mooncake.targets.mooncake.control import (
+from pytest_mooncake.targets.mooncake.driver_control import (
     ControlClient,
     ControlError,
     b64,
     read_ready_file,
     unb64,
 )
-from pytest_mooncake.targets.mooncake.placement import Placement
-
-ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_timeout")
+from pytest_mooncake.targets.mooncake.launchers import Launcher
 
 
 class EngineRestartFailed(AssertionError):
@@ -127,10 +125,10 @@ class MooncakeEngine(DriverCommands):
     forced lookup of another peer this process never opened: nothing of it is cached, so the
     plain lookup is itself a fetch from the store, which is what the force asks for."""
 
-    def __init__(self, placement: Placement, workdir: Path,
+    def __init__(self, launcher: Launcher, workdir: Path,
                  segment: str, metadata: MetadataHandle, lacks: Mapping[Capability, str],
                  buffer_size: int = 1 << 20, fixed_address: int = 0, ready_timeout: float = 30.0):
-        self.placement = placement
+        self.launcher = launcher
         self.segment = segment
         self.metadata = metadata
         self.lacks = dict(lacks)
@@ -139,7 +137,7 @@ class MooncakeEngine(DriverCommands):
         self.ready_file = Path(workdir) / f"engine-{safe}.ready"
         self.ready_timeout = ready_timeout
         self.info: dict[str, Any] = {}
-        self._control_port = placement.control_port
+        self._control_port = launcher.control_port
         self.process: ManagedProcess | None = None
         self.control: ControlClient | None = None
         self.left_behind: list[str] = []
@@ -150,10 +148,10 @@ class MooncakeEngine(DriverCommands):
     # ------------------------------------------------------------------ lifecycle
 
     def _argv(self, address: int, avoid: int) -> list[str]:
-        argv = self.placement.driver_argv(
+        argv = self.launcher.driver_argv(
             "engine", "--segment", self.segment, "--metadata", self.metadata.uri,
             "--ready-file", str(self.ready_file), "--buffer-size", str(self.buffer_size),
-            "--control-host", self.placement.bind_host, "--control-port", str(self._control_port))
+            "--control-host", self.launcher.bind_host, "--control-port", str(self._control_port))
         if address:
             argv += ["--address", hex(address)]
         if avoid:
@@ -166,7 +164,7 @@ class MooncakeEngine(DriverCommands):
         argv = self._argv(address, avoid)
         try:
             if self.process is None:
-                self.process = self.placement.start(
+                self.process = self.launcher.start(
                     f"mooncake-engine-{self.segment}", argv, None, self._ready,
                     self.ready_timeout, publish=[self._control_port] if self._control_port else [])
             else:
@@ -176,7 +174,7 @@ class MooncakeEngine(DriverCommands):
             raise TargetError(f"real Mooncake engine {self.segment!r} did not start: {exc}") from None
         self.info = read_ready_file(self.ready_file) or {}
         inside = self._control_port or int(self.info["control_port"])
-        port = self.placement.host_port(self.process, inside)
+        port = self.launcher.host_port(self.process, inside)
         self.control = ControlClient(self.process, port)
 
     def _ready(self, _: ManagedProcess) -> bool:

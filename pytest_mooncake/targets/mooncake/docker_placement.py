@@ -19,23 +19,17 @@ import itertools
 import os
 import re
 import signal
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.runtime.deadlines import Timeout, wait_until, within
 from pytest_mooncake.runtime.etcd_process import etcd_healthy
 from pytest_mooncake.runtime.processes import ProcessStartError, ReadyProbe
-from pytest_mooncake.targets.base import (
-    Capability,
-    MasterClusterHandle,
-    MetadataHandle,
-    Target,
-    TargetContext,
-    TargetError,
-    TargetLacks,
-)
+from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetError, TargetLacks
+from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
+from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
+from pytest_mooncake.targets.mooncake.process_placement import ProcessPlacement
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 DEFAULT_ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
@@ -65,26 +59,6 @@ def parse_image(spec: str | None) -> str:
         raise ValueError(f"--mc-target=docker:{image}: {image!r} is not a valid image reference "
                          f"([registry/]name[:tag][@sha256:digest], lower-case name)")
     return image
-
-
-def _bounded(call: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Run ``call`` in a daemon thread; raise TimeoutError if it has not returned in time."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 (handed to the caller)
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name=f"docker-{what}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"{what} did not answer within {timeout:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 API_TIMEOUT = 600.0
@@ -127,19 +101,24 @@ class ContainerProcess:
         return self
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.ready_timeout
-        delay = 0.05
-        while not self.ready(self):
+        probe = self.ready
+
+        def ready_or_exited() -> bool:
+            if probe is None or probe(self):
+                return True
             if not self.alive():
                 raise ProcessStartError(f"container {self.name} exited with {self.returncode} "
                                         f"before it was ready; last log lines:\n{self.log_tail()}")
-            if time.monotonic() >= deadline:
-                self.kill()
-                raise ProcessStartError(f"container {self.name} was not ready within "
-                                        f"{self.ready_timeout:.0f}s; killed it. Last log lines:\n"
-                                        f"{self.log_tail()}")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            return False
+
+        try:
+            wait_until(ready_or_exited, self.ready_timeout, f"container {self.name} to be ready",
+                       interval=0.05, max_interval=0.5)
+        except Timeout:
+            self.kill()
+            raise ProcessStartError(f"container {self.name} was not ready within "
+                                    f"{self.ready_timeout:.0f}s; killed it. Last log lines:\n"
+                                    f"{self.log_tail()}") from None
 
     def _state(self) -> Mapping[str, Any]:
         if self.container is None:
@@ -215,7 +194,7 @@ class DockerLab:
         self.session = session
         self.workdir = Path(workdir)
         self.etcd_image = etcd_image
-        self.driver_dir = str(Path(__file__).with_name("mooncake"))
+        self.driver_dir = str(Path(__file__).parent)
         self._network: Any = None
         self.containers: list[Any] = []
         self._etcd: ContainerProcess | None = None
@@ -288,7 +267,7 @@ class DockerLab:
         return problems
 
 
-class ContainerPlacement:
+class ContainerLauncher:
     """Components as containers of the target image on the session network."""
 
     bind_host = "0.0.0.0"
@@ -324,32 +303,29 @@ class ContainerPlacement:
         pass
 
 
-# ------------------------------------------------------------------------------- target
+# ------------------------------------------------------------------------------- placement
 
 
-class DockerTarget(Target):
+class DockerPlacement(ProcessPlacement):
+    """The family's components as containers of ``image``; etcd as a container on the same
+    session network. The Docker engine is pinged (bounded) at the first capability question."""
+
     kind = "docker"
+    engine_ready_timeout = 60.0
+    etcd_routing = ("every mooncake_master container gets the lab's etcd endpoints, and a host "
+                    "proxy address would not be reachable from inside the session network")
 
     def __init__(self, image: str, client_factory: Callable[[float], Any] | None = None,
                  ping_timeout: float = 3.0):
-        super().__init__(image)
         self.image = image
+        self.variant = image
         self.client_factory = client_factory or default_client_factory
         self.ping_timeout = ping_timeout
         self.client: Any = None
         self.facts: dict[str, Any] = {}
         self._caps: frozenset[Capability] | None = None
         self._no_engine: str | None = None
-        self.lab: DockerLab | None = None
-
-    @classmethod
-    def from_spec(cls, variant: str | None) -> DockerTarget:
-        try:
-            return cls(parse_image(variant))
-        except ValueError as exc:
-            from pytest_mooncake.targets import UnknownTarget
-
-            raise UnknownTarget(str(exc)) from None
+        self._lab: DockerLab | None = None
 
     def probe(self) -> str | None:
         """Ping the Docker engine once (bounded); None when it answers, else the reason."""
@@ -357,9 +333,9 @@ class DockerTarget(Target):
             return self._no_engine
         where = f"DOCKER_HOST={docker_host()}"
         try:
-            self.client = _bounded(lambda: self.client_factory(self.ping_timeout),
-                                   self.ping_timeout + 1, "docker.from_env")
-            _bounded(self.client.ping, self.ping_timeout + 1, "docker ping")
+            self.client = within(self.ping_timeout + 1, self.client_factory, self.ping_timeout,
+                                 what="docker.from_env")
+            within(self.ping_timeout + 1, self.client.ping, what="docker ping")
             # The probe's client times out after ping_timeout; pulls and container waits need longer.
             self.client = self.client_factory(API_TIMEOUT)
         except ImportError as exc:
@@ -377,8 +353,8 @@ class DockerTarget(Target):
 
     def _inspect_image(self) -> None:
         try:
-            image = _bounded(lambda: self.client.images.get(self.image), self.ping_timeout + 1,
-                             "docker image inspect")
+            image = within(self.ping_timeout + 1, self.client.images.get, self.image,
+                           what="docker image inspect")
         except Exception as exc:  # noqa: BLE001 (pulled at first use)
             self.facts["image"] = f"not present locally ({type(exc).__name__}); pulled on first use"
             return
@@ -388,7 +364,7 @@ class DockerTarget(Target):
             labels.get("version")
 
     @property
-    def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
+    def capabilities(self) -> frozenset[Capability]:
         self.probe()
         return self._caps or frozenset()
 
@@ -404,61 +380,66 @@ class DockerTarget(Target):
         extra = self.facts.get("image_version") or self.facts.get("image")
         return f"{self.image} ({extra})" if extra else self.image
 
-    def open(self, ctx: TargetContext) -> None:
-        super().open(ctx)
-        self.workdir = Path(ctx.workdir)
+    def describe(self) -> dict[str, Any]:
+        return {"facts": dict(self.facts)}
 
-    def _lab(self) -> DockerLab:
+    def lab(self) -> DockerLab:
+        """The session's containers and network, made at first use (pulling the image)."""
         reason = self.probe()
         if reason:
             raise TargetLacks(Capability.ENGINE, reason)
-        if self.lab is None:
-            if not hasattr(self, "ctx"):
+        if self._lab is None:
+            if self.ctx is None:
                 raise TargetError("the docker target was not opened (no session context)")
             if "not present" in str(self.facts.get("image", "")):
                 self.client.images.pull(self.image)
             session = f"{os.getpid()}-{self.ctx.seed % 100000}"
-            self.lab = DockerLab(self.client, self.image, session, self.workdir,
-                                 os.environ.get("MC_DOCKER_ETCD_IMAGE", DEFAULT_ETCD_IMAGE))
-        return self.lab
+            self._lab = DockerLab(self.client, self.image, session, self.workdir,
+                                  os.environ.get("MC_DOCKER_ETCD_IMAGE", DEFAULT_ETCD_IMAGE))
+        return self._lab
 
     def close(self) -> None:
-        if self.lab is not None:
-            self.lab.close()
-            self.lab = None
+        if self._lab is not None:
+            self._lab.close()
+            self._lab = None
 
-    def placement(self) -> ContainerPlacement:
-        return ContainerPlacement(self._lab(), self.version)
+    def launcher(self) -> ContainerLauncher:
+        return ContainerLauncher(self.lab(), self.version)
 
-    def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
-        from pytest_mooncake.targets.mooncake.metadata import EtcdMetadata
+    def master_etcd(self) -> list[str]:
+        inside, _ = self.lab().etcd()
+        return [inside]
 
-        if kind != "etcd":
-            super().metadata_store(kind)
-        inside, on_host = self._lab().etcd()
+    def metadata_store(self, kind: str) -> MetadataHandle:
+        inside, on_host = self.lab().etcd()
         return EtcdMetadata([inside], origin=[on_host])
 
-    def start_engine(self, segment: str, metadata: MetadataHandle, **options: Any):
-        from pytest_mooncake.targets.mooncake.engines import MooncakeEngine
 
-        placement = self.placement()
-        lacks = {c: self.lack_reason(c) for c in Capability if c not in SUPPORTED}
-        return MooncakeEngine(placement, self.workdir, segment, metadata, lacks,
-                              buffer_size=int(options.get("buffer_size") or 1 << 20),
-                              ready_timeout=float(options.get("ready_timeout") or 60.0))
+class DockerTarget(MooncakeFamilyTarget):
+    """``--mc-target=docker:IMAGE``: the family adapter with a ``DockerPlacement``."""
 
-    def master_cluster(self, masters: int = 2, clients: int = 1,
-                       **options: Any) -> MasterClusterHandle:
-        from pytest_mooncake.targets.mooncake.masters import (
-            MooncakeMasterCluster,
-            lacks_etcd_routing,
-        )
+    kind = "docker"
 
-        if options.get("master_etcd"):
-            raise lacks_etcd_routing("master_etcd", (
-                "every mooncake_master container gets the lab's etcd endpoints, and a host "
-                "proxy address would not be reachable from inside the session network"))
-        placement = self.placement()
-        inside, _ = self._lab().etcd()
-        return MooncakeMasterCluster(placement, self.workdir / f"cluster-{time.monotonic_ns()}",
-                                     [inside], masters=masters, clients=clients, **options)
+    def __init__(self, image: str, client_factory: Callable[[float], Any] | None = None,
+                 ping_timeout: float = 3.0):
+        super().__init__(DockerPlacement(image, client_factory, ping_timeout))
+
+    @classmethod
+    def from_spec(cls, variant: str | None) -> DockerTarget:
+        try:
+            return cls(parse_image(variant))
+        except ValueError as exc:
+            from pytest_mooncake.targets import UnknownTarget
+
+            raise UnknownTarget(str(exc)) from None
+
+    @property
+    def image(self) -> str:
+        return self.placement.image
+
+    def probe(self) -> str | None:
+        return self.placement.probe()
+
+    @property
+    def client(self) -> Any:
+        return self.placement.client

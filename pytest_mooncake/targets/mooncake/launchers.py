@@ -1,6 +1,7 @@
-"""Where Mooncake components run: on this host (``LocalPlacement``) or in containers (the docker
-target's ``ContainerPlacement``). Engine and master handles take one of these strategy objects
-at construction and never ask which one they have."""
+"""How a component process of the family is started and reached: on this host
+(``LocalLauncher``) or in a container (``docker_placement.ContainerLauncher``). Engine, master
+and store-client handles take one of these strategy objects at construction and never ask which
+one they have; a placement (``adapter.Placement``) hands its launcher to them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pytest_mooncake.runtime.processes import ManagedProcess, ReadyProbe, Superv
 from pytest_mooncake.targets.mooncake.install import MooncakeInstall
 
 
-class Placement(Protocol):
+class Launcher(Protocol):
     bind_host: str
     """Address components listen on for what the test process reaches (control, admin)."""
     master_rpc_flags: Sequence[str]
@@ -36,7 +37,7 @@ class Placement(Protocol):
     def release(self, port: int) -> None: ...
 
 
-class LocalPlacement:
+class LocalLauncher:
     """Processes on this host, under the session's ``Supervisor``, bound to loopback."""
 
     bind_host = "127.0.0.1"

@@ -3,11 +3,10 @@ metadata server (``python -m mooncake.http_metadata_server``) on loopback."""
 
 from __future__ import annotations
 
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
+from pytest_mooncake.runtime.loopback_http import http_request
 from pytest_mooncake.runtime.processes import ManagedProcess
 
 KEY_PREFIX = "mooncake/"
@@ -96,13 +95,8 @@ class HttpMetadata:
         return f"http://{self._origin}/metadata?key={urllib.parse.quote(key, safe='')}"
 
     def _call(self, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
-        req = urllib.request.Request(self._url(key), data=body, method=method,  # noqa: S310
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 (loopback)
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+        answer = http_request(method, self._url(key), body, timeout=5)
+        return answer.status, answer.body
 
     def get(self, key: str) -> bytes | None:
         status, body = self._call("GET", key)
