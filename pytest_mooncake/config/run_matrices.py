@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.report.catalogue import tomllib
+from pytest_mooncake.schemas.run_matrix import RunMatrixFile
+from pytest_mooncake.schemas.toml_documents import SchemaError, load
 
 
 def load_matrix_columns(spec: str, rootdir: Path) -> list[str]:
-    """Target specs of a matrix file: ``[[column]] target = "reference:legacy"`` entries. ``spec``
-    is a path, or a name of a file in ``fixtures/matrices/``."""
-
+    """Target specs of a matrix file (``schemas/run_matrix.py``). ``spec`` is a path, or a name
+    of a file in ``fixtures/matrices/``."""
     candidates = [Path(spec), rootdir / spec, rootdir / "fixtures" / "matrices" / f"{spec}.toml"]
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
@@ -20,20 +20,7 @@ def load_matrix_columns(spec: str, rootdir: Path) -> list[str]:
             f"--mc-matrix={spec}: no such file (looked at {', '.join(str(c) for c in candidates)})"
         )
     try:
-        doc = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise pytest.UsageError(f"--mc-matrix={path}: not valid TOML: {exc}") from None
-    columns = doc.get("column")
-    if not isinstance(columns, list) or not columns:
-        raise pytest.UsageError(
-            f'--mc-matrix={path}: needs at least one [[column]] table with target = "NAME[:VARIANT]"'
-        )
-    specs = []
-    for i, col in enumerate(columns):
-        target = col.get("target") if isinstance(col, dict) else None
-        if not isinstance(target, str) or not target.strip():
-            raise pytest.UsageError(
-                f"--mc-matrix={path}: column {i + 1} has no target string (got {col!r})"
-            )
-        specs.append(target.strip())
-    return specs
+        doc = load(RunMatrixFile, path)
+    except SchemaError as exc:
+        raise pytest.UsageError(f"--mc-matrix={exc}") from None
+    return [column.target for column in doc.column]

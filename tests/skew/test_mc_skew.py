@@ -155,7 +155,7 @@ def test_shipped_matrices_are_valid() -> None:
 
 
 def test_unreadable_file_is_reported(tmp_path: Path) -> None:
-    with pytest.raises(SkewMatrixError, match="cannot read"):
+    with pytest.raises(SkewMatrixError, match="absent.toml: no such file"):
         load_matrix(tmp_path / "absent.toml")
 
 

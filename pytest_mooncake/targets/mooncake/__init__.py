@@ -5,7 +5,8 @@
 - placements (``adapter.Placement``; ``process_placement.py`` is the shared part of those
   that start processes): ``local_placement.py`` (``mooncake``: an installed build's
   processes on this host), ``docker_placement.py`` (``docker:IMAGE``: containers),
-  ``deployment_placement.py`` (``cluster:FILE``: an existing deployment; ``cluster_manifest.py``);
+  ``deployment_placement.py`` (``cluster:FILE``: an existing deployment; manifest in
+  ``schemas/cluster_manifest.py``);
 - components: ``driver.py`` (the driver process, run with the build's python),
   ``driver_control.py`` (its control channel), ``driver_engines.py`` (engine handles),
   ``store_clients.py`` (the store-client launcher), ``master_processes.py`` (HA masters this

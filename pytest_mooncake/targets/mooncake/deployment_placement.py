@@ -1,5 +1,6 @@
 """The ``cluster`` target: an existing Mooncake deployment described by a TOML manifest
-(``--mc-target=cluster:FILE``; ``cluster_manifest.py``, ``fixtures/clusters/example.toml``).
+(``--mc-target=cluster:FILE``; ``schemas/cluster_manifest.py``,
+``fixtures/clusters/example.toml``).
 
 The manifest names what exists (etcd endpoints, master admin URLs, engine control endpoints
 served by ``driver.py``, an optional Toxiproxy URL) and which faults the run may inject
@@ -20,6 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_mooncake.schemas.cluster_manifest import (
+    EngineEntry,
+    Manifest,
+    ManifestError,
+    load_manifest,
+)
 from pytest_mooncake.targets.base import (
     Capability,
     MasterEndpoint,
@@ -28,12 +35,6 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
 )
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
-from pytest_mooncake.targets.mooncake.cluster_manifest import (
-    EngineEntry,
-    Manifest,
-    ManifestError,
-    load_manifest,
-)
 from pytest_mooncake.targets.mooncake.driver_control import ControlClient
 from pytest_mooncake.targets.mooncake.driver_engines import DriverCommands
 from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
