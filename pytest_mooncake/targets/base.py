@@ -291,7 +291,7 @@ class MasterClusterHandle(Protocol):
 
 class RdmaHandle(Protocol):
     """An RDMA worker pool on a verbs layer under the test's control (``mc_completions``).
-    The reference target's ``pytest_mooncake/targets/reference/rdma.py`` documents the API:
+    The reference target's ``pytest_mooncake/targets/reference/rdma_handle.py`` documents the API:
     ``scenarios()``, ``run_interleaving(name)``, ``explore(name, ...)``, ``replay(token)`` and
     ``cluster(...)`` for hand-built scenarios (hold/release completions, force retry or
     handoff, error completions, bad_wr, QP-fatal, device-fatal, GID change, peer restart,
