@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from pytest_mooncake.schemas.toml_documents import problem
+from pytest_mooncake.schemas.toml_documents import StrictTable, TargetSpec, problem
 
 
 def _role_name(value: str) -> str:
@@ -28,24 +28,14 @@ def _role_name(value: str) -> str:
     return value
 
 
-def _non_empty(value: str) -> str:
-    if not value.strip():
-        raise ValueError('must be a non-empty string like "reference:legacy"')
-    return value.strip()
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class SkewImplementation(_Strict):
-    target: Annotated[str, AfterValidator(_non_empty)] | None = Field(
+class SkewImplementation(StrictTable):
+    target: TargetSpec | None = Field(
         None, description='the target as --mc-target spells it (default: the table name); '
                           '"@target" is the target under test')
     description: str = ""
 
 
-class SkewMatrixFile(_Strict):
+class SkewMatrixFile(StrictTable):
     description: str = ""
     roles: list[Annotated[str, AfterValidator(_role_name)]] = Field(
         min_length=1, description='required: a non-empty list of role names, e.g. '

@@ -13,9 +13,9 @@ import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 if sys.version_info >= (3, 11):
@@ -24,6 +24,22 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class StrictTable(BaseModel):
+    """A TOML table: no unknown keys, no type coercion, immutable once read."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _target_spec(value: str) -> str:
+    if not value.strip():
+        raise ValueError('must be a non-empty string like "reference:legacy"')
+    return value.strip()
+
+
+TargetSpec = Annotated[str, AfterValidator(_target_spec)]
+"""A target as ``--mc-target`` spells it (``NAME[:VARIANT]``)."""
 
 
 class SchemaError(ValueError):
