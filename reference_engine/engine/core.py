@@ -27,7 +27,7 @@ from typing import Any
 
 from reference_engine.cache import COUNTERS, Counters, LookupFailed, SegmentCache
 from reference_engine.descriptor import SegmentDescriptor, encode, tcp_descriptor
-from reference_engine.engine.memory import Region, allocate, allocate_restartable
+from reference_engine.engine.mapped_memory import Region, allocate, allocate_restartable
 from reference_engine.engine.sockets import LISTEN, own_tcp_sockets
 from reference_engine.metadata import KeyLayout, MetadataStore
 from reference_engine.profiles import Profile

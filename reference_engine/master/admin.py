@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.metrics import render_metrics
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_engine.master.election import LeaderElection, LeaderSession, LeaderView
-from reference_engine.master.errors import ErrorCode, MasterError
-from reference_engine.master.etcd import connect, is_etcd_failure
+from reference_engine.master.error_codes import ErrorCode, MasterError
+from reference_engine.master.etcd_client import connect, is_etcd_failure
+from reference_engine.master.master_policies import master_profile
 from reference_engine.master.oplog_store import Fenced, OpLogStore
-from reference_engine.master.profiles import master_profile
 from reference_engine.master.promotion import ValidationReport
 from reference_engine.master.protocol import MASTER_VERSION
 from reference_engine.master.rpc_server import Connection, RpcServer

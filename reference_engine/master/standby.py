@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reference_engine.master.applier import OpLogApplier, SequenceGap
-from reference_engine.master.etcd import is_etcd_failure
+from reference_engine.master.etcd_client import is_etcd_failure
 from reference_engine.master.oplog_store import OpLogInconsistent, OpLogStore
 from reference_engine.master.promotion import PromotionContext
 from reference_engine.master.replicated import ReplicatedState
@@ -21,7 +21,7 @@ from reference_engine.master.snapshots import Snapshot, SnapshotStore
 from reference_engine.master.standby_state import StandbyEvent, StandbyState, StandbyStateMachine
 
 if TYPE_CHECKING:
-    from reference_engine.master.profiles import StandbyBaseline
+    from reference_engine.master.master_policies import StandbyBaseline
 
 log = logging.getLogger("reference_engine.master.standby")
 E = StandbyEvent

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reference_engine.rdma.exploration import Outcome, explore, replay, run_once
-from reference_engine.rdma.scenarios import EXTRA_SCENARIOS, SCENARIOS
-from reference_engine.rdma.scheduler import RoundRobin, ScheduleError
+from reference_engine.rdma.sim.exploration import Outcome, explore, replay, run_once
+from reference_engine.rdma.sim.scenarios import EXTRA_SCENARIOS, SCENARIOS
+from reference_engine.rdma.sim.scheduler import RoundRobin, ScheduleError
 
 DEDICATED = {"MC_RDMA_DEDICATED_POLLER": "1"}
 

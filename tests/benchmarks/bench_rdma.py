@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from reference_engine.rdma.exploration import explore, run_once, strategy_for  # noqa: E402
-from reference_engine.rdma.profiles import RFC, SliceOwnership, TokenOwnership  # noqa: E402
-from reference_engine.rdma.scenarios import SCENARIOS, build  # noqa: E402
-from reference_engine.rdma.sim_cluster import SimCluster  # noqa: E402
+from reference_engine.rdma.rdma_policies import RFC, SliceOwnership, TokenOwnership  # noqa: E402
+from reference_engine.rdma.sim.exploration import explore, run_once, strategy_for  # noqa: E402
+from reference_engine.rdma.sim.scenarios import SCENARIOS, build  # noqa: E402
+from reference_engine.rdma.sim.sim_cluster import SimCluster  # noqa: E402
 from reference_engine.rdma.verbs import Opcode  # noqa: E402
 
 SLICE = 4096

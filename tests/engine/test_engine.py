@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reference_engine.descriptor import decode, encode, tcp_descriptor
-from reference_engine.engine.memory import MappingError, allocate
+from reference_engine.engine.mapped_memory import MappingError, allocate
 from reference_engine.metadata import KeyLayout
 from reference_engine.profiles import LEGACY, RFC
 
@@ -86,7 +86,7 @@ def test_fixed_address_mapping_never_clobbers():
 
 
 def test_default_buffers_sit_where_a_successor_can_map_them_again():
-    from reference_engine.engine.memory import QUIET_HIGH, QUIET_LOW, allocate_restartable
+    from reference_engine.engine.mapped_memory import QUIET_HIGH, QUIET_LOW, allocate_restartable
 
     region = allocate_restartable(1 << 16)
     assert QUIET_LOW <= region.addr < QUIET_HIGH

@@ -10,7 +10,7 @@ import pytest
 
 from reference_engine.master.applier import OpLogApplier
 from reference_engine.master.election import LeaderElection
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.oplog import BatchRecord, OpLogEntry, OpType, encode_payload
 from reference_engine.master.oplog_store import Fenced, OpLogInconsistent, OpLogStore
 from reference_engine.master.replicated import ReplicatedState
@@ -116,7 +116,7 @@ def test_writer_group_commits_gap_free_and_fails_waiters_when_fenced(etcd, clust
 
 
 def test_standby_follows_the_state_machine_through_an_etcd_outage(etcd, cluster_id, mc_etcd):
-    from reference_engine.master.profiles import ReplayBaseline
+    from reference_engine.master.master_policies import ReplayBaseline
     from reference_engine.master.standby import HotStandby
     from reference_engine.master.standby_state import StandbyState
 

@@ -6,10 +6,10 @@ import pytest
 
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.counters import Counter
-from reference_engine.rdma.profiles import LEGACY, RFC, DedicatedPollerModel, SharedModel
 from reference_engine.rdma.rail_state import RailTable
-from reference_engine.rdma.sim_cluster import SimCluster
-from reference_engine.rdma.sim_verbs import FAIL_POST, Fault
+from reference_engine.rdma.rdma_policies import LEGACY, RFC, DedicatedPollerModel, SharedModel
+from reference_engine.rdma.sim.sim_cluster import SimCluster
+from reference_engine.rdma.sim.sim_verbs import FAIL_POST, Fault
 from reference_engine.rdma.tokens import TokenPool
 from reference_engine.rdma.verbs import AsyncEventType, Opcode
 

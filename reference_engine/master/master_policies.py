@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.index import ObjectIndex
 from reference_engine.master.promotion import (
     PromotionContext,

@@ -20,11 +20,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference_engine.master.errors import ErrorCode, MasterError
-from reference_engine.master.etcd import connect, is_etcd_failure, parse_endpoints
+from reference_engine.master.error_codes import ErrorCode, MasterError
+from reference_engine.master.etcd_client import connect, is_etcd_failure, parse_endpoints
+from reference_engine.master.master_policies import ReattachPolicy, reattach_policy
 from reference_engine.master.model import SegmentInfo
 from reference_engine.master.oplog import master_view_key
-from reference_engine.master.profiles import ReattachPolicy, reattach_policy
 from reference_engine.master.protocol import (
     MASTER_VERSION,
     ConnectionClosed,

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from reference_engine.descriptor import Buffer, Device, SegmentDescriptor
 from reference_engine.rdma import points as P
-from reference_engine.rdma.clock import RealClock, VirtualClock
+from reference_engine.rdma.clock import RealClock
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.context import LocalContext
 from reference_engine.rdma.endpoint import UNCONNECTED, Rpc, device_of
-from reference_engine.rdma.profiles import RFC, RdmaProfile
 from reference_engine.rdma.rail_state import RailTable
+from reference_engine.rdma.rdma_policies import RFC, RdmaProfile
 from reference_engine.rdma.slices import PENDING, Slice, Task
 from reference_engine.rdma.verbs import CONTEXT_FATAL_EVENTS, AsyncEventType, Opcode
 from reference_engine.rdma.worker_pool import WorkerPool, shard_of
@@ -49,7 +49,7 @@ class RdmaTransport:
         self.profile = profile
         self.config = config or RdmaConfig()
         self.clock = clock or RealClock()
-        self.virtual_time = isinstance(self.clock, VirtualClock)
+        self.virtual_time = self.clock.virtual
         self.lookup_fn = lookup
         self.rpc = rpc
         self.instance_id = instance_id

@@ -8,8 +8,8 @@ import signal
 import sys
 import threading
 
-from reference_engine.master.etcd import parse_endpoints
-from reference_engine.master.profiles import PROFILES
+from reference_engine.master.etcd_client import parse_endpoints
+from reference_engine.master.master_policies import PROFILES
 
 
 def host_port(value: str) -> tuple[str, int]:

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from reference_engine.descriptor import SegmentDescriptor, encode
 from reference_engine.rdma import points as P
-from reference_engine.rdma.clock import RealClock, VirtualClock
+from reference_engine.rdma.clock import RealClock
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.handshake_rpc import HandshakeServer, tcp_rpc
-from reference_engine.rdma.profiles import RdmaProfile, rdma_profile
-from reference_engine.rdma.sim_verbs import SimFabric, SimNode
-from reference_engine.rdma.transport import RdmaTransport
+from reference_engine.rdma.rdma_policies import RdmaProfile, rdma_profile
+from reference_engine.rdma.rdma_transport import RdmaTransport
+from reference_engine.rdma.sim.sim_verbs import SimFabric, SimNode
+from reference_engine.rdma.sim.virtual_clock import VirtualClock
 
 
 class SimDirectory:

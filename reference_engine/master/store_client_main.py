@@ -17,12 +17,12 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from reference_engine.master.client import StoreClient
-from reference_engine.master.errors import MasterError
-from reference_engine.master.main import host_port
+from reference_engine.master.error_codes import MasterError
+from reference_engine.master.master_main import host_port
+from reference_engine.master.master_policies import PROFILES
 from reference_engine.master.model import SegmentInfo
-from reference_engine.master.profiles import PROFILES
 from reference_engine.master.protocol import MASTER_VERSION
+from reference_engine.master.store_client import StoreClient
 
 
 def parser() -> argparse.ArgumentParser:
