@@ -1,4 +1,5 @@
-"""Profiles as strategy objects: ``rfc`` (every MP requirement) and ``legacy`` (0.3.13).
+"""The master's and the store client's strategies: ``rfc`` (every MP requirement) and ``legacy``
+(0.3.13) pick one of each in the profile registry (``reference_engine.profiles``).
 
 Each concern where the two differ is one strategy:
 
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reference_engine.master")
 
-PROFILES = ("rfc", "legacy")
 OBJECT_WRITE_OPS = frozenset({"put_start", "put_end", "put_revoke", "remove"})
 """The write path 0.3.13 rejected from a skewed client (mounting and reads kept working)."""
 
@@ -303,35 +303,15 @@ class StalledReattach(ReattachPolicy):
         wait(self.stall_seconds)
 
 
-# ------------------------------------------------------------------------------ bundles
+# ------------------------------------------------------------------------------ bundle
 
 
-@dataclass
-class MasterProfile:
-    name: str
+@dataclass(frozen=True)
+class MasterPolicies:
+    """One master's strategies, built per process from its options (``Profile.master_policies``)."""
+
     baseline: StandbyBaseline
     promotability: PromotabilityPolicy
     promotion: PromotionPolicy
     versions: VersionGate
     lag: LagMetric
-
-
-def master_profile(name: str, partial_restore: bool = False, warmup_seconds: float | None = None,
-                   lease_ttl: float = 2.0) -> MasterProfile:
-    if name == "rfc":
-        return MasterProfile("rfc", ReplayBaseline(), HonestPromotability(),
-                             ValidateBeforePromotion(partial_restore), CompatibleVersionGate(),
-                             LagMetric())
-    if name == "legacy":
-        warmup = lease_ttl if warmup_seconds is None else warmup_seconds
-        return MasterProfile("legacy", WatchForwardBaseline(), WatchingPromotability(),
-                             PromoteThenValidate(warmup), ExactVersionOnWrites(), ZeroLagMetric())
-    raise ValueError(f"profile {name!r}: use one of {', '.join(PROFILES)}")
-
-
-def reattach_policy(name: str, stall_seconds: float = 121.0) -> ReattachPolicy:
-    if name == "rfc":
-        return BoundedReattach()
-    if name == "legacy":
-        return StalledReattach(stall_seconds)
-    raise ValueError(f"profile {name!r}: use one of {', '.join(PROFILES)}")

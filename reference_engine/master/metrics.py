@@ -44,7 +44,7 @@ def render_metrics(node: MasterNode) -> str:
         applied = primary = 0
     metric("ha_oplog_applied_sequence_id", applied)
     metric("ha_oplog_last_sequence_id", primary)
-    metric("ha_oplog_standby_lag", node.profile.lag.value(applied, primary),
+    metric("ha_oplog_standby_lag", node.policies.lag.value(applied, primary),
            help_text="entries behind the durable prefix (legacy profile: always 0, as 0.3.13)")
     metric("ha_promotions_total", node.counters["promotions"], "counter")
     metric("ha_promotions_refused_total", node.counters["promotions_refused"], "counter",
