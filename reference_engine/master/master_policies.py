@@ -34,7 +34,7 @@ from reference_engine.master.promotion import (
     validate,
 )
 from reference_engine.master.segments import SegmentRegistry
-from reference_engine.master.standby_state import StandbyEvent
+from reference_engine.master.standby_state import BaselineOutcome
 
 if TYPE_CHECKING:
     from reference_engine.master.standby import HotStandby
@@ -49,14 +49,17 @@ OBJECT_WRITE_OPS = frozenset({"put_start", "put_end", "put_revoke", "remove"})
 
 
 class StandbyBaseline:
-    def bootstrap(self, standby: HotStandby) -> None:
+    """Builds a fresh standby's state through the standby's own operations (snapshot install,
+    polling, jumping to the durable prefix) and says how it ended; the standby acts on that."""
+
+    def bootstrap(self, standby: HotStandby) -> BaselineOutcome:
         raise NotImplementedError
 
 
 class ReplayBaseline(StandbyBaseline):
     """Latest valid snapshot, then every OpLog batch after it; synced only when caught up."""
 
-    def bootstrap(self, standby: HotStandby) -> None:
+    def bootstrap(self, standby: HotStandby) -> BaselineOutcome:
         snap = standby.snapshots.load_latest() if standby.snapshots else None
         if snap is not None:
             standby.install_snapshot(snap, keep_objects=True)
@@ -68,17 +71,16 @@ class ReplayBaseline(StandbyBaseline):
                 break
             standby.wait(standby.poll_interval)
         if standby.stopping:
-            return
-        standby.baseline_complete = True
+            return BaselineOutcome.STOPPED
         log.info("standby caught up: applied seq %d of %d (%d objects)",
                  standby.applier.applied_seq, standby.primary_seq, len(standby.state.objects))
-        standby.machine.fire(StandbyEvent.SYNC_COMPLETE)
+        return BaselineOutcome.SYNCED
 
 
 class WatchForwardBaseline(StandbyBaseline):
     """0.3.13: no replay of history; a snapshot restore keeps segments only, yet says success."""
 
-    def bootstrap(self, standby: HotStandby) -> None:
+    def bootstrap(self, standby: HotStandby) -> BaselineOutcome:
         snap = standby.snapshots.load_latest() if standby.snapshots else None
         if snap is not None:
             standby.install_snapshot(snap, keep_objects=False)
@@ -88,8 +90,7 @@ class WatchForwardBaseline(StandbyBaseline):
             standby.jump_to_prefix()
         log.info("OpLogApplier: recovered from sequence_id=%d; SYNCING -> WATCHING (SYNC_COMPLETE)",
                  standby.applier.applied_seq)
-        standby.baseline_complete = True
-        standby.machine.fire(StandbyEvent.SYNC_COMPLETE)
+        return BaselineOutcome.SYNCED
 
 
 # ------------------------------------------------------------------------------ promotability
