@@ -17,9 +17,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from reference_engine.master.admin import AdminServer
 from reference_engine.master.election import LeaderElection, LeaderSession, LeaderView
 from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.etcd_client import connect, is_etcd_failure
+from reference_engine.master.node_view import Replication, sample_replication
 from reference_engine.master.oplog_store import Fenced, OpLogStore
 from reference_engine.master.promotion import ValidationReport
 from reference_engine.master.protocol import MASTER_VERSION
@@ -86,9 +88,7 @@ class MasterNode:
         self._stop = threading.Event()
         self._lead_stop = threading.Event()
         self._last_snapshot = time.monotonic()
-        from reference_engine.master.admin import AdminServer
-
-        self.admin = AdminServer(cfg.admin[0], cfg.admin[1], self)
+        self.admin = AdminServer(cfg.admin[0], cfg.admin[1], view=self, actions=self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -419,7 +419,14 @@ class MasterNode:
             return service.plant_raw_entry(int(args["op_type"]), _key(args), args.get("payload"))
         raise MasterError(ErrorCode.INVALID_RPC_ARGUMENTS, f"unknown op {op!r}")
 
-    # ------------------------------------------------------------------ views
+    # ------------------------------------------------------------------ views (node_view.MasterView)
+
+    @property
+    def profile_name(self) -> str:
+        return self.profile.name
+
+    def replication(self) -> Replication:
+        return sample_replication(self.service, self.standby, self.policies.lag)
 
     def key_count(self) -> int:
         if self.service is not None:
