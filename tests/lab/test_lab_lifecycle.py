@@ -1,0 +1,89 @@
+"""``lab up`` / ``lab down`` leave nothing behind: no namespace, link, process, rule or file,
+also after faults were applied, and also when the builder was SIGKILLed half-way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_mooncake.lab import host, network
+from pytest_mooncake.lab.fixture import lab_name
+from pytest_mooncake.lab.lab import Lab, down, known_labs, read_state
+from pytest_mooncake.lab.layout import state_root
+
+pytestmark = pytest.mark.skipif(bool(host.probe()), reason=host.probe() or "")
+
+
+def lab_processes(subnet_prefix: str) -> list[str]:
+    """Processes whose command line names one of the lab's addresses (etcd, engines, masters)."""
+    out = subprocess.run(["ps", "-A", "-ww", "-o", "pid=,stat=,args="], capture_output=True,
+                         text=True, check=True).stdout
+    return [line for line in out.splitlines()
+            if subnet_prefix in line and " Z" not in line and "ps -A" not in line]
+
+
+def assert_gone(name: str, subnet_prefix: str) -> None:
+    assert network.leftovers(name).namespaces == []
+    assert network.leftovers(name).links == []
+    assert not (state_root() / name).exists()
+    assert name not in known_labs()
+    assert lab_processes(subnet_prefix) == []
+
+
+def test_up_then_down_leaves_nothing(tmp_path):
+    name = lab_name("u")
+    lines: list[str] = []
+    lab = Lab.up(nodes=2, name=name, masters=1, owner_pid=os.getpid(), replace=True,
+                 progress=lines.append)
+    try:
+        prefix = str(lab.layout.subnet.network_address)[:-1]  # "198.18.k."
+        assert len(lab_processes(prefix)) == 4, "etcd, a master and two engines should run"
+        pids = [p for ns in network.leftovers(name).namespaces for p in host.netns_pids(ns)]
+        fleet = lab.fleet
+        fleet.faults.partition("n2", ["n1"])
+        fleet.node("n2").pause("engine-n2")
+        ledger = fleet.ledger.path
+    finally:
+        problems = lab.down(progress=lines.append)
+    assert problems == []
+    assert_gone(name, prefix)
+    assert not ledger.exists()
+    assert [p for p in pids if os.path.exists(f"/proc/{p}/stat") and
+            open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"] == []
+    assert any("down in" in line for line in lines)
+
+
+def test_down_removes_a_lab_whose_builder_was_killed(tmp_path):
+    name = lab_name("k")
+    down(name, progress=lambda _: None)
+    builder = subprocess.Popen([sys.executable, "-m", "pytest_mooncake.lab", "up", "--nodes", "2",
+                                "--name", name, "--masters", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        # kill it once its nodes' sshds run (namespaces, links, processes, files all exist)
+        while not any((state_root() / name / n / "sshd.pid").exists() for n in ("n1", "n2")):
+            assert builder.poll() is None, builder.stdout.read().decode()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the builder never got to sshd"
+            time.sleep(0.02)
+        os.killpg(builder.pid, signal.SIGKILL)
+        builder.wait(30)
+        state = read_state(name)
+        assert state is not None and state["status"] == "building"
+        assert network.leftovers(name)
+        prefix = state["subnet"].rsplit(".", 1)[0] + "."
+        done = subprocess.run([sys.executable, "-m", "pytest_mooncake.lab", "down", "--name", name],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert_gone(name, prefix)
+    finally:
+        if builder.poll() is None:
+            os.killpg(builder.pid, signal.SIGKILL)
+            builder.wait(30)
+        down(name, progress=lambda _: None)
