@@ -13,7 +13,7 @@ import pytest
 
 from pytest_mooncake.lab import host, network
 from pytest_mooncake.lab.fixture import lab_name
-from pytest_mooncake.lab.lab import Lab, down, known_labs, read_state
+from pytest_mooncake.lab.lab import Lab, down, known_labs, read_state, sweep_stale
 from pytest_mooncake.lab.layout import state_root
 
 pytestmark = pytest.mark.skipif(bool(host.probe()), reason=host.probe() or "")
@@ -66,12 +66,7 @@ def test_down_removes_a_lab_whose_builder_was_killed(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        # kill it once its nodes' sshds run (namespaces, links, processes, files all exist)
-        while not any((state_root() / name / n / "sshd.pid").exists() for n in ("n1", "n2")):
-            assert builder.poll() is None, builder.stdout.read().decode()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the builder never got to sshd"
-            time.sleep(0.02)
+        wait_for_sshd(name, builder, time.monotonic() + 60)
         os.killpg(builder.pid, signal.SIGKILL)
         builder.wait(30)
         state = read_state(name)
@@ -86,4 +81,64 @@ def test_down_removes_a_lab_whose_builder_was_killed(tmp_path):
         if builder.poll() is None:
             os.killpg(builder.pid, signal.SIGKILL)
             builder.wait(30)
+        down(name, progress=lambda _: None)
+
+
+def wait_for_sshd(name: str, proc: subprocess.Popen, deadline: float) -> None:
+    """Until the lab's sshds run: namespaces, links, processes and files all exist then."""
+    while not any((state_root() / name / n / "sshd.pid").exists() for n in ("n1", "n2")):
+        assert proc.poll() is None, proc.stdout.read().decode()  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "the builder never got to sshd"
+        time.sleep(0.02)
+
+
+def test_an_interrupted_up_removes_what_it_built():
+    name = lab_name("i")
+    down(name, progress=lambda _: None)
+    builder = subprocess.Popen([sys.executable, "-m", "pytest_mooncake.lab", "up", "--nodes", "2",
+                                "--name", name, "--masters", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        wait_for_sshd(name, builder, time.monotonic() + 60)
+        subnet = read_state(name)["subnet"]  # type: ignore[index]
+        os.kill(builder.pid, signal.SIGINT)  # Ctrl-C
+        out = builder.communicate(timeout=60)[0].decode()
+        assert builder.returncode == 130, out
+        assert "build failed or interrupted; removing what was built" in out
+        assert_gone(name, subnet.rsplit(".", 1)[0] + ".")
+    finally:
+        if builder.poll() is None:
+            os.killpg(builder.pid, signal.SIGKILL)
+            builder.wait(30)
+        down(name, progress=lambda _: None)
+
+
+SESSION = """
+import os, sys
+from pytest_mooncake.lab.lab import Lab
+Lab.up(nodes=1, name=sys.argv[1], masters=0, engines=False, owner_pid=os.getpid())
+print("up", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_next_session_sweeps_the_lab_of_a_killed_one():
+    name = lab_name("s")
+    down(name, progress=lambda _: None)
+    session = subprocess.Popen([sys.executable, "-c", SESSION, name], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        assert session.stdout.readline() == b"up\n"  # type: ignore[union-attr]
+        subnet = read_state(name)["subnet"]  # type: ignore[index]
+        os.killpg(session.pid, signal.SIGKILL)
+        session.wait(30)
+        assert network.leftovers(name) and read_state(name)["status"] == "up"  # type: ignore[index]
+        assert name in sweep_stale(progress=lambda _: None)
+        assert_gone(name, subnet.rsplit(".", 1)[0] + ".")
+    finally:
+        if session.poll() is None:
+            os.killpg(session.pid, signal.SIGKILL)
+            session.wait(30)
         down(name, progress=lambda _: None)

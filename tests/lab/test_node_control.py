@@ -114,3 +114,16 @@ def test_operator_opt_in(mc_lab, tmp_path):
         assert node.state("engine-n3") == "running"
         assert "event" in node.logs("engine-n3", 5)
         assert fleet.ledger.outstanding("opt-in") == []
+
+
+def test_a_unit_component_on_a_node_without_systemd_says_so(mc_lab):
+    spec = mc_lab.fleet.spec
+    unit = spec.component("engine-n3").model_copy(update={
+        "name": "unit-n3", "start": None, "unit": "mooncake-engine.service", "env": {},
+        "cwd": None, "match": None})
+    with Fleet(spec.model_copy(update={"components": spec.components + (unit,)}),
+               run="unit") as fleet:
+        # systemctl is missing, or present without systemd running: either way the node says so
+        with pytest.raises(CommandFailed, match=r"node n3: `start unit-n3` exited [1-9]\d*; "
+                                                r"remote said stderr: .*(systemd|systemctl)"):
+            fleet.node("n3").start("unit-n3")
