@@ -200,8 +200,7 @@ class Lab:
         if self.fleet is not None:
             self.fleet.close(heal=False)
             self.fleet = None
-        with _root_lock():
-            return _remove(self.layout.name, progress)
+        return down(self.layout.name, progress)
 
 
 def _free_subnet() -> Any:
@@ -238,9 +237,24 @@ def _remove(name: str, progress: Progress) -> list[str]:
 
 
 def down(name: str, progress: Progress = _stderr) -> list[str]:
-    """Remove lab ``name`` (whatever is left of it)."""
+    """Remove lab ``name`` (whatever is left of it); the state root too when no lab is left."""
     with _root_lock():
-        return _remove(name, progress)
+        problems = _remove(name, progress)
+        last = not known_labs()
+    if last:
+        _remove_root()
+    return problems
+
+
+def _remove_root() -> None:
+    """The state root holds only the lock file once the last lab is gone: remove both. (A
+    process that opened the lock meanwhile holds the unlinked file and recreates the root.)"""
+    root = state_root()
+    try:
+        (root / ".lock").unlink(missing_ok=True)
+        root.rmdir()
+    except OSError:
+        pass
 
 
 def sweep_stale(progress: Progress = _stderr) -> list[str]:

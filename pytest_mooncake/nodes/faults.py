@@ -93,7 +93,7 @@ class Faults:
 
     # ------------------------------------------------------------------ network faults
 
-    def _node(self, name: str) -> Node:
+    def node(self, name: str) -> Node:
         try:
             return self.nodes[name]
         except KeyError:
@@ -103,7 +103,7 @@ class Faults:
     def tools(self, node: str) -> tuple[list[str], str]:
         """The firewall tools that work on ``node`` and the address our SSH session comes from."""
         if node not in self._tools:
-            r = self._node(node).script(firewall.DETECT, "detect firewall tools")
+            r = self.node(node).script(firewall.DETECT, "detect firewall tools")
             lines = r.stdout.split("\n")
             tools = [line.strip() for line in lines if line.strip() in ("nft", "iptables")]
             ssh = next((line.split()[1] for line in lines
@@ -113,7 +113,7 @@ class Faults:
 
     def _choose(self, node: str, override: str | None = None) -> str:
         want = override or self.spec.faults.firewall
-        spec = self._node(node).spec
+        spec = self.node(node).spec
         if want == "link":
             return "link"
         have, _ = self.tools(node)
@@ -155,7 +155,7 @@ class Faults:
         resolved = self.resolve(peers)
         if not resolved:
             raise ValueError(f"partition of {node}: no peers given")
-        target = self._node(node)
+        target = self.node(node)
         mine = target.spec.peer_address
         if any(p.address == mine for p in resolved):
             raise ValueError(f"partition of {node} from its own address {mine}")
@@ -181,12 +181,12 @@ class Faults:
         the controller included). ``tool`` overrides ``[faults].firewall`` for this fault."""
         self.require("partition", None, f"isolate {node}")
         tool = tool or self._choose(node)
-        if tool == "link" and not self._node(node).spec.lab_link:
+        if tool == "link" and not self.node(node).spec.lab_link:
             raise NodeError(node, "is not a lab node ([[nodes]].lab_link unset): no link to cut")
         if tool != "link":
             others = [n for n in self.nodes if n != node]
             return self.partition(node, others)
-        link = self._node(node).spec.lab_link
+        link = self.node(node).spec.lab_link
         detail = {"node": node, "tool": "link", "link": link}
         with self.recording("link", **detail) as fault_id:
             _ip_link(link, "down")  # type: ignore[arg-type]
@@ -208,7 +208,7 @@ class Faults:
         if kind == "link":
             _ip_link(f["link"], "up")
             return f"link {f['link']} up"
-        node = self._node(f["node"])
+        node = self.node(f["node"])
         if kind == "partition":
             node.script(firewall.undo_script(f["tool"], e.id), f"heal partition {e.id}")
             return f"partition {e.id} removed from {node.name}"
@@ -262,7 +262,7 @@ class Faults:
 
     def in_place(self, node: str) -> list[str]:
         """Our partitions present on ``node`` now (``nft mcchaos_<id>`` / ``iptables MCC-..``)."""
-        r = self._node(node).script(firewall.LIST, "list our firewall rules")
+        r = self.node(node).script(firewall.LIST, "list our firewall rules")
         return [line.strip() for line in r.stdout.splitlines() if line.strip()]
 
 

@@ -45,11 +45,7 @@ class Fleet:
         return self.faults.run
 
     def node(self, name: str) -> Node:
-        try:
-            return self.nodes[name]
-        except KeyError:
-            raise KeyError(f"{self.spec.path}: no node {name!r} (listed: "
-                           f"{', '.join(sorted(self.nodes)) or 'none'})") from None
+        return self.faults.node(name)
 
     def node_of(self, component: str) -> Node:
         """The node that runs ``component``."""

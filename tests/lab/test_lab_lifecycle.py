@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -35,7 +37,7 @@ def assert_gone(name: str, subnet_prefix: str) -> None:
     assert lab_processes(subnet_prefix) == []
 
 
-def test_up_then_down_leaves_nothing(tmp_path):
+def test_up_then_down_leaves_nothing():
     name = lab_name("u")
     lines: list[str] = []
     lab = Lab.up(nodes=2, name=name, masters=1, owner_pid=os.getpid(), replace=True,
@@ -58,60 +60,59 @@ def test_up_then_down_leaves_nothing(tmp_path):
     assert any("down in" in line for line in lines)
 
 
-def test_down_removes_a_lab_whose_builder_was_killed(tmp_path):
-    name = lab_name("k")
+@contextmanager
+def controller(name: str, argv: list[str], **popen: object) -> Iterator[subprocess.Popen]:
+    """A process that builds lab ``name`` (in its own session); whatever the test does, it is
+    killed and the lab removed afterwards."""
     down(name, progress=lambda _: None)
-    builder = subprocess.Popen([sys.executable, "-m", "pytest_mooncake.lab", "up", "--nodes", "2",
-                                "--name", name, "--masters", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
+    proc = subprocess.Popen([sys.executable, *argv], start_new_session=True, **popen)  # type: ignore[call-overload]
     try:
-        wait_for_sshd(name, builder, time.monotonic() + 60)
-        os.killpg(builder.pid, signal.SIGKILL)
-        builder.wait(30)
-        state = read_state(name)
-        assert state is not None and state["status"] == "building"
-        assert network.leftovers(name)
-        prefix = state["subnet"].rsplit(".", 1)[0] + "."
-        done = subprocess.run([sys.executable, "-m", "pytest_mooncake.lab", "down", "--name", name],
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        assert_gone(name, prefix)
+        yield proc
     finally:
-        if builder.poll() is None:
-            os.killpg(builder.pid, signal.SIGKILL)
-            builder.wait(30)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
         down(name, progress=lambda _: None)
 
 
-def wait_for_sshd(name: str, proc: subprocess.Popen, deadline: float) -> None:
-    """Until the lab's sshds run: namespaces, links, processes and files all exist then."""
+def wait_for_sshd(name: str, proc: subprocess.Popen, deadline: float) -> str:
+    """Until the lab's sshds run (namespaces, links, processes and files all exist then);
+    returns the lab's address prefix."""
     while not any((state_root() / name / n / "sshd.pid").exists() for n in ("n1", "n2")):
         assert proc.poll() is None, proc.stdout.read().decode()  # type: ignore[union-attr]
         assert time.monotonic() < deadline, "the builder never got to sshd"
         time.sleep(0.02)
+    return read_state(name)["subnet"].rsplit(".", 1)[0] + "."  # type: ignore[index]
+
+
+def up_argv(name: str) -> list[str]:
+    return ["-m", "pytest_mooncake.lab", "up", "--nodes", "2", "--name", name, "--masters", "0"]
+
+
+def test_down_removes_a_lab_whose_builder_was_killed():
+    name = lab_name("k")
+    with controller(name, up_argv(name)) as builder:
+        prefix = wait_for_sshd(name, builder, time.monotonic() + 60)
+        os.killpg(builder.pid, signal.SIGKILL)
+        builder.wait(30)
+        assert read_state(name)["status"] == "building"  # type: ignore[index]
+        assert network.leftovers(name)
+        done = subprocess.run([sys.executable, "-m", "pytest_mooncake.lab", "down", "--name", name],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert_gone(name, prefix)
 
 
 def test_an_interrupted_up_removes_what_it_built():
     name = lab_name("i")
-    down(name, progress=lambda _: None)
-    builder = subprocess.Popen([sys.executable, "-m", "pytest_mooncake.lab", "up", "--nodes", "2",
-                                "--name", name, "--masters", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    try:
-        wait_for_sshd(name, builder, time.monotonic() + 60)
-        subnet = read_state(name)["subnet"]  # type: ignore[index]
+    with controller(name, up_argv(name)) as builder:
+        prefix = wait_for_sshd(name, builder, time.monotonic() + 60)
         os.kill(builder.pid, signal.SIGINT)  # Ctrl-C
         out = builder.communicate(timeout=60)[0].decode()
         assert builder.returncode == 130, out
         assert "build failed or interrupted; removing what was built" in out
-        assert_gone(name, subnet.rsplit(".", 1)[0] + ".")
-    finally:
-        if builder.poll() is None:
-            os.killpg(builder.pid, signal.SIGKILL)
-            builder.wait(30)
-        down(name, progress=lambda _: None)
+        assert_gone(name, prefix)
 
 
 SESSION = """
@@ -125,20 +126,12 @@ sys.stdin.read()
 
 def test_the_next_session_sweeps_the_lab_of_a_killed_one():
     name = lab_name("s")
-    down(name, progress=lambda _: None)
-    session = subprocess.Popen([sys.executable, "-c", SESSION, name], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    try:
+    with controller(name, ["-c", SESSION, name], stdin=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL) as session:
         assert session.stdout.readline() == b"up\n"  # type: ignore[union-attr]
-        subnet = read_state(name)["subnet"]  # type: ignore[index]
+        prefix = read_state(name)["subnet"].rsplit(".", 1)[0] + "."  # type: ignore[index]
         os.killpg(session.pid, signal.SIGKILL)
         session.wait(30)
         assert network.leftovers(name) and read_state(name)["status"] == "up"  # type: ignore[index]
         assert name in sweep_stale(progress=lambda _: None)
-        assert_gone(name, subnet.rsplit(".", 1)[0] + ".")
-    finally:
-        if session.poll() is None:
-            os.killpg(session.pid, signal.SIGKILL)
-            session.wait(30)
-        down(name, progress=lambda _: None)
+        assert_gone(name, prefix)
