@@ -109,6 +109,8 @@ def probe() -> str | None:
             return f"`{tool}` is not installed (apt-get install {package})"
     if not Path("/usr/sbin/sshd").exists():
         return "sshd is not installed (apt-get install openssh-server)"
+    for stale in _stale_probes():
+        subprocess.run(["ip", "netns", "del", stale], capture_output=True, timeout=10)
     name = f"mclab-probe{os.getpid()}"
     done = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True,
                           timeout=10)
@@ -116,6 +118,16 @@ def probe() -> str | None:
         return f"`ip netns add` is not permitted here: {done.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
     return None
+
+
+def _stale_probes() -> list[str]:
+    """Probe namespaces of processes that died between creating and deleting one."""
+    try:
+        names = netns_list()
+    except LabError:
+        return []
+    return [n for n in names if n.startswith("mclab-probe")
+            and n[len("mclab-probe"):].isdigit() and not os.path.exists(f"/proc/{n[11:]}")]
 
 
 def _which(tool: str) -> bool:

@@ -49,6 +49,12 @@ class Fault:
         return f"{self.kind} {self.id} {self.detail}"
 
 
+@dataclass
+class Recording:
+    id: str
+    noop: str = ""
+
+
 @dataclass(frozen=True)
 class HealOutcome:
     entry: Entry
@@ -77,12 +83,16 @@ class Faults:
     # ------------------------------------------------------------------ recording
 
     @contextmanager
-    def recording(self, kind: str, **detail: Any) -> Iterator[str]:
-        """Write the fault to the ledger, run the body (which applies it), mark it applied.
-        If the body fails the entry stays outstanding: its undo is harmless if nothing happened."""
-        fault_id = self.ledger.begin(self.run, {"kind": kind, **detail})
-        yield fault_id
-        self.ledger.mark(fault_id, "applied")
+    def recording(self, kind: str, **detail: Any) -> Iterator[Recording]:
+        """Write the fault to the ledger, run the body (which applies it), mark it applied, or
+        healed when the body found nothing to do (``rec.noop``). If the body fails the entry
+        stays outstanding: its undo is harmless if nothing happened."""
+        rec = Recording(self.ledger.begin(self.run, {"kind": kind, **detail}))
+        yield rec
+        if rec.noop:
+            self.ledger.mark(rec.id, "healed", note=f"nothing done: {rec.noop}")
+        else:
+            self.ledger.mark(rec.id, "applied")
 
     def came_back(self, node: str, component: str, kinds: Sequence[str] = ("down", "pause")) -> None:
         """A component runs again: its outstanding down/pause entries (any run) are healed."""
@@ -171,10 +181,10 @@ class Faults:
                                  f"session (we come from {controller}); heal could not reach it")
         detail = {"node": node, "tool": tool, "peers": [p.to_json() for p in resolved],
                   "direction": direction}
-        with self.recording("partition", **detail) as fault_id:
-            target.script(firewall.apply_script(tool, fault_id, resolved, direction),
+        with self.recording("partition", **detail) as rec:
+            target.script(firewall.apply_script(tool, rec.id, resolved, direction),
                           f"partition {node} from {', '.join(detail['peers'])} ({tool})")
-        return Fault(fault_id, "partition", detail, self)
+        return Fault(rec.id, "partition", detail, self)
 
     def isolate(self, node: str, tool: str | None = None) -> Fault:
         """Cut ``node`` off from every other node (with the lab's link tool: from everything,
@@ -188,9 +198,9 @@ class Faults:
             return self.partition(node, others)
         link = self.node(node).spec.lab_link
         detail = {"node": node, "tool": "link", "link": link}
-        with self.recording("link", **detail) as fault_id:
+        with self.recording("link", **detail) as rec:
             _ip_link(link, "down")  # type: ignore[arg-type]
-        return Fault(fault_id, "link", detail, self)
+        return Fault(rec.id, "link", detail, self)
 
     def isolate_from_etcd(self, node: str) -> Fault:
         """Cut ``node`` from the cluster file's ``[etcd].endpoints`` (their client ports only)."""

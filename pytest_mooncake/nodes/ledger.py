@@ -126,12 +126,3 @@ class Ledger:
     def outstanding(self, run: str | None = None) -> list[Entry]:
         """Faults not healed (of one run, or of every run)."""
         return [e for e in self.entries() if e.outstanding and (run is None or e.run == run)]
-
-    def remove_if_clean(self) -> bool:
-        """Delete the file when nothing in it is outstanding; True when it is gone."""
-        if not self.path.exists():
-            return True
-        if self.outstanding():
-            return False
-        self.path.unlink(missing_ok=True)
-        return True

@@ -155,19 +155,23 @@ class Node:
         c = self.component(name)
         self._faults.require("restart", c.kind, f"stop {name} on {self.name}")
         wait = c.stop_timeout if timeout is None else timeout
-        with self._faults.recording("down", node=self.name, component=name, how="stop"):
+        with self._faults.recording("down", node=self.name, component=name, how="stop") as rec:
             body = scripts.STOP_COMMAND if c.unit is None else scripts.STOP_UNIT
             r = self.script(body, f"stop {name}", ok=(0, 3), timeout=wait + 5 + _SSH_SLACK,
                             **self._params(c, wait))
+            if r.exit_status == 3 and c.unit is None:
+                rec.noop = "it was not running"
         return "not running" if r.exit_status == 3 else r.stdout.split()[0]
 
     def kill(self, name: str) -> list[int]:
         """SIGKILL the component (its process group); returns the pids killed ([] if none)."""
         c = self.component(name)
         self._faults.require("kill", c.kind, f"kill -9 {name} on {self.name}")
-        with self._faults.recording("down", node=self.name, component=name, how="kill"):
+        with self._faults.recording("down", node=self.name, component=name, how="kill") as rec:
             r = self.script(scripts.KILL, f"kill -9 {name}", ok=(0, 3), timeout=5 + _SSH_SLACK,
                             **self._params(c, 5))
+            if r.exit_status == 3:
+                rec.noop = "it was not running"
         return [] if r.exit_status == 3 else [int(p) for p in r.stdout.split()[1:]]
 
     def restart(self, name: str, graceful: bool = True, timeout: float | None = None) -> list[int]:
@@ -182,9 +186,13 @@ class Node:
         """SIGSTOP the component; recorded so a teardown or heal sends SIGCONT."""
         c = self.component(name)
         self._faults.require("pause", c.kind, f"pause {name} on {self.name}")
-        with self._faults.recording("pause", node=self.name, component=name):
-            r = self.script(scripts.PAUSE, f"pause {name}", timeout=5 + _SSH_SLACK,
+        with self._faults.recording("pause", node=self.name, component=name) as rec:
+            r = self.script(scripts.PAUSE, f"pause {name}", ok=(0, 3), timeout=5 + _SSH_SLACK,
                             **self._params(c, 5))
+            if r.exit_status == 3:
+                rec.noop = "it was not running"
+        if r.exit_status == 3:
+            raise ComponentError(self.name, f"cannot pause {name}: it is not running")
         return [int(p) for p in r.stdout.split()[1:]]
 
     def resume(self, name: str) -> list[int]:

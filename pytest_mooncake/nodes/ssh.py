@@ -185,7 +185,8 @@ class SshSessions:
             loop.call_soon_threadsafe(loop.stop)
             if self._thread is not None:
                 self._thread.join(5)
-            loop.close() if not loop.is_running() else None
+            if not loop.is_running():
+                loop.close()
             self._loop = self._thread = None
 
 

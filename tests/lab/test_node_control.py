@@ -25,6 +25,10 @@ def test_kill_and_start_an_engine(mc_lab_fleet, engines):
     killed = node.kill("engine-n3")
     assert killed == before
     assert node.state("engine-n3") == "absent" and node.pids("engine-n3") == []
+    # nothing to kill or pause now: no fault is recorded for it
+    assert node.kill("engine-n3") == []
+    with pytest.raises(ComponentError, match="cannot pause engine-n3: it is not running"):
+        node.pause("engine-n3")
     outstanding = mc_lab_fleet.ledger.outstanding(mc_lab_fleet.run)
     assert [(e.fault["kind"], e.fault["component"]) for e in outstanding] == [("down", "engine-n3")]
     with pytest.raises(ConnectionError):
