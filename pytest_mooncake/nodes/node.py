@@ -83,23 +83,25 @@ class Node:
                 "own_pidfile": int(c.start is not None and c.pid_file is None),
                 "wait": max(1, math.ceil(wait))}
 
-    def pids(self, name: str) -> list[int]:
-        """Live processes of the component (pid file, unit, or command-line match)."""
+    def _find(self, name: str) -> list[tuple[int, str]]:
+        """(pid, /proc state letter) of each live process of the component."""
         c = self.component(name)
         r = self.script(scripts.FIND, f"find {name}", ok=(0, 3), **self._params(c))
         if r.exit_status == 3:
             return []
-        return [int(line.split()[0]) for line in r.stdout.splitlines() if line.strip()]
+        found = [line.split() for line in r.stdout.splitlines() if line.strip()]
+        return [(int(f[0]), f[1] if len(f) > 1 else "?") for f in found]
+
+    def pids(self, name: str) -> list[int]:
+        """Live processes of the component (pid file, unit, or command-line match)."""
+        return [pid for pid, _ in self._find(name)]
 
     def state(self, name: str) -> str:
         """``running``, ``paused`` (every process stopped by SIGSTOP) or ``absent``."""
-        c = self.component(name)
-        r = self.script(scripts.FIND, f"find {name}", ok=(0, 3), **self._params(c))
-        if r.exit_status == 3:
+        states = [state for _, state in self._find(name)]
+        if not states:
             return "absent"
-        states = [line.split()[1] if len(line.split()) > 1 else "?"
-                  for line in r.stdout.splitlines() if line.strip()]
-        return "paused" if states and all(s in ("T", "t") for s in states) else "running"
+        return "paused" if all(s in ("T", "t") for s in states) else "running"
 
     def start(self, name: str, timeout: float | None = None) -> list[int]:
         """Start the component and wait until it is ready (its ``ready_log`` text appears in
