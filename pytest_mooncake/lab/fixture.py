@@ -2,9 +2,9 @@
 
     from pytest_mooncake.lab.fixture import mc_lab, mc_lab_fleet  # noqa: F401
 
-``mc_lab`` (session): a 3-node reference lab, named after the xdist worker so workers do not
-collide; labs of earlier sessions whose process is gone (SIGKILLed) are removed first, and a
-lab of this name is replaced. Skips with the probe's reason where namespaces or sshd are not
+``mc_lab`` (session): a 3-node reference lab under a name no other lab on the host uses (so
+xdist workers and concurrent sessions never touch each other's); labs of earlier sessions whose
+process is gone (SIGKILLed) are removed first. Skips with the probe's reason where namespaces or sshd are not
 available. ``mc_lab_fleet`` (function): the lab's ``Fleet``; after the test, every fault the
 test left (partitions, paused or stopped components) is healed, and the test errors if one
 could not be.
@@ -19,14 +19,15 @@ from typing import Any
 
 import pytest
 
-from pytest_mooncake.lab.host import probe
-from pytest_mooncake.lab.lab import Lab, sweep_stale
+from pytest_mooncake.lab.host import LabError, probe
+from pytest_mooncake.lab.lab import Lab, sweep_stale, unused_name
 from pytest_mooncake.nodes.fleet import Fleet
 
 
 def lab_name(prefix: str = "t") -> str:
+    """An unused lab name: ``prefix``, the xdist worker's number, a letter."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gwm")
-    return (prefix + worker.removeprefix("gw"))[:6]
+    return unused_name((prefix + worker.removeprefix("gw"))[:5])
 
 
 def make_lab_fixture(nodes: int = 3, flavour: str = "reference", prefix: str = "t",
@@ -38,8 +39,14 @@ def make_lab_fixture(nodes: int = 3, flavour: str = "reference", prefix: str = "
             pytest.skip(f"no lab on this machine: {reason}")
         lines: list[str] = []
         sweep_stale(progress=lines.append)
-        lab = Lab.up(nodes=nodes, name=lab_name(prefix), flavour=flavour, owner_pid=os.getpid(),
-                     replace=True, progress=lines.append, **options)
+        for attempt in range(3):
+            try:
+                lab = Lab.up(nodes=nodes, name=lab_name(prefix), flavour=flavour,
+                             owner_pid=os.getpid(), progress=lines.append, **options)
+                break
+            except LabError as exc:  # another session took the name between choice and build
+                if "exists" not in str(exc) or attempt == 2:
+                    raise
         try:
             yield lab
         finally:

@@ -64,6 +64,17 @@ def known_labs() -> list[str]:
     return sorted(names | network.lab_names_on_host())
 
 
+def unused_name(prefix: str) -> str:
+    """A lab name starting with ``prefix`` that no lab uses now (two test sessions on one host
+    must not replace each other's labs). Callers retry on LabError if another took it first."""
+    taken = set(known_labs())
+    for suffix in "abcdefghijklmnopqrstuvwxyz0123456789":
+        name = (prefix[:5] + suffix)
+        if name not in taken:
+            return check_name(name)
+    raise LabError(f"every lab name {prefix[:5]}? is taken; `lab down --all`")
+
+
 def _owner_alive(state: dict[str, Any] | None) -> bool:
     pid = (state or {}).get("owner_pid")
     if not pid:

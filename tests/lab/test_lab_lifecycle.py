@@ -40,8 +40,7 @@ def assert_gone(name: str, subnet_prefix: str) -> None:
 def test_up_then_down_leaves_nothing():
     name = lab_name("u")
     lines: list[str] = []
-    lab = Lab.up(nodes=2, name=name, masters=1, owner_pid=os.getpid(), replace=True,
-                 progress=lines.append)
+    lab = Lab.up(nodes=2, name=name, masters=1, owner_pid=os.getpid(), progress=lines.append)
     try:
         prefix = str(lab.layout.subnet.network_address)[:-1]  # "198.18.k."
         assert len(lab_processes(prefix)) == 4, "etcd, a master and two engines should run"
@@ -64,7 +63,6 @@ def test_up_then_down_leaves_nothing():
 def controller(name: str, argv: list[str], **popen: object) -> Iterator[subprocess.Popen]:
     """A process that builds lab ``name`` (in its own session); whatever the test does, it is
     killed and the lab removed afterwards."""
-    down(name, progress=lambda _: None)
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
     proc = subprocess.Popen([sys.executable, *argv], start_new_session=True, **popen)  # type: ignore[call-overload]
     try:
