@@ -26,16 +26,16 @@ def lane_of(op: Op, workers: int | None) -> str:
     return f"process {op.process}"
 
 
+def lane_order(lane: str) -> tuple[int, int, str]:
+    """Sort key: nemesis, then workers by number, then final reads."""
+    if lane == NEMESIS:
+        return (0, 0, lane)
+    if lane == FINAL:
+        return (2, 0, lane)
+    number = lane.rsplit(" ", 1)[-1]
+    return (1, int(number) if number.isdigit() else 0, lane)
+
+
 def lanes(ops: Iterable[Op], workers: int | None) -> list[str]:
-    """The lanes present, in reading order: nemesis, workers (by number), final reads."""
-    present = {lane_of(op, workers) for op in ops}
-
-    def order(lane: str) -> tuple[int, int, str]:
-        if lane == NEMESIS:
-            return (0, 0, lane)
-        if lane == FINAL:
-            return (2, 0, lane)
-        number = lane.rsplit(" ", 1)[-1]
-        return (1, int(number) if number.isdigit() else 0, lane)
-
-    return sorted(present, key=order)
+    """The lanes present, in reading order."""
+    return sorted({lane_of(op, workers) for op in ops}, key=lane_order)

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_mooncake.chaos.checkers import segment_of
 from pytest_mooncake.chaos.history import NEMESIS, OK, History, Op
-from pytest_mooncake.chaos.lanes import lane_of
+from pytest_mooncake.chaos.lanes import lane_of, lane_order
 from pytest_mooncake.chaos.windows import FaultWindow, fault_windows
 
 ANY = "any worker"
@@ -141,7 +141,7 @@ def recovery_times(history: History | Iterable[Op], workers: int | None = None
             oks[target].append(op)
     for group in oks.values():
         group.sort(key=lambda op: op.time)
-    scopes = [ANY] + (sorted(lanes, key=_lane_order) if len(lanes) > 1 else []) + sorted(targets)
+    scopes = [ANY] + (sorted(lanes, key=lane_order) if len(lanes) > 1 else []) + sorted(targets)
     end = max((op.time for op in ops), default=0) / 1e9
     times = {scope: [op.time / 1e9 for op in oks[scope]] for scope in scopes}
     out = []
@@ -169,8 +169,3 @@ def _recovery(scope: str, w: FaultWindow, oks: list[Op], times: list[float],
     return Recovery(scope, None, why=f"no ok operation in the {end - w.healed_at:.3f}s "
                     f"the history went on after the heal",
                     short=f"no ok in {end - w.healed_at:.1f}s", kind="not recovered")
-
-
-def _lane_order(lane: str) -> tuple[int, str]:
-    number = lane.rsplit(" ", 1)[-1]
-    return (int(number), lane) if number.isdigit() else (0, lane)

@@ -23,7 +23,7 @@ from pytest_mooncake.chaos.history import INFO, NEMESIS, Call, Op
 from pytest_mooncake.chaos.lanes import lane_of, lanes
 from pytest_mooncake.chaos.plot import fault_colours
 from pytest_mooncake.chaos.recovery import RecoveryTimes
-from pytest_mooncake.chaos.windows import FaultWindow
+from pytest_mooncake.chaos.windows import FaultWindow, fault_kind
 
 LANE_H = 26
 BAR_H = 18
@@ -272,8 +272,7 @@ def _timeline_section(page: Page, end: float) -> str:
 
 
 def _label(call: Call) -> str:
-    value = call.invoke.value if isinstance(call.invoke.value, dict) else {}
-    return f"{value.get('fault', 'fault')}:{call.key}"
+    return f"{fault_kind(call.invoke)}:{call.key}"
 
 
 def _op_text(call: Call, op: Op) -> str:
@@ -294,26 +293,33 @@ def _fault_text(w: FaultWindow) -> str:
 
 
 def _call_text(c: Call, lane: str, named: Collection[str]) -> str:
-    head = f"{c.f} {c.key if c.key is not None else ''}".rstrip()
-    if c.argument is not None:
-        head += f" ← {c.argument!r}"
-    lines = [head]
-    if c.completion is None:
-        lines.append(f"{INFO}: no completion (pending when the history ended)")
+    if c.invoke.process == NEMESIS:
+        lines = [f"nemesis: {c.f} {_label(c)}"]
+        if c.completion is None:
+            lines.append("no completion (the action was still running when the history ended)")
+        else:
+            lines.append(f"failed: {c.completion.error}" if c.completion.error else "done")
     else:
-        outcome = c.completion.type
-        if c.completion.value is not None and c.completion.type != INFO:
-            outcome += f" → {c.completion.value!r}"
-        if c.completion.error:
-            outcome += f" ({c.completion.error})"
-        lines.append(outcome)
+        head = f"{c.f} {c.key if c.key is not None else ''}".rstrip()
+        if c.argument is not None:
+            head += f" ← {c.argument!r}"
+        lines = [head]
+        if c.completion is None:
+            lines.append(f"{INFO}: no completion (pending when the history ended)")
+        else:
+            outcome = c.completion.type
+            if c.completion.value is not None and c.completion.type != INFO:
+                outcome += f" → {c.completion.value!r}"
+            if c.completion.error:
+                outcome += f" ({c.completion.error})"
+            lines.append(outcome)
     done = "" if c.completion is None else \
         f", completed {c.completion.time / 1e9:.4f}s ({(c.completion.time - c.start) / 1e6:.2f} ms)"
     lines.append(f"invoked {c.start / 1e9:.4f}s{done}")
     ids = f"#{c.invoke.index}" + ("" if c.completion is None else f" → #{c.completion.index}")
     lines.append(f"process {c.invoke.process} ({lane}), ops {ids}")
     if c.instance:
-        lines.append(f"instance {c.instance}")
+        lines.append(f"{'new ' if c.invoke.process == NEMESIS else ''}instance {c.instance}")
     if named:
         lines.append("VIOLATION named by " + ", ".join(named))
     return "\n".join(lines)
