@@ -6,7 +6,8 @@ operation a bar from invoke to completion coloured by outcome (ok / fail / info;
 completion runs to the end, striped), each fault window a shaded band across every lane, each
 recovery (heal to first ok) a bar under the fault's label, the operations a checker named
 outlined and flagged. Hovering an operation shows its details; a violation in the verdict list
-scrolls to it. Inline CSS, JS and SVG only (the plot a base64 PNG): the page needs no network
+scrolls to it. The recovery figures are also embedded as JSON (``<script type="application/json"
+id="mc-recovery">``, ``RecoveryTimes.to_json()``) for tools. Inline CSS, JS and SVG only (the plot a base64 PNG): the page needs no network
 and opens from an allure report or a CI artifact as it is.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +108,8 @@ def render(page: Page) -> str:
         parts.append('<section id="plot"><h2>Latency and throughput</h2>'
                      f'<img alt="latency and throughput over time, fault windows shaded" '
                      f'src="data:image/png;base64,{data}"></section>')
+    data = json.dumps(page.recovery.to_json()).replace("</", "<\\/")
+    parts.append(f'<script type="application/json" id="mc-recovery">{data}</script>')
     parts.append(f'<div id="tip" role="tooltip"></div><script>{JS}</script></body></html>')
     return "\n".join(parts)
 

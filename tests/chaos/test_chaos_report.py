@@ -3,6 +3,8 @@ and a real run against a real process writing both files next to its history."""
 
 from __future__ import annotations
 
+import json
+import re
 import struct
 from html.parser import HTMLParser
 from typing import Any
@@ -150,6 +152,9 @@ def test_timeline_names_every_fault_and_the_violations(tmp_path) -> None:
         assert any(tag == "a" and attrs.get("href") == f"#op-{invoke.index}"
                    for tag, attrs in page.elements), "the violation list links the op"
     assert "0.050s" in text  # the measured recovery of the first kill
+    embedded = re.search(r'<script type="application/json" id="mc-recovery">(.*?)</script>',
+                         html_path.read_text()).group(1)
+    assert json.loads(embedded) == recovery_times(history, workers=2).to_json()
     tips = [attrs["data-d"] for _, attrs in page.elements if "data-d" in attrs]
     assert any("read A/2" in t and "ghost" in t and "VIOLATION" in t for t in tips)
     for tag, attrs in page.elements:  # self-contained: nothing loaded from elsewhere
