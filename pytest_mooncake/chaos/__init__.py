@@ -22,7 +22,9 @@ Wiring a target takes a client and faults; e.g. engines of the current target::
 
 Modules: ``history`` (ops, JSON lines), ``generator`` (workloads), ``nemesis`` (faults and
 their schedule), ``runner`` (``run_chaos``), ``checkers``, ``target_clients`` (adapters over the
-Target API); the ``mc_chaos`` fixture is in ``pytest_mooncake/fixtures/chaos_runs.py``.
+Target API); the report of a run: ``run_report`` (files beside the history), ``timeline`` (HTML),
+``plot`` (PNG), ``recovery`` (heal to first ok), ``windows`` (fault windows), ``lanes``. The
+``mc_chaos`` fixture is in ``pytest_mooncake/fixtures/chaos_runs.py``.
 """
 
 from pytest_mooncake.chaos.checkers import (
@@ -49,6 +51,8 @@ from pytest_mooncake.chaos.nemesis import (
     process_kill,
     process_pause,
 )
+from pytest_mooncake.chaos.recovery import RecoveryTimes, recovery_times
+from pytest_mooncake.chaos.run_report import write_report
 from pytest_mooncake.chaos.runner import ChaosResult, ChaosRunError, fail, info, ok, run_chaos
 from pytest_mooncake.chaos.target_clients import EngineTransferClient
 
@@ -58,5 +62,6 @@ __all__ = [
     "EngineTransferClient", "OpSpec", "Workload", "History", "Op",
     "Fault", "Nemesis", "engine_kill", "etcd_outage", "kill_restart", "latency", "partition",
     "process_kill", "process_pause",
+    "RecoveryTimes", "recovery_times", "write_report",
     "ChaosResult", "ChaosRunError", "fail", "info", "ok", "run_chaos",
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_mooncake.waits import TRANSIENT, holds_for, wait_until
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.model import SegmentInfo
 
 

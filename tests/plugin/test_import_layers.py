@@ -25,8 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime", "schemas"),                   # processes, ports, deadlines, servers; TOML schemas
     ("report",),                              # catalogue, verdict rule, matrix, n/a, logs, allure
     ("verbs", "releases", "nodes"),           # standalone packages: see ONLY_RUNTIME
-    ("toxiproxy", "chaos"),                   # fault server; Jepsen-style runs
-    ("targets",),                             # the Target API and the implementations under test
+    ("toxiproxy", "chaos", "lab"),            # fault server; Jepsen-style runs; netns lab
+    ("targets", "cluster"),                   # the Target API and implementations; cluster CLI
     ("config",),                              # options, markers, stash keys, run matrices
     ("fixtures", "planting", "waits"),        # fixtures and the helpers suites import
     ("plugin", "__init__"),                   # the pytest hooks; the entry point
@@ -40,15 +40,6 @@ ONLY_RUNTIME = ("verbs", "releases", "nodes")
 """Standalone packages: of the plugin they may import only runtime/ (and schemas/)."""
 
 PYTEST_FREE = ("runtime", "schemas")
-
-KNOWN_CYCLES: list[frozenset[str]] = [
-    # reference_engine circles the house-engine branch (#16 item 4) removes; delete these two
-    # lines when it is merged (the test fails on an entry that no longer matches a cycle).
-    frozenset({"reference_engine.master.profiles", "reference_engine.master.standby"}),
-    frozenset({"reference_engine.master.admin", "reference_engine.master.metrics",
-               "reference_engine.master.node"}),
-]
-
 
 # ------------------------------------------------------------------------------ the graph
 
@@ -158,11 +149,8 @@ def test_the_walker_sees_known_edges() -> None:
 
 
 def test_no_import_cycles() -> None:
-    found = cycles(GRAPH)
-    unexpected = [sorted(c) for c in found if c not in KNOWN_CYCLES]
-    assert not unexpected, f"import cycles: {unexpected}"
-    stale = [sorted(c) for c in KNOWN_CYCLES if c not in found]
-    assert not stale, f"KNOWN_CYCLES lists cycles that are gone; delete them: {stale}"
+    found = [sorted(c) for c in cycles(GRAPH)]
+    assert not found, f"import cycles: {found}"
 
 
 def test_every_package_of_the_plugin_has_a_layer() -> None:

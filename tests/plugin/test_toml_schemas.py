@@ -15,7 +15,9 @@ from pytest_mooncake.schemas.toml_documents import SchemaError, load
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [(SkewMatrixFile, p) for p in sorted((ROOT / "fixtures" / "skew").glob("*.toml"))] + \
     [(RunMatrixFile, p) for p in sorted((ROOT / "fixtures" / "matrices").glob("*.toml"))] + \
-    [(ClusterManifestFile, p) for p in sorted((ROOT / "fixtures" / "clusters").glob("*.toml"))]
+    [(ClusterManifestFile, ROOT / "fixtures" / "clusters" / "example.toml")]
+# fixtures/clusters/nodes-example.toml is read by pytest_mooncake/nodes/schema.py (node control);
+# the cluster target does not read its [[nodes]] tables yet (tests/lab loads that file).
 
 SKEW = """
 roles = ["writer", "reader"]
