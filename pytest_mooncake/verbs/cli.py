@@ -97,9 +97,7 @@ def cmd_ctl(args: argparse.Namespace) -> int:
         return 1
     finally:
         ctl.close()
-    print("ok " + " ".join(f"{k}={v}" for k, v in reply.fields.items()))
-    for kind, data in reply.lines:
-        print(kind + " " + " ".join(f"{k}={v}" for k, v in data.items()))
+    print("\n".join(reply.raw))
     return 0
 
 

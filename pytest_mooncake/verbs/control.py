@@ -72,6 +72,7 @@ class Reply:
 
     fields: dict[str, Any]
     lines: list[tuple[str, dict[str, Any]]]
+    raw: list[str]  # the reply as the process wrote it (without the closing "end")
 
 
 def _from(cls, data: dict[str, Any], **renames: str):
@@ -223,7 +224,7 @@ class VerbsControl:
         status, first = lines[0].partition(" ")[::2]
         if status != "ok":
             raise VerbsControlError(f"{self.path}: {line!r} failed: {first}")
-        return Reply(parse_fields(lines[0])[1], [parse_fields(x) for x in lines[1:]])
+        return Reply(parse_fields(lines[0])[1], [parse_fields(x) for x in lines[1:]], lines)
 
     def _connect(self) -> socket.socket:
         if self._sock is None:

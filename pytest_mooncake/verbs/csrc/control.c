@@ -630,6 +630,8 @@ static void cmd_event(const struct request *r, struct out *o) {
         say(o, "ok\n");
         return;
     }
+    case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED: case IBV_EVENT_WQ_FATAL:
+        return say(o, "error type=%s: SRQs and WQs are not emulated\n", name);
     default: { /* port events without a state change */
         int dev = arg_device(r, o, 1), port;
         if (dev < 0 || (port = arg_port(r, o, dev)) < 0) return;
