@@ -47,8 +47,9 @@ device options (after the name, colon-separated): {OPTION_HELP}
 CTL_HELP = """\
 requests (key=value arguments; a reply is `ok ...`, data lines, then `end`):
   hello                                  pid, seed, chaos state, devices
-  hold [stage=completion|execution] [dev=NAME] [qp=QPN] [opcode=write|read]
-       [wr_id=N] [nth=N] [count=N]       hold the nth matching WR (count: how many; 0 = all)
+  hold [stage=completion|execution] [dev=NAME] [qp=QPN] [peer=PID] [opcode=write|read]
+       [wr_id=N] [nth=N] [count=N]       hold the nth matching WR (count: how many; 0 = all);
+                                         peer: the process at the other end of the QP
   unhold rule=ID|all                     remove hold rules (held entries stay held)
   rules / held                           list hold rules / held completions
   release [ids=3,1,2|all] [status=NAME] [keep_qp=1]

@@ -106,6 +106,7 @@ class HoldRule:
     count: int
     matched: int
     taken: int
+    peer: int = 0
     wr_id: int | None = None
 
 
@@ -300,16 +301,20 @@ class VerbsControl:
     # ----------------------------------------------------------------------------- holding
 
     def hold(self, *, device: str | None = None, qp: int | None = None,
-             opcode: str | None = None, wr_id: int | None = None, nth: int = 1, count: int = 1,
-             stage: str = "completion") -> int:
+             peer: int | None = None, opcode: str | None = None, wr_id: int | None = None,
+             nth: int = 1, count: int = 1, stage: str = "completion") -> int:
         """Add a hold rule and return its id. It takes the ``nth`` WR matching the filter, and
         the ones after it up to ``count`` in all (``count=0``: every one from the nth on).
-        ``opcode`` is "write" or "read"; ``stage`` is "completion" (the WR executes, its
-        completion waits) or "execution" (the QP's send queue stalls at the WR)."""
+        ``peer`` is the pid of the process at the other end (it follows the QPs an application
+        replaces, where ``qp`` names one); ``opcode`` is "write" or "read"; ``stage`` is
+        "completion" (the WR executes, its completion waits) or "execution" (the QP's send
+        queue stalls at the WR)."""
         if stage not in STAGES:
             raise ValueError(f"stage={stage!r}: one of {', '.join(STAGES)}")
         args = ["hold", f"stage={stage}", *_wr_filter(device, qp, opcode, wr_id),
                 f"nth={int(nth)}", f"count={int(count)}"]
+        if peer is not None:
+            args.append(f"peer={int(peer)}")
         return self.request(" ".join(args)).fields["rule"]
 
     def unhold(self, rule: int | str = "all") -> int:

@@ -20,8 +20,11 @@ def probe_library() -> Path:
 
 
 @pytest.fixture
-def fabric() -> Iterator[EmulatedFabric]:
-    with EmulatedFabric.create("mlx5_0,mlx5_1:numa=1", seed=20261201) as f:
+def fabric(tmp_path_factory) -> Iterator[EmulatedFabric]:
+    """Two devices in a run directory under pytest's temporary directory (so even a killed run
+    leaves nothing pytest's own clean-up does not remove)."""
+    run_dir = tmp_path_factory.mktemp("vf")
+    with EmulatedFabric.create("mlx5_0,mlx5_1:numa=1", run_dir=run_dir, seed=20261201) as f:
         yield f
 
 

@@ -26,7 +26,7 @@ from verbs_peers import (
     connected_pair,
 )
 
-from pytest_mooncake.verbs import ProcessGone, VerbsControlError
+from pytest_mooncake.verbs import ProcessGone, VerbsControl, VerbsControlError
 
 EVENT_WAIT_MS = 10000  # another process notices a host-wide change within its 50 ms tick
 
@@ -260,3 +260,28 @@ def test_waits_are_bounded_and_bad_requests_say_what_was_wrong(fabric, peers):
     with pytest.raises(ValueError, match="stage='later'"):
         ctl.hold(stage="later")
     assert ctl.hello().pid == p.pid  # the connection survived the errors
+
+
+def test_a_peer_rule_follows_the_replacement_qp(fabric, peers):
+    pa, pb, pc = peers(), peers(), peers()
+    ab, ba = connected_pair(pa, pb)
+    ac, ca = connected_pair(pa, pc)
+    ctl = fabric.control(pa.pid)
+    ctl.hold(peer=pc.pid, count=0)
+    assert ab.post(WRITE, ba, 1, 64)["rc"] == 0
+    assert statuses(ab.poll_until(1)) == [(1, WC_SUCCESS)]  # to b: not held
+    assert ac.post(WRITE, ca, 2, 64)["rc"] == 0
+    ac2, ca2 = connected_pair(pa, pc)  # a replacement QP towards the same peer
+    assert ac2.post(WRITE, ca2, 3, 64)["rc"] == 0
+    assert sorted((h.wr_id, h.qp) for h in ctl.wait_held(2)) == [(2, ac.qpn), (3, ac2.qpn)]
+    (rule,) = ctl.rules()
+    assert (rule.peer, rule.matched) == (pc.pid, 2)
+
+
+def test_a_socket_path_a_live_process_holds_is_not_taken_over(fabric, peers):
+    shared = str(fabric.run_dir / "ctl" / "one.sock")
+    first, second = peers({"MC_VERBS_CONTROL": shared}), peers({"MC_VERBS_CONTROL": shared})
+    first.open("mlx5_0")
+    second.open("mlx5_0")
+    assert "in use by another live process" in second.stderr()
+    assert VerbsControl(shared).hello().pid == first.pid

@@ -37,19 +37,28 @@ def mooncake_package() -> tuple[Path | None, str | None]:
     return pkg, None
 
 
-def need_wheel() -> Path:
-    pkg, reason = mooncake_package()
+def need_wheel(probe=mooncake_package, environ=os.environ) -> Path:
+    pkg, reason = probe()
     if pkg is not None:
         return pkg
-    if os.environ.get("CI", "").strip().lower() == "true":  # CI installs the wheel
+    if environ.get("CI", "").strip().lower() == "true":  # CI installs the wheel
         pytest.fail(f"CI=true, yet {reason}; scripts/setup.sh installs the [mooncake] extra",
                     pytrace=False)
     pytest.skip(f"n/a: {reason}")
 
 
+def test_without_the_wheel_this_is_n_a_locally_and_a_failure_under_ci():
+    absent = lambda: (None, "the Mooncake wheel is not installed")  # noqa: E731
+    with pytest.raises(pytest.skip.Exception, match="n/a: the Mooncake wheel is not installed"):
+        need_wheel(absent, {})
+    with pytest.raises(pytest.fail.Exception, match="CI=true, yet the Mooncake wheel"):
+        need_wheel(absent, {"CI": "true"})
+
+
 @pytest.fixture
-def rdma_fabric():
-    with EmulatedFabric.create("mlx5_0,mlx5_1", seed=1313) as fabric:
+def rdma_fabric(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("vf")
+    with EmulatedFabric.create("mlx5_0,mlx5_1", run_dir=run_dir, seed=1313) as fabric:
         yield fabric
 
 

@@ -1,6 +1,7 @@
 /* Completion control: hold rules, held completions, chaos, and the control socket.
  *
- * A hold rule (stage, device, QP, opcode, wr_id, nth, count) catches WRs of this process:
+ * A hold rule (stage, device, QP, peer process, opcode, wr_id, nth, count) catches WRs of this
+ * process:
  *  - stage "completion": the WR executes (its bytes land) but its completion is parked in the
  *    held list instead of the CQ, until released, in any order, with its own or a chosen status;
  *  - stage "execution": the send queue stalls at the WR (it and everything behind it on that QP
@@ -42,6 +43,7 @@ static const char *const stage_names[] = {"completion", "execution"};
 struct rule {
     uint32_t id;
     int stage, dev, opcode, has_wr_id;
+    int32_t peer; /* pid owning the remote QP, 0: any */
     uint32_t qpn;
     uint64_t wr_id, nth, count, matched, taken;
     struct rule *next;
@@ -99,10 +101,21 @@ int emu_chaos_fail(enum ibv_wc_status *status) {
 
 /* -------------------------------------------------------------------------------- holding */
 
+/* The process owning the QP `qp` is connected to (0 if none): a rule can follow a peer across
+ * the QPs an application replaces. */
+static int32_t peer_pid(const struct emu_qp *qp) {
+    int i = (int)qp->dest_qpn - EMU_QPN_BASE;
+    if (i < 0 || i >= EMU_MAX_QPS) return 0;
+    shm_lock();
+    int32_t pid = g.shm->qp[i].used ? g.shm->qp[i].owner.pid : 0;
+    shm_unlock();
+    return pid;
+}
+
 static int rule_takes(struct rule *r, int stage, struct emu_qp *qp, int opcode, uint64_t wr_id) {
     if (r->stage != stage || (r->dev >= 0 && r->dev != qp->dev) ||
         (r->qpn && r->qpn != qp->qp.qp_num) || (r->opcode >= 0 && r->opcode != opcode) ||
-        (r->has_wr_id && r->wr_id != wr_id))
+        (r->has_wr_id && r->wr_id != wr_id) || (r->peer && r->peer != peer_pid(qp)))
         return 0;
     r->matched++;
     if (r->matched < r->nth || (r->count && r->taken >= r->count)) return 0;
@@ -405,6 +418,8 @@ static void cmd_hold(const struct request *r, struct out *o) {
     int got;
     if ((got = arg_u64(r, "qp", &v, o)) < 0) return;
     if (got) nr.qpn = (uint32_t)v;
+    if ((got = arg_u64(r, "peer", &v, o)) < 0) return;
+    if (got) nr.peer = (int32_t)v;
     if ((got = arg_u64(r, "wr_id", &nr.wr_id, o)) < 0) return;
     nr.has_wr_id = got;
     if (arg_u64(r, "nth", &nr.nth, o) < 0 || arg_u64(r, "count", &nr.count, o) < 0) return;
@@ -447,9 +462,9 @@ static void cmd_rules(struct out *o) {
     say(o, "ok\n");
     pthread_mutex_lock(&hold_lock);
     for (struct rule *r = rules; r; r = r->next) {
-        say(o, "rule id=%u stage=%s dev=%s qp=%u opcode=%s", r->id, stage_names[r->stage],
-            r->dev >= 0 ? g.shm->dev[r->dev].name : "any", r->qpn,
-            r->opcode >= 0 ? emu_opcode_name(r->opcode) : "any");
+        say(o, "rule id=%u stage=%s dev=%s qp=%u peer=%d opcode=%s", r->id,
+            stage_names[r->stage], r->dev >= 0 ? g.shm->dev[r->dev].name : "any", r->qpn,
+            (int)r->peer, r->opcode >= 0 ? emu_opcode_name(r->opcode) : "any");
         if (r->has_wr_id) say(o, " wr_id=%#llx", (unsigned long long)r->wr_id);
         say(o, " nth=%llu count=%llu matched=%llu taken=%llu\n", (unsigned long long)r->nth,
             (unsigned long long)r->count, (unsigned long long)r->matched,
@@ -987,6 +1002,13 @@ static int control_path(char *out, size_t len) {
     return o + 1 >= len ? -1 : 0;
 }
 
+static int socket_in_use(const struct sockaddr_un *addr) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int used = fd >= 0 && connect(fd, (const struct sockaddr *)addr, sizeof *addr) == 0;
+    if (fd >= 0) close(fd);
+    return used;
+}
+
 void emu_control_start(void) {
     if (__atomic_load_n(&ctl.started, __ATOMIC_ACQUIRE)) return;
     pthread_mutex_lock(&ctl_lock);
@@ -1004,16 +1026,21 @@ void emu_control_start(void) {
     } else if (rc == 0) {
         struct sockaddr_un addr = {.sun_family = AF_UNIX};
         snprintf(addr.sun_path, sizeof addr.sun_path, "%s", ctl.path);
-        ctl.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        unlink(ctl.path); /* a socket left by a dead process that had our pid */
-        if (ctl.listen_fd < 0 || bind(ctl.listen_fd, (struct sockaddr *)&addr, sizeof addr) ||
-            listen(ctl.listen_fd, 16)) {
-            emu_log("control socket %s: %s: no completion control in this process", ctl.path,
-                    strerror(errno));
-            if (ctl.listen_fd >= 0) close(ctl.listen_fd);
-            ctl.listen_fd = -1;
+        if (socket_in_use(&addr)) {
+            emu_log("control socket %s is in use by another live process: give every process "
+                    "its own path (MC_VERBS_CONTROL with %%p); no completion control here",
+                    ctl.path);
         } else {
-            chmod(ctl.path, 0600);
+            unlink(ctl.path); /* a socket left by a dead process */
+            int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) || listen(fd, 16)) {
+                emu_log("control socket %s: %s: no completion control in this process",
+                        ctl.path, strerror(errno));
+                if (fd >= 0) close(fd);
+            } else {
+                chmod(ctl.path, 0600);
+                ctl.listen_fd = fd;
+            }
         }
     }
     if (ctl.listen_fd >= 0) {
@@ -1030,8 +1057,9 @@ void emu_control_start(void) {
         pthread_attr_destroy(&a);
         emu_log("control socket %s, seed %llu, chaos %s", ctl.path, (unsigned long long)chaos.seed,
                 chaos.on ? "on" : "off");
-    } else if (rc == 1) {
-        emu_log("MC_VERBS_CONTROL=off: no control socket; seed %llu", (unsigned long long)chaos.seed);
+    } else {
+        emu_log("%sno control socket; seed %llu", rc == 1 ? "MC_VERBS_CONTROL=off: " : "",
+                (unsigned long long)chaos.seed);
     }
     log_chaos();
     __atomic_store_n(&ctl.started, 1, __ATOMIC_RELEASE);

@@ -187,7 +187,7 @@ struct emu_qp {
     uint64_t *recv_ring; /* wr_ids of posted receives: only flushed, no SEND is emulated */
     uint64_t recv_head, recv_tail;
     int pending; /* counted in g.pending: WRs wait for a delay or a stalled hold */
-    uint64_t posted, executed, flushed, errors, bytes, cqes, held;
+    uint64_t posted, executed, flushed, errors, bytes, cqes;
     uint32_t async_reported;
     struct emu_qp *next;
 };

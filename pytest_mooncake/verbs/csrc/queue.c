@@ -437,7 +437,7 @@ static enum ibv_wc_status execute(struct emu_qp *qp, struct emu_wqe *w, uint32_t
     }
     if (ri >= 0 && ri < EMU_MAX_QPS) {
         rq = g.shm->qp[ri];
-        if (rq.used) {
+        if (rq.used && rq.dev >= 0 && rq.dev < g.ndevs) {
             remote_state = g.shm->dev[rq.dev].port[rq.port ? rq.port - 1 : 0].state;
             if (qp->attr.ah_attr.is_global) dgid_ok = emu_gid_on_device(rq.dev, &qp->dgid);
         }
