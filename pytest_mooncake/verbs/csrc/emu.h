@@ -215,7 +215,8 @@ struct emu_global {
 
 extern struct emu_global g;
 
-/* Lock order: g.objects -> qp->lock -> hold lock (control.c) -> cq->lock. */
+/* Lock order: g.objects -> qp->lock -> hold_lock (hold.c) -> cq->lock; the shared state lock
+ * (shm_lock) is taken last and alone. */
 
 /* shared.c */
 int emu_init(void); /* idempotent; 0 when emulated devices are available */
@@ -248,14 +249,16 @@ void emu_progress_all(void);
 void emu_qp_to_error(struct emu_qp *qp); /* call with qp->lock held: flushes the rest */
 void emu_cq_push(struct emu_cq *cq, const struct emu_cqe *e);
 
-/* control.c */
-void emu_control_start(void);
+/* hold.c: hold rules, held WRs, chaos draws */
 int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e); /* 1: taken, do not push */
 int emu_hold_execution(struct emu_qp *qp, struct emu_wqe *w);        /* 1: stalled */
 void emu_hold_forget_wqes(struct emu_qp *qp);           /* qp flushed or reset: stalls gone */
 void emu_hold_forget_cq(struct emu_cq *cq);             /* cq destroyed */
 uint64_t emu_chaos_delay_ns(void);                      /* 0 when chaos is off */
 int emu_chaos_fail(enum ibv_wc_status *status);         /* 1: fail this WR */
+
+/* control.c: the control socket and its thread */
+void emu_control_start(void);
 void emu_control_kick(void);
 void emu_control_after_fork_child(void);
 void emu_control_fork_lock(int which); /* 0: control lock, 1: hold lock */

@@ -11,6 +11,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -134,7 +135,7 @@ static int name_cmp(const void *a, const void *b) {
 
 /* Reads one port of the tree (the same files a kernel driver's sysfs has). */
 static int load_port(const char *devdir, int p, struct emu_shm_port *port) {
-    char path[1024], buf[256];
+    char path[PATH_MAX], buf[256];
     snprintf(path, sizeof path, "%s/ports/%d/state", devdir, p);
     if (read_small(path, buf, sizeof buf)) return -1;
     port->state = atoi(buf);
@@ -164,7 +165,7 @@ static int load_port(const char *devdir, int p, struct emu_shm_port *port) {
 }
 
 static int load_devices(struct emu_shm *shm) {
-    char dir[1024], devdir[1200], buf[256];
+    char dir[PATH_MAX / 2], devdir[PATH_MAX / 2 + 256], path[PATH_MAX], buf[256];
     snprintf(dir, sizeof dir, "%s/sys/class/infiniband", g.run_dir);
     DIR *d = opendir(dir);
     if (!d) {
@@ -185,7 +186,8 @@ static int load_devices(struct emu_shm *shm) {
         snprintf(devdir, sizeof devdir, "%s/%s", dir, names[i]);
         free(names[i]);
         unsigned short w[4] = {0};
-        if (read_small((snprintf(buf, sizeof buf, "%s/node_guid", devdir), buf), buf, sizeof buf) == 0)
+        snprintf(path, sizeof path, "%s/node_guid", devdir);
+        if (read_small(path, buf, sizeof buf) == 0)
             sscanf(buf, "%hx:%hx:%hx:%hx", &w[0], &w[1], &w[2], &w[3]);
         dev->guid = htobe64((uint64_t)w[0] << 48 | (uint64_t)w[1] << 32 | (uint64_t)w[2] << 16 | w[3]);
         for (int p = 1; p <= EMU_MAX_PORTS; p++) {
