@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from verbs_peers import (
     ACCESS_LOCAL_WRITE,
     ACCESS_REMOTE_READ,
@@ -287,3 +288,20 @@ def test_without_a_run_directory_there_are_no_devices(probe_library, tmp_path):
                           text=True, timeout=60, check=True)
     assert done.stdout.strip() == "0"
     assert "MC_VERBS_RUN_DIR is not set" in done.stderr
+
+
+def test_rdma_cores_librdmacm_binds_to_the_emulated_library(fabric):
+    """librdmacm imports only public verbs symbols, every one of which the emulation exports
+    at rdma-core's version: loaded with RTLD_NOW under the fabric, it resolves against it."""
+    script = (
+        "import ctypes, os\n"
+        "ctypes.CDLL('librdmacm.so.1', mode=os.RTLD_NOW)\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "print([l.split()[-1] for l in maps.splitlines() if 'libibverbs' in l][0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=fabric.apply(), capture_output=True,
+                          text=True, timeout=60)
+    if "librdmacm.so.1: cannot open shared object file" in done.stderr:
+        pytest.skip("n/a: rdma-core's librdmacm1 is not installed here")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(library_path())
