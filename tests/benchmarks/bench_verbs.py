@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,6 +76,7 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_verbs-"))
     children = Children(args.nice)
     etcd = None
+    ok = False
     with EmulatedFabric.create(args.devices) as fabric:
         devices = ",".join(d.name for d in fabric.devices)
         rdma_env, rdma_flags = fabric.apply(), [f"--device_name={devices}"]
@@ -94,10 +96,15 @@ def main(argv: list[str]) -> int:
                         run_real, children, exe, etcd.uri, tcp_target, op, block,
                         args.duration, tmp / f"tcp-{op}-{block}.log")))
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+            ok = True
         finally:
             children.kill_all()
             if etcd is not None:
                 etcd.close()
+            if ok:
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                print(f"logs of the processes kept in {tmp}", file=sys.stderr)
     print_table(cells, rdma, tcp, args, devices)
     return 0
 
