@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the README's commands need on a fresh machine; cheap to run again.
-#  - as root on Debian/Ubuntu: etcd-server and the RDMA/NUMA libraries the Mooncake wheel links
+#  - as root on Debian/Ubuntu: etcd-server and the RDMA/NUMA libraries the Mooncake wheel links,
+#    and gcc + rdma-core's headers (libibverbs-dev) for the emulated libibverbs the plugin builds
 #  - a virtualenv (.venv, or $MC_VENV) with this package, its test tools and Mooncake 0.3.13
+#  - the emulated libibverbs.so.1 (pytest_mooncake/verbs), built once into the plugin's cache
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MC_VENV:-.venv}
@@ -13,9 +15,13 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then missing+=(e
 for pair in /usr/sbin/sshd:openssh-server /usr/sbin/nft:nftables /usr/sbin/iptables:iptables; do
   if [ ! -x "${pair%%:*}" ]; then missing+=("${pair##*:}"); fi
 done
+# (grep -q on a pipe would stop ldconfig early: with pipefail that reads as "missing")
+libs=$(ldconfig -p 2>/dev/null || true)
 for pair in libibverbs.so.1:libibverbs1 librdmacm.so.1:librdmacm1 libnuma.so.1:libnuma1; do
-  if ! ldconfig -p 2>/dev/null | grep -q "${pair%%:*}"; then missing+=("${pair##*:}"); fi
+  if ! grep -qF "${pair%%:*}" <<<"$libs"; then missing+=("${pair##*:}"); fi
 done
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then missing+=(gcc); fi
+if [ ! -f /usr/include/infiniband/verbs.h ]; then missing+=(libibverbs-dev); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: apt-get install ${missing[*]}"
@@ -44,4 +50,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$VENV/bin/python" -m pip install -q -e ".[dev,mooncake]"
   echo "$want" > "$stamp"
+fi
+
+if ! "$VENV/bin/python" -m pytest_mooncake.verbs build >/dev/null; then
+  echo "setup: warning: the emulated libibverbs (pytest_mooncake/verbs) did not build; the" \
+       "RDMA tests on emulated devices will fail until gcc and libibverbs-dev are installed" >&2
 fi
