@@ -1,0 +1,116 @@
+"""Fixtures of the release-environment tests.
+
+Tests marked ``release`` use real Mooncake releases from PyPI, installed into the user's cache
+(``scripts/setup.sh`` pre-installs 0.3.13.post1 and 0.3.14, so CI finds them there). Which
+releases the parametrized ones run on: ``MC_TEST_RELEASES`` (comma-separated, or ``all``;
+default 0.3.13.post1 and 0.3.14). Where pip cannot reach PyPI they are skipped with pip's own
+message, except under ``CI=true``, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fake_release import build_engine, build_wheel, offline_pip_env
+
+from pytest_mooncake.releases import ReleaseEnv, ReleaseFetchError, ensure_env, envs, loader
+from pytest_mooncake.releases.standins import STAND_INS
+
+ALL_RELEASES = ("0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13.post1", "0.3.14")
+CI_RELEASES = ("0.3.13.post1", "0.3.14")
+
+
+def selected_releases() -> tuple[str, ...]:
+    raw = os.environ.get("MC_TEST_RELEASES", "").strip()
+    if not raw:
+        return CI_RELEASES
+    if raw == "all":
+        return ALL_RELEASES
+    return tuple(v.strip() for v in raw.split(",") if v.strip())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "release: uses real Mooncake releases from PyPI (installed once into the "
+        "cache; MC_TEST_RELEASES picks the releases)")
+
+
+def skip_or_fail_unreachable(exc: ReleaseFetchError, environ=os.environ) -> None:
+    """pip could not reach PyPI: skip with what pip said; under CI=true fail instead."""
+    said = next((ln.strip() for ln in exc.output.splitlines() if "ERROR" in ln or "Error" in ln),
+                str(exc))
+    if environ.get("CI", "").strip().lower() == "true":
+        pytest.fail(f"CI=true but pip cannot reach PyPI to install a release: {exc}")
+    pytest.skip(f"pip cannot reach PyPI ({said[:200]})")
+
+
+@pytest.fixture(scope="session")
+def real_release() -> Callable[[str], ReleaseEnv]:
+    """``real_release("0.3.14")``: the release's environment in the user's cache."""
+    cache: dict[str, ReleaseEnv] = {}
+
+    def get(text: str) -> ReleaseEnv:
+        if text not in cache:
+            try:
+                cache[text] = ensure_env(text)
+            except ReleaseFetchError as exc:
+                if not exc.unreachable:
+                    raise
+                skip_or_fail_unreachable(exc)
+        return cache[text]
+
+    return get
+
+
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private ``MC_CACHE_DIR`` (environments, stand-ins) for this test."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("MC_CACHE_DIR", str(root))
+    envs._plan.cache_clear()
+    loader._dlopen.cache_clear()
+    yield root
+    envs._plan.cache_clear()
+    loader._dlopen.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def link_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ``libcuda.so.1`` to link fake releases against (the stand-in's source, compiled here
+    and never put on any search path)."""
+    out = tmp_path_factory.mktemp("link") / "libcuda.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), "-Wl,-soname,libcuda.so.1",
+                    str(STAND_INS["libcuda.so.1"].source_path)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fake_wheels(tmp_path_factory: pytest.TempPathFactory, link_libcuda: Path) -> Path:
+    """A find-links directory with fake releases: non-cuda 0.0.1 (imports cuInit only) and
+    non-cuda 0.0.2 (also imports cuNotInTheStandIn)."""
+    base = tmp_path_factory.mktemp("wheels")
+    build_wheel(base / "index", "0.0.1", build_engine(base / "engine1.so", link_libcuda))
+    build_wheel(base / "index", "0.0.2",
+                build_engine(base / "engine2.so", link_libcuda, "cuNotInTheStandIn"))
+    return base / "index"
+
+
+@pytest.fixture
+def offline_index(fake_wheels: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """pip in this test installs only from the fake wheels (no network at all)."""
+    settings = offline_pip_env(fake_wheels)
+    for key, value in settings.items():
+        monkeypatch.setenv(key, value)
+    return settings
+
+
+@pytest.fixture
+def no_real_libcuda() -> None:
+    """Skip where this machine has a real CUDA driver (the stand-in is then rightly unused)."""
+    real = loader.system_libraries(["libcuda.so.1"])["libcuda.so.1"]
+    if real:
+        pytest.skip(f"this machine has a real libcuda.so.1 ({real}); the stand-in is not used")
