@@ -1,51 +1,29 @@
 """Fixtures of the release-environment tests.
 
 Tests marked ``release`` use real Mooncake releases from PyPI, installed into the user's cache
-(``scripts/setup.sh`` pre-installs 0.3.13.post1 and 0.3.14, so CI finds them there). Which
-releases the parametrized ones run on: ``MC_TEST_RELEASES`` (comma-separated, or ``all``;
-default 0.3.13.post1 and 0.3.14). Where pip cannot reach PyPI they are skipped with pip's own
-message, except under ``CI=true``, where that is a failure.
+(``scripts/setup.sh`` pre-installs 0.3.13.post1 and 0.3.14, so CI finds them there); see
+release_choice.py for which releases and what happens offline. The others install a fake
+release from a local wheel into a private cache.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from fake_release import build_engine, build_wheel, offline_pip_env
+from release_choice import skip_or_fail_unreachable
 
 from pytest_mooncake.releases import ReleaseEnv, ReleaseFetchError, ensure_env, envs, loader
 from pytest_mooncake.releases.standins import STAND_INS
-
-ALL_RELEASES = ("0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13.post1", "0.3.14")
-CI_RELEASES = ("0.3.13.post1", "0.3.14")
-
-
-def selected_releases() -> tuple[str, ...]:
-    raw = os.environ.get("MC_TEST_RELEASES", "").strip()
-    if not raw:
-        return CI_RELEASES
-    if raw == "all":
-        return ALL_RELEASES
-    return tuple(v.strip() for v in raw.split(",") if v.strip())
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "release: uses real Mooncake releases from PyPI (installed once into the "
         "cache; MC_TEST_RELEASES picks the releases)")
-
-
-def skip_or_fail_unreachable(exc: ReleaseFetchError, environ=os.environ) -> None:
-    """pip could not reach PyPI: skip with what pip said; under CI=true fail instead."""
-    said = next((ln.strip() for ln in exc.output.splitlines() if "ERROR" in ln or "Error" in ln),
-                str(exc))
-    if environ.get("CI", "").strip().lower() == "true":
-        pytest.fail(f"CI=true but pip cannot reach PyPI to install a release: {exc}")
-    pytest.skip(f"pip cannot reach PyPI ({said[:200]})")
 
 
 @pytest.fixture(scope="session")

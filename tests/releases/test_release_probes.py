@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from release_choice import selected_releases
 
-from conftest import selected_releases
 from pytest_mooncake.releases import loader
 from pytest_mooncake.releases.facts import NotProbed, ProbeFailed, ReleaseFacts, facts_of
 from pytest_mooncake.releases.record import recorded, summary

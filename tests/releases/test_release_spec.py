@@ -69,3 +69,18 @@ def test_a_named_flavour_wins_and_an_installed_one_comes_before_pypi():
 
 def test_a_version_nobody_publishes_keeps_the_first_preference_so_pip_names_it():
     assert resolve(parse_spec("0.0.999"), ask_pip=False).flavour == "non-cuda"
+
+
+def test_release_test_selection_and_offline_policy():
+    from release_choice import CI_RELEASES, selected_releases, skip_or_fail_unreachable
+
+    from pytest_mooncake.releases import ReleaseFetchError
+
+    assert selected_releases({}) == CI_RELEASES == ("0.3.13.post1", "0.3.14")
+    assert len(selected_releases({"MC_TEST_RELEASES": "all"})) == 5
+    assert selected_releases({"MC_TEST_RELEASES": "0.3.12.post1, 0.3.14"}) == ("0.3.12.post1", "0.3.14")
+    exc = ReleaseFetchError("cannot install", "pip install x", "ERROR: No matching distribution", True)
+    with pytest.raises(pytest.skip.Exception, match="pip cannot reach PyPI"):
+        skip_or_fail_unreachable(exc, {})
+    with pytest.raises(pytest.fail.Exception, match="CI=true but pip cannot reach PyPI"):
+        skip_or_fail_unreachable(exc, {"CI": "true"})
