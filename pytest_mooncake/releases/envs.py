@@ -20,6 +20,7 @@ import fcntl
 import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -114,10 +115,11 @@ class ReleaseEnv:
     def bench_binary(self) -> Path | None:
         return self.binary("transfer_engine_bench")
 
-    def libraries(self) -> standins.LibraryPlan:
+    def libraries(self, base: Mapping[str, str] | None = None) -> standins.LibraryPlan:
         """How the libraries this release links outside its wheel are found here (real ones
-        where the loader has them, else a PyPI copy or a stand-in). Computed once per process."""
-        return _plan(self.root, os.environ.get("LD_LIBRARY_PATH", ""))
+        where the loader has them, with ``base``'s LD_LIBRARY_PATH, default this process's;
+        else a PyPI copy or a stand-in). Computed once per process and library path."""
+        return _plan(self.root, (os.environ if base is None else base).get("LD_LIBRARY_PATH", ""))
 
     @property
     def standins(self) -> list[str]:
@@ -139,7 +141,7 @@ class ReleaseEnv:
             env.pop(name, None)
         env["VIRTUAL_ENV"] = str(self.root)
         env["PATH"] = os.pathsep.join([str(self.root / "bin"), env.get("PATH", os.defpath)])
-        dirs = self.libraries().library_dirs
+        dirs = self.libraries(env).library_dirs
         rest = loader.without_own_dirs(env.get("LD_LIBRARY_PATH", ""))
         ld = os.pathsep.join([*dirs, rest] if rest else dirs)
         if ld:
@@ -428,8 +430,9 @@ def _scan(package_dir: Path) -> dict[str, Any]:
         linked[rel] = needs
         external |= {n for n in needs if n not in bundled}
         if standins.CUDA_DRIVER in needs:
+            driver_api = re.compile(standins.STAND_INS[standins.CUDA_DRIVER].symbols)
             driver_imports[rel] = sorted(s for s in elf.undefined_symbols(path)
-                                         if s.startswith("cu"))
+                                         if driver_api.match(s))
     return {"needed": linked, "external": sorted(external), "driver_imports": driver_imports}
 
 

@@ -261,11 +261,13 @@ def engines(env: ReleaseEnv, etcd: str, *, workdir: Path | None = None, size: in
     target_seg, initiator_seg = f"probe-t-{tag}", f"probe-i-{tag}"
     metadata = f"etcd://{etcd}"
     out: dict[str, Any] = {"round_trip": False, "metadata": metadata}
+    penv = env.env()
+    penv.pop("MC_METADATA_CLUSTER_ID", None)  # the descriptor is read at mooncake/ram/<segment>
     with _workdir(workdir, "engines") as wd:
         tlog = wd / "target.log"
         argv = [str(env.python), str(PEER_SCRIPT), "target", "--segment", target_seg,
                 "--metadata", metadata, "--size", str(size)]
-        with running(argv, env.env(), tlog, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as tp:
+        with running(argv, penv, tlog, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as tp:
             try:
                 ready = _read_json_line(tp, time.monotonic() + timeout,
                                         f"engine {target_seg} of {env.version}", tlog)
@@ -276,7 +278,7 @@ def engines(env: ReleaseEnv, etcd: str, *, workdir: Path | None = None, size: in
                 iargv = [str(env.python), str(PEER_SCRIPT), "initiator", "--segment",
                          initiator_seg, "--metadata", metadata, "--target", target_seg,
                          "--size", str(size), "--seed", str(seed)]
-                with running(iargv, env.env(), ilog, stdout=subprocess.PIPE) as ip:
+                with running(iargv, penv, ilog, stdout=subprocess.PIPE) as ip:
                     result = _read_json_line(ip, time.monotonic() + timeout,
                                              f"initiator {initiator_seg} of {env.version}", ilog)
                 out["initiator"] = result

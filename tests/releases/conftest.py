@@ -68,12 +68,13 @@ def link_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def fake_wheels(tmp_path_factory: pytest.TempPathFactory, link_libcuda: Path) -> Path:
-    """A find-links directory with fake releases: non-cuda 0.0.1 (imports cuInit only) and
-    non-cuda 0.0.2 (also imports cuNotInTheStandIn)."""
+    """A find-links directory with fake releases: non-cuda 0.0.1 (imports cuInit only),
+    non-cuda 0.0.2 (also imports cuNotInTheStandIn) and cuda13 0.0.3 (only in that flavour)."""
     base = tmp_path_factory.mktemp("wheels")
     build_wheel(base / "index", "0.0.1", build_engine(base / "engine1.so", link_libcuda))
     build_wheel(base / "index", "0.0.2",
                 build_engine(base / "engine2.so", link_libcuda, "cuNotInTheStandIn"))
+    build_wheel(base / "index", "0.0.3", base / "engine1.so", flavour="cuda13")
     return base / "index"
 
 

@@ -26,6 +26,7 @@ from pytest_mooncake.releases import (
     remove_env,
 )
 from pytest_mooncake.releases.pipinstall import pip_argv
+from pytest_mooncake.releases.spec import parse_spec
 
 FAKE = "mooncake-non-cuda==0.0.1"
 
@@ -185,3 +186,12 @@ def test_remove_env(own_cache, offline_index):
     assert remove_env(FAKE) == env.root
     assert not env.root.exists() and find_env(FAKE) is None
     assert remove_env(FAKE) is None
+
+
+def test_the_default_flavour_of_a_version_the_table_lacks_is_asked_of_pip(offline_index):
+    catalog.pip_index_versions.cache_clear()
+    try:
+        assert catalog.resolve(parse_spec("0.0.3")).flavour == "cuda13"  # published only so
+        assert catalog.resolve(parse_spec("0.0.1")).flavour == "non-cuda"
+    finally:
+        catalog.pip_index_versions.cache_clear()
