@@ -244,7 +244,7 @@ def ensure_env(release: ReleaseSpec | str, *, python: str = sys.executable,
         root = env_dir(spec, python)
         say = progress or (lambda _msg: None)
         timeout = lock_timeout if lock_timeout is not None else _lock_timeout()
-        with _locked(root.with_name(f".{root.name}.lock"), timeout, say, spec):
+        with _InstallLock(root.with_name(f".{root.name}.lock"), timeout, say, spec):
             found = find_env(spec, python)
             if found is None:
                 _remove_leftovers(root)
@@ -257,7 +257,7 @@ def remove_env(release: ReleaseSpec | str, python: str = sys.executable) -> Path
     """Delete the environment of ``release`` (under its lock); the path removed, or None."""
     spec = as_spec(release, python, ask_pip=False)
     root = env_dir(spec, python)
-    with _locked(root.with_name(f".{root.name}.lock"), _lock_timeout(), lambda _m: None, spec):
+    with _InstallLock(root.with_name(f".{root.name}.lock"), _lock_timeout(), lambda _m: None, spec):
         if not root.exists():
             return None
         _discard(root)
@@ -276,14 +276,14 @@ def _lock_timeout() -> float:
     return value
 
 
-class _locked:
+class _InstallLock:
     """An exclusive ``flock`` on ``path`` with a deadline, saying whom it waits for."""
 
     def __init__(self, path: Path, timeout: float, say: Progress, spec: ReleaseSpec):
         self.path, self.timeout, self.say, self.spec = path, timeout, say, spec
         self.fh: Any = None
 
-    def __enter__(self) -> _locked:
+    def __enter__(self) -> _InstallLock:
         self.fh = open(self.path, "a+")  # noqa: SIM115 (held until __exit__)
         deadline = time.monotonic() + self.timeout
         next_note = time.monotonic()

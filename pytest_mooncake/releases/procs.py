@@ -25,7 +25,7 @@ _WRAPPER = (
     "import ctypes, os, signal, sys\n"
     "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
     "if os.getppid() != int(sys.argv[1]): os._exit(70)\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
 
 
@@ -44,7 +44,11 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any) -> 
 
 
 def stop(proc: subprocess.Popen, grace: float = 3.0) -> int | None:
-    """SIGTERM the process group, SIGKILL it after ``grace`` s; reap. Returns the exit code."""
+    """SIGTERM the process group, SIGKILL it after ``grace`` s; reap. Returns the exit code.
+    Only the first call signals: once the group is gone its id may belong to someone else."""
+    if getattr(proc, "_mc_stopped", False):
+        return proc.poll()
+    proc._mc_stopped = True  # type: ignore[attr-defined]
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
         if proc.poll() is not None:
             break
