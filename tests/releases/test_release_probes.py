@@ -137,3 +137,14 @@ def test_the_loader_sees_what_a_fresh_process_sees():
     found = loader.system_libraries(["libc.so.6", "libdoes-not-exist.so.9"])
     assert found["libc.so.6"] and Path(found["libc.so.6"]).name.startswith("libc")
     assert found["libdoes-not-exist.so.9"] is None
+
+
+def test_0_3_14_transfer_engine_bench_loads_only_with_the_stand_in(real_release, no_real_libcuda):
+    env = real_release("0.3.14")
+    with_it = subprocess.run([str(env.bench_binary), "--help"], env=env.env(),
+                             capture_output=True, text=True, timeout=60)
+    assert "Flags from" in with_it.stdout, with_it.stderr
+    bare = {k: v for k, v in env.env().items() if k != "LD_LIBRARY_PATH"}
+    without = subprocess.run([str(env.bench_binary), "--help"], env=bare, capture_output=True,
+                             text=True, timeout=60)
+    assert without.returncode == 127 and "libcuda.so.1" in without.stderr
