@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the README's commands need on a fresh machine; cheap to run again.
 #  - as root on Debian/Ubuntu: etcd-server, a C compiler (the CUDA driver stand-in is built with
-#    it) and the RDMA/NUMA libraries the Mooncake wheel links, only those that are missing
+#    it), the lab's sshd/nft/iptables and the RDMA/NUMA libraries the Mooncake wheel links, only
+#    those that are missing, waiting for a dpkg lock another apt run holds
 #  - a virtualenv (.venv, or $MC_VENV) with this package, its test tools and Mooncake 0.3.13
 #  - the cached environments of the Mooncake releases CI judges by version ($MC_SETUP_RELEASES,
 #    default "0.3.13.post1 0.3.14"; empty to skip), reused offline once there
@@ -17,6 +18,10 @@ source scripts/apt-helpers.sh
 missing=()
 if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then missing+=(etcd-server); fi
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then missing+=(gcc); fi
+# the network-namespace lab (pytest_mooncake/lab): an sshd per node, the nodes' firewall tools
+for pair in /usr/sbin/sshd:openssh-server /usr/sbin/nft:nftables /usr/sbin/iptables:iptables; do
+  if [ ! -x "${pair%%:*}" ]; then missing+=("${pair##*:}"); fi
+done
 for pair in libibverbs.so.1:libibverbs1 librdmacm.so.1:librdmacm1 libnuma.so.1:libnuma1; do
   if ! have_library "${pair%%:*}"; then missing+=("${pair##*:}"); fi
 done
@@ -24,7 +29,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: apt-get install ${missing[*]}"
     apt_get update
-    apt_get install -y "${missing[@]}" >/dev/null
+    # never let a package start its service (openssh-server would listen on every address)
+    own_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      own_policy=1
+    fi
+    rc=0
+    apt_get install -y "${missing[@]}" >/dev/null || rc=$?
+    if [ "$own_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+    if [ "$rc" != 0 ]; then exit "$rc"; fi
   else
     echo "setup: warning: missing ${missing[*]}; install them (e.g. sudo apt-get install -y ${missing[*]})" >&2
   fi

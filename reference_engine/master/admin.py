@@ -11,22 +11,22 @@ import json
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.metrics import render_metrics
-
-if TYPE_CHECKING:
-    from reference_engine.master.node import MasterNode
+from reference_engine.master.node_view import MasterActions, MasterView
 
 log = logging.getLogger("reference_engine.master.admin")
 MAX_BODY = 64 * 1024
 
 
 class AdminServer:
-    def __init__(self, host: str, port: int, node: MasterNode):
-        handler = type("Handler", (_Handler,), {"node": node})
+    """Serves ``view`` (read-only) and ``actions`` (POST) of one master."""
+
+    def __init__(self, host: str, port: int, view: MasterView, actions: MasterActions):
+        handler = type("Handler", (_Handler,), {"view": view, "actions": actions})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         host_, port_ = self.httpd.server_address[:2]
@@ -43,7 +43,8 @@ class AdminServer:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    node: MasterNode
+    view: MasterView
+    actions: MasterActions
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -60,7 +61,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
-        node = self.node
+        node = self.view
         try:
             if path == "/metrics":
                 self._send(200, render_metrics(node), "text/plain; version=0.0.4")
@@ -68,7 +69,7 @@ class _Handler(BaseHTTPRequestHandler):
                 view = node.leader_view
                 self._send(200, {
                     "status": "ok", "role": node.role, "ha_state": node.runtime_state,
-                    "service_ready": node.serving, "profile": node.profile.name,
+                    "service_ready": node.serving, "profile": node.profile_name,
                     "address": node.address, "view_version": node.view_version,
                     "leader_address": node.address if node.serving else (view.address if view else None),
                 })
@@ -114,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._send(400, {"error": f"bad JSON body: {exc}"})
             return
-        node = self.node
+        node = self.actions
         try:
             if path == "/ha/promote":
                 timeout = float(body.get("timeout", 15.0))

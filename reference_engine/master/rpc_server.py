@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.protocol import (
     ConnectionClosed,
     ProtocolError,

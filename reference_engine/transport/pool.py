@@ -14,8 +14,8 @@ import socket
 import threading
 import weakref
 
-from .errors import TransferConnectionError
 from .sockio import set_kernel_timeouts
+from .transfer_errors import TransferConnectionError
 
 Key = tuple[str, int]
 

@@ -41,10 +41,15 @@ from __future__ import annotations
 
 from . import wire
 from .buffers import RegisteredBuffers
-from .client import TcpClient
-from .errors import PeerRejectedError, ProtocolError, TransferConnectionError, TransferError
 from .pool import ConnectionPool
 from .server import ServerStats, TcpServer
+from .tcp_client import TcpClient
+from .transfer_errors import (
+    PeerRejectedError,
+    ProtocolError,
+    TransferConnectionError,
+    TransferError,
+)
 
 __all__ = [
     "TcpTransport",
