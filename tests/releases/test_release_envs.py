@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 from fake_release import offline_pip_env
+from release_choice import skip_or_fail_unreachable
 
 from pytest_mooncake.releases import (
     ReleaseFetchError,
@@ -195,3 +196,15 @@ def test_the_default_flavour_of_a_version_the_table_lacks_is_asked_of_pip(offlin
         assert catalog.resolve(parse_spec("0.0.1")).flavour == "non-cuda"
     finally:
         catalog.pip_index_versions.cache_clear()
+
+
+@pytest.mark.release
+def test_pypi_itself_names_an_unknown_version(own_cache):
+    with pytest.raises(ReleaseFetchError) as err:
+        ensure_env("mooncake-non-cuda==0.0.999")
+    if err.value.unreachable:
+        skip_or_fail_unreachable(err.value)
+    assert "No matching distribution found for mooncake-transfer-engine-non-cuda==0.0.999" \
+        in str(err.value)
+    assert "0.3.13.post1" in err.value.output  # pip listed the versions PyPI has
+    assert err.value.command.endswith("mooncake-transfer-engine-non-cuda==0.0.999")
