@@ -324,6 +324,8 @@ def _remove_leftovers(root: Path) -> None:
     ``root`` itself are removed, never reused."""
     for stale in _build_dirs(root):
         _discard(stale)
+    for trash in root.parent.glob(f".{root.name}.trash-*"):  # a deletion that was interrupted
+        shutil.rmtree(trash, ignore_errors=True)
     if root.exists() and _read_manifest(root) is None:
         _discard(root)
 

@@ -16,7 +16,6 @@ import textwrap
 
 import pytest
 from fake_release import offline_pip_env
-from release_choice import skip_or_fail_unreachable
 
 from pytest_mooncake.releases import (
     ReleaseFetchError,
@@ -46,12 +45,13 @@ def installed(fake_wheels, tmp_path_factory):
         envs._plan.cache_clear()
         said: list[str] = []
         env = ensure_env(FAKE, progress=said.append)
-        yield env, said, mp
+        yield env, said
     envs._plan.cache_clear()
 
 
-def test_install_records_what_the_release_links_and_reuses_it_without_pip(installed, tmp_path):
-    env, said, mp = installed
+def test_install_records_what_the_release_links_and_reuses_it_without_pip(installed, tmp_path,
+                                                                          monkeypatch):
+    env, said = installed
     assert any(m.startswith("creating") for m in said)
     tag = f"py{sys.version_info[0]}{sys.version_info[1]}"
     assert env.root == envs.releases_root() / f"non-cuda-0.0.1-{tag}"
@@ -68,7 +68,7 @@ def test_install_records_what_the_release_links_and_reuses_it_without_pip(instal
     # a second call touches neither pip nor the environment (pip could not install anything now)
     empty = tmp_path / "empty-index"
     empty.mkdir()
-    mp.setenv("PIP_FIND_LINKS", str(empty))
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
     stamp = _manifest_mtime(env)
     again_said: list[str] = []
     again = ensure_env(FAKE, progress=again_said.append)
@@ -76,7 +76,7 @@ def test_install_records_what_the_release_links_and_reuses_it_without_pip(instal
 
 
 def test_offline_reuse_picks_the_installed_flavour_without_asking_pip(installed, monkeypatch):
-    env, _, _ = installed
+    env, _ = installed
 
     def no_network(*_a, **_k):
         raise AssertionError("asked pip for the versions of an installed release")
@@ -88,7 +88,7 @@ def test_offline_reuse_picks_the_installed_flavour_without_asking_pip(installed,
 
 
 def test_driver_environment(installed, no_real_libcuda, monkeypatch):
-    env, _, _ = installed
+    env, _ = installed
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
     got = env.env({"EXTRA": "1"})
     assert got["MC_TCP_BIND_ADDRESS"] == "127.0.0.1"
@@ -197,14 +197,3 @@ def test_the_default_flavour_of_a_version_the_table_lacks_is_asked_of_pip(offlin
     finally:
         catalog.pip_index_versions.cache_clear()
 
-
-@pytest.mark.release
-def test_pypi_itself_names_an_unknown_version(own_cache):
-    with pytest.raises(ReleaseFetchError) as err:
-        ensure_env("mooncake-non-cuda==0.0.999")
-    if err.value.unreachable:
-        skip_or_fail_unreachable(err.value)
-    assert "No matching distribution found for mooncake-transfer-engine-non-cuda==0.0.999" \
-        in str(err.value)
-    assert "0.3.13.post1" in err.value.output  # pip listed the versions PyPI has
-    assert err.value.command.endswith("mooncake-transfer-engine-non-cuda==0.0.999")
