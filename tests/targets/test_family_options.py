@@ -89,6 +89,8 @@ def test_master_options_are_refused_alike_before_anything_starts(tmp_path):
         with pytest.raises(TargetLacks) as lacks:
             target.master_cluster(masters=1, clients=0, snapshots=True)
         assert lacks.value.capability is Capability.MASTER_SNAPSHOT, target.label
+        with pytest.raises(TargetLacks, match="master_cluster: lease_ttl: the Mooncake targets do not set"):
+            target.master_cluster(masters=1, clients=0, lease_ttl=3)
     with pytest.raises(TargetLacks) as lacks:
         _cluster(tmp_path).master_cluster(masters=1, clients=0, client_ttl=2)
     assert lacks.value.reason.startswith("master_cluster(client_ttl=...): cluster:")

@@ -16,7 +16,8 @@ ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_ti
 ``profile`` other than the build's own needs version_skew)."""
 MASTER_OPTIONS = ("oplog", "snapshots", "client_ttl", "lease_ttl", "flags", "env", "cluster_id",
                   "ready_timeout")
-"""``master_cluster`` options (``snapshots`` needs a snapshot the build writes on request)."""
+"""``master_cluster`` options (``snapshots`` needs a snapshot the build writes on request;
+``lease_ttl`` is known, for the reference target's sake, and refused: no Mooncake target sets it)."""
 MOONCAKE_ETCD_ROUTING = ("every mooncake_master this target starts gets the cluster's "
                          "--etcd_endpoints")
 
@@ -49,6 +50,10 @@ def check_master_options(options: Mapping[str, Any], build: str,
     if options.get("snapshots"):
         raise TargetLacks(Capability.MASTER_SNAPSHOT,
                           f"the Mooncake targets do not drive {build}'s snapshot flags yet")
+    if options.get("lease_ttl") is not None:
+        raise TargetLacks(Capability.MASTER_CLUSTER, (
+            f"lease_ttl: the Mooncake targets do not set the leader lease TTL of {build}'s "
+            f"masters (give the build's own flag through flags={{...}} where it has one)"))
     return options
 
 
