@@ -45,6 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
     mc_config = mc_options.resolve(mc_options.raw_values(config), inherited_seed=inherited)
     targets = _resolve_targets(mc_config, Path(config.rootpath))
     config.stash[MC_CONFIG] = mc_config
+    for target in targets.values():
+        target.use_verbs(mc_config.verbs)
     config.stash[MC_TARGETS] = targets
     config.stash[MC_TARGET] = next(iter(targets.values()))
     matrix = ConformanceMatrix(load_catalogue())

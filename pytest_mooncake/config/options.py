@@ -40,8 +40,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("seed", "", "integer seed driving every random choice (workloads, faults, "
            "schedules). Default: random, printed in the header.", "INT"),
     Option("report", "", "write the conformance matrix as JSON to this file.", "FILE.json"),
-    Option("verbs", "sim", "verbs layer of the RDMA path: sim (simulated) or pyverbs:DEVICE. "
-           "Default: sim.", "sim|pyverbs:DEVICE"),
+    Option("verbs", "auto", "verbs layer of the RDMA path. The reference target: sim (its "
+           "simulated verbs) or pyverbs:DEVICE (rdma-core's pyverbs on a device this process "
+           "sees, also an emulated one). Real builds (mooncake target): emulated[:DEVICES] (the "
+           "plugin's emulated libibverbs; completions the tests control; DEVICES like "
+           "mlx5_0,mlx5_1) or host (this host's RDMA devices: no completion control). Default: "
+           "auto = sim for the reference; for real builds emulated where this host has no RDMA "
+           "device (/sys/class/infiniband empty), else host.",
+           "auto|sim|emulated[:DEVICES]|host|pyverbs:DEVICE"),
     Option("schedules", "200", "schedules to explore per controlled-scheduler scenario. "
            "Default: 200.", "N"),
     Option("strategy", "pct", "scheduling strategy for explorations: pct or random. "
@@ -115,6 +121,25 @@ def _hostports(value: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+VERBS_HELP = ("auto, sim, host, emulated, emulated:DEVICES (e.g. emulated:mlx5_0,mlx5_1) or "
+              "pyverbs:DEVICE (e.g. pyverbs:mlx5_0)")
+
+
+def _verbs(value: str) -> str:
+    kind, colon, rest = value.partition(":")
+    if value in ("auto", "sim", "host", "emulated") or (kind == "pyverbs" and rest):
+        return value
+    if kind == "emulated" and colon:
+        from pytest_mooncake.verbs import DeviceSpecError, parse_devices
+
+        try:
+            parse_devices(rest)
+        except DeviceSpecError as exc:
+            raise pytest.UsageError(f"--mc-verbs={value}: {exc}") from None
+        return value
+    raise pytest.UsageError(f"--mc-verbs must be one of {VERBS_HELP} (got {value!r})")
+
+
 def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
     seed_text = raw["seed"].strip()
     if inherited_seed is not None:
@@ -134,11 +159,7 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
     strategy = raw["strategy"].strip().lower()
     if strategy not in ("pct", "random"):
         raise pytest.UsageError(f"--mc-strategy must be pct or random (got {raw['strategy']!r})")
-    verbs = raw["verbs"].strip()
-    if verbs != "sim" and not (verbs.startswith("pyverbs:") and len(verbs) > len("pyverbs:")):
-        raise pytest.UsageError(
-            f"--mc-verbs must be sim or pyverbs:DEVICE (got {verbs!r}), e.g. --mc-verbs=pyverbs:mlx5_0"
-        )
+    verbs = _verbs(raw["verbs"].strip() or "auto")
     try:
         chaos = float(raw["chaos_seconds"])
         if chaos <= 0:

@@ -40,6 +40,9 @@ class Capability(str, enum.Enum):
     """An RDMA worker pool on a verbs layer the test controls (hold/replay completions)."""
     SCHEDULER = "scheduler"
     """Run the RDMA path under a controlled scheduler (exact interleavings, replay tokens)."""
+    RDMA_STATE = "rdma_state"
+    """Read the RDMA transport's own state: slices (attempt, retry count), endpoint generations
+    and retire causes, rail error/pause state, queued slices, completion tokens."""
     MASTER_CLUSTER = "master_cluster"
     """Start, kill and observe HA masters and store clients."""
     MASTER_SNAPSHOT = "master_snapshot"
@@ -289,6 +292,17 @@ class MasterClusterHandle(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class RdmaViolation:
+    """One broken CO-9 invariant, as an RDMA cluster's ``check()`` reports it."""
+
+    kind: str
+    """stale_mutation, double_completion, success_and_failed, stuck_slice, stale_retire,
+    post_to_retired, negative_counter, counter_leak, not_reclaimed, token_leak, no_quiescence,
+    retry_after_end, actor_crashed."""
+    detail: str
+
+
 class RdmaHandle(Protocol):
     """An RDMA worker pool on a verbs layer under the test's control (``mc_completions``).
     The reference target's ``pytest_mooncake/targets/reference/rdma_handle.py`` documents the API:
@@ -297,7 +311,16 @@ class RdmaHandle(Protocol):
     handoff, error completions, bad_wr, QP-fatal, device-fatal, GID change, peer restart,
     also under new rkeys) and their observations (slices with path/address/rkey, queued
     slices, active and retired endpoints, rail error/pause state per peer NIC path, a node's
-    published descriptor, counters)."""
+    published descriptor, counters).
+
+    A real build's handle (``pytest_mooncake/targets/mooncake/emulated_rdma.py``) gives
+    ``cluster(...)`` over engine processes on emulated RDMA devices, with the operations a
+    build shows from outside, expressed through each process's verbs control socket: hold,
+    fail and release completions, refuse posts, fail QPs, async events, restarts; and what
+    the NICs saw (posts with their wr_ids, QPs and their states, retired QPs, what is still
+    unreleased, which threads post and poll). What only the reference can show (slice
+    attempts, endpoint generations, rail state, controlled schedules) it refuses with
+    ``TargetLacks``."""
 
     def scenarios(self) -> list[str]: ...
     def run_interleaving(self, name: str, dedicated_poller: bool = False) -> Any: ...
@@ -333,6 +356,8 @@ class Target:
     master_protocol: str = ""
     """The RPC protocol this target's masters and store clients speak ("" when it has none):
     a store client of one target attaches to another's masters only when both name the same."""
+    verbs_mode: str = "auto"
+    """``--mc-verbs`` as ``use_verbs`` last set it."""
 
     def __init__(self, variant: str | None = None):
         self.variant = variant
@@ -359,6 +384,12 @@ class Target:
     def open(self, ctx: TargetContext) -> None:
         """Session start: remember the context; start nothing expensive yet."""
         self.ctx = ctx
+
+    def use_verbs(self, mode: str) -> None:
+        """The verbs layer ``--mc-verbs`` chose (``auto``, ``sim``, ``emulated[:DEVICES]``,
+        ``host``, ``pyverbs:DEVICE``), given before any capability is asked: a target whose
+        RDMA means depend on it overrides this."""
+        self.verbs_mode = mode
 
     def close(self) -> None:
         """Session end: stop and reap everything this target started."""

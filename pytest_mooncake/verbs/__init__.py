@@ -12,7 +12,10 @@ process to hold, fail and reorder completions.
 from pytest_mooncake.verbs.control import (
     Counters,
     HeldCompletion,
+    PostedWr,
     ProcessGone,
+    RetiredQp,
+    ThreadActivity,
     VerbsControl,
     VerbsControlError,
 )
@@ -21,7 +24,7 @@ from pytest_mooncake.verbs.fabric import EmulatedFabric
 from pytest_mooncake.verbs.library import VerbsBuildError, library_path
 
 __all__ = [
-    "Counters", "DeviceSpec", "DeviceSpecError", "EmulatedFabric", "HeldCompletion",
-    "ProcessGone", "VerbsBuildError", "VerbsControl", "VerbsControlError", "library_path",
-    "parse_devices",
+    "Counters", "DeviceSpec", "DeviceSpecError", "EmulatedFabric", "HeldCompletion", "PostedWr",
+    "ProcessGone", "RetiredQp", "ThreadActivity", "VerbsBuildError", "VerbsControl",
+    "VerbsControlError", "library_path", "parse_devices",
 ]

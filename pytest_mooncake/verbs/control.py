@@ -108,6 +108,10 @@ class HoldRule:
     taken: int
     peer: int = 0
     wr_id: int | None = None
+    addr_lo: int | None = None
+    addr_hi: int | None = None
+    errno: int | None = None  # a refuse rule's errno
+    fail: str | None = None  # a fail rule's status
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,7 @@ class HeldCompletion:
     seq: int
     status: str | None = None
     cq: str | None = None  # "alive", or "destroyed" (releasing it then drops it)
+    laddr: int = 0  # the WR's first local address
     chaos: int = 0
 
 
@@ -145,6 +150,61 @@ class QpCounters:
     flushed: int
     errors: int
     bytes: int
+    peer: int = 0  # pid of the process owning the remote QP (0: none, or it is gone)
+    posted_in_err: int = 0  # WRs posted while the QP was already in ERR
+    posted_after_retire: int = 0  # of those, after the application moved it to ERR itself
+    app_err: int = 0  # 1: the application moved the QP to ERR itself (ibv_modify_qp)
+
+
+@dataclass(frozen=True)
+class PostedWr:
+    """One entry of a process's post log: a WR ibv_post_send was handed."""
+
+    n: int  # 1, 2, ...: posting order in the process
+    qp: int
+    dev: str
+    peer: int  # pid of the process owning the remote QP then (0: none)
+    wr_id: int
+    opcode: str
+    laddr: int
+    length: int
+    raddr: int
+    rkey: int
+    tid: int  # the posting thread
+    qp_state: str  # the QP's state at that moment ("err": it flushed at once)
+    refused: int = 0  # returned as bad_wr (a refuse rule, or a full send queue)
+
+
+@dataclass(frozen=True)
+class ThreadActivity:
+    """What one thread of the process did on the NIC: WRs posted, CQ polls and completions."""
+
+    tid: int
+    name: str
+    posted: int
+    refused: int
+    polls: int
+    polled: int
+
+
+@dataclass(frozen=True)
+class RetiredQp:
+    """A QP the process destroyed, with what was still outstanding on it at that moment."""
+
+    qpn: int
+    dev: str
+    peer: int
+    state: str
+    posted: int
+    completed: int
+    outstanding: int
+    held: int
+    posted_in_err: int
+    posted_after_retire: int
+    app_err: int  # the application had moved it to ERR itself before destroying it
+    err_ms_before: int  # ms between entering ERR and destruction (-1: never in ERR)
+    destroyed_ms_ago: int
+    tid: int
 
 
 @dataclass(frozen=True)
@@ -174,9 +234,11 @@ class Counters:
     held_ever: int
     cqes: int
     polled: int
+    events: int = 0  # async events raised
+    acked: int = 0  # async events the application acknowledged
 
 
-def _wr_filter(device, qp, opcode, wr_id) -> list[str]:
+def _wr_filter(device, qp, opcode, wr_id, addr_range=None) -> list[str]:
     args = []
     if device is not None:
         args.append(f"dev={device}")
@@ -186,6 +248,9 @@ def _wr_filter(device, qp, opcode, wr_id) -> list[str]:
         args.append(f"opcode={opcode}")
     if wr_id is not None:
         args.append(f"wr_id={int(wr_id)}")
+    if addr_range is not None:
+        lo, hi = addr_range
+        args += [f"addr_lo={int(lo)}", f"addr_hi={int(hi)}"]
     return args
 
 
@@ -289,7 +354,23 @@ class VerbsControl:
             elif kind == "total":
                 total = data
         return Counters(qps=qps, cqs=cqs, **{k: total.get(k, 0) for k in (
-            "posted", "completed", "outstanding", "held", "held_ever", "cqes", "polled")})
+            "posted", "completed", "outstanding", "held", "held_ever", "cqes", "polled",
+            "events", "acked")})
+
+    def posts(self, since: int = 0, limit: int = 0) -> list[PostedWr]:
+        """The post log after entry ``since`` (the process keeps the last 8192)."""
+        reply = self.request(f"posts since={int(since)} limit={int(limit)}")
+        return [_from(PostedWr, d) for kind, d in reply.lines if kind == "post"]
+
+    def threads(self) -> list[ThreadActivity]:
+        """Per thread: WRs posted and completions polled (the worker model, from outside)."""
+        return [_from(ThreadActivity, d) for kind, d in self.request("threads").lines
+                if kind == "thread"]
+
+    def retired(self) -> list[RetiredQp]:
+        """The QPs the process destroyed (the last 1024), oldest first."""
+        return [_from(RetiredQp, d) for kind, d in self.request("retired").lines
+                if kind == "retired"]
 
     def rules(self) -> list[HoldRule]:
         return [_from(HoldRule, d) for kind, d in self.request("rules").lines if kind == "rule"]
@@ -302,17 +383,36 @@ class VerbsControl:
 
     def hold(self, *, device: str | None = None, qp: int | None = None,
              peer: int | None = None, opcode: str | None = None, wr_id: int | None = None,
-             nth: int = 1, count: int = 1, stage: str = "completion") -> int:
+             nth: int = 1, count: int = 1, stage: str = "completion",
+             addr_range: tuple[int, int] | None = None, fail: str | None = None) -> int:
         """Add a hold rule and return its id. It takes the ``nth`` WR matching the filter, and
         the ones after it up to ``count`` in all (``count=0``: every one from the nth on).
         ``peer`` is the pid of the process at the other end (it follows the QPs an application
         replaces, where ``qp`` names one); ``opcode`` is "write" or "read"; ``stage`` is
         "completion" (the WR executes, its completion waits) or "execution" (the QP's send
-        queue stalls at the WR)."""
+        queue stalls at the WR); ``addr_range`` = (lo, hi): only WRs whose first local address
+        lies in [lo, hi) (one slice of a transfer); ``fail`` (an error ``ibv_wc_status`` name):
+        instead of holding, each taken WR completes at once with that status, unexecuted, and
+        its QP goes to ERR, as on hardware."""
         if stage not in STAGES:
             raise ValueError(f"stage={stage!r}: one of {', '.join(STAGES)}")
-        args = ["hold", f"stage={stage}", *_wr_filter(device, qp, opcode, wr_id),
+        args = ["hold", f"stage={stage}", *_wr_filter(device, qp, opcode, wr_id, addr_range),
                 f"nth={int(nth)}", f"count={int(count)}"]
+        if fail is not None:
+            args.append(f"fail={fail}")
+        if peer is not None:
+            args.append(f"peer={int(peer)}")
+        return self.request(" ".join(args)).fields["rule"]
+
+    def refuse(self, *, device: str | None = None, qp: int | None = None,
+               peer: int | None = None, opcode: str | None = None, wr_id: int | None = None,
+               nth: int = 1, count: int = 1, addr_range: tuple[int, int] | None = None,
+               errno: str = "ENOMEM") -> int:
+        """A rule making ``ibv_post_send`` stop at the matching WR and return it as ``bad_wr``
+        with ``errno`` (as a full send queue does): the WRs before it in the chain are posted,
+        it and the ones after it are not. Filters as ``hold``; returns the rule id."""
+        args = ["refuse", *_wr_filter(device, qp, opcode, wr_id, addr_range),
+                f"nth={int(nth)}", f"count={int(count)}", f"errno={errno}"]
         if peer is not None:
             args.append(f"peer={int(peer)}")
         return self.request(" ".join(args)).fields["rule"]
@@ -328,8 +428,8 @@ class VerbsControl:
         return self.held()
 
     def wait(self, what: str, minimum: int, timeout: float = 10.0) -> int:
-        """Block until counter ``what`` (held, posted, completed, cqes, polled) reaches
-        ``minimum``; return its value."""
+        """Block until counter ``what`` (held, posted, completed, cqes, polled, events,
+        acked) reaches ``minimum``; return its value."""
         ms = max(1, int(timeout * 1000))
         return self.request(f"wait what={what} min={int(minimum)} timeout_ms={ms}",
                             timeout=timeout + 5).fields["value"]

@@ -1,12 +1,23 @@
-"""CO-1..CO-10: RDMA endpoint and slice completion ownership, on a verbs layer the test controls.
+"""CO-1..CO-11: RDMA endpoint and slice completion ownership, on a verbs layer the test controls.
 
-The RFC's testing plan, each interleaving driven by name: post succeeds, slice retried, old
-completion arrives; partial post with a bad_wr chain; completion error retires an endpoint while
-another worker posts; QP fatal races completion handling; reclaim while completions are pending;
-local RNIC handoff while flush completions drain. Its five verifications are the CO-9 checks:
-no slice both successful and failed; retry count advances only for the owning attempt; QP depth
-and CQ outstanding never negative, zero at quiescence; stale completions do not retire or mutate
-the active generation; retired endpoints are eventually reclaimed.
+Two kinds of tests. The black-box ones run on every target with ``rdma_control``: the
+reference engine on its simulated fabric, and a real build's engine processes on emulated RDMA
+devices (``--mc-verbs=emulated``), where every fault goes through the process's verbs control
+socket and every verdict rests on what a build shows from outside: transfer results, the bytes
+that landed, whether the process lived, and what its NICs saw (each WR posted with its wr_id,
+QP states, completions left unpolled, QPs destroyed with work outstanding, posts to a QP the
+build had retired, which threads post and which poll). The others need the reference's
+controlled scheduler (the RFC's six interleavings pinned by name, explorations with replay
+tokens) or its internal state (slice attempts, retire causes, tokens): a real build is n/a
+there, with the reason its probe gives.
+
+The RFC's testing plan: post succeeds, slice retried, old completion arrives; partial post with
+a bad_wr chain; completion error retires an endpoint while another worker posts; QP fatal races
+completion handling; reclaim while completions are pending; local RNIC handoff while flush
+completions drain. Its five verifications are the CO-9 checks: no slice both successful and
+failed; retry count advances only for the owning attempt; QP depth and CQ outstanding never
+negative, zero at quiescence; stale completions do not retire or mutate the active generation;
+retired endpoints are eventually reclaimed.
 """
 
 from __future__ import annotations
@@ -21,41 +32,99 @@ RETIRE_WHILE_POSTING = "completion_error_retire_while_posting"
 QP_FATAL = "qp_fatal_races_completion"
 RECLAIM = "reclaim_with_pending_completions"
 HANDOFF = "handoff_while_flush_drains"
+SLICE = 4096
+"""Slice size of every cluster here (the handles default to it)."""
 
 
-def explain(run) -> str:
-    return "; ".join(f"{v.kind}: {v.detail}" for v in run.violations)
+def explain(violations) -> str:
+    return "; ".join(f"{v.kind}: {v.detail}" for v in violations)
 
 
 def assert_clean(run, req: str, what: str, kinds: set[str] | None = None) -> None:
     bad = [v for v in run.violations if kinds is None or v.kind in kinds]
     assert not bad, (
-        f"interleaving '{run.scenario}' ({what}) broke {req}: "
-        + "; ".join(f"{v.kind}: {v.detail}" for v in bad)
-        + f". Replay it with --mc-replay={run.exact_token}")
+        f"interleaving '{run.scenario}' ({what}) broke {req}: {explain(bad)}. "
+        f"Replay it with --mc-replay={run.exact_token}")
 
 
-def two_nodes(mc_completions, **config):
+def assert_checked(cluster, req: str, what: str) -> None:
+    found = cluster.check()
+    assert not found, f"after {what}, {req}'s invariants broke: {explain(found)}"
+
+
+def two_nodes(mc_completions, a_nics=("mlx5_0",), **config):
     cluster = mc_completions.cluster(**config)
-    cluster.add_node("A")
+    cluster.add_node("A", a_nics)
     cluster.add_node("B", ["mlx5_0", "mlx5_1"])
     return cluster
 
 
+def payload(tag: bytes, length: int) -> bytes:
+    return (tag * (length // len(tag) + 1))[:length]
+
+
+def completed(cluster, t: int, what: str) -> None:
+    assert cluster.settle(), f"{what}: the cluster did not settle"
+    status = cluster.status(t)
+    assert status == "COMPLETED", f"{what}: the transfer ended {status}"
+
+
+def live_qps_to(cluster, node: str, peer: str) -> set[int]:
+    return {q["qp_num"] for q in cluster.qps(node)
+            if q["peer"] == peer and q["state"] == "rts"}
+
+
+def unreleased(cluster, node: str) -> dict[str, int]:
+    return {k: v for k, v in cluster.unreleased(node).items() if v}
+
+
+# ------------------------------------------------------------------------------- CO-1
+
+
 @pytest.mark.mc_req("CO-1")
 def test_shared_worker_model_is_the_default(mc_completions):
-    cluster = mc_completions.cluster()
-    cluster.add_node("A")
+    cluster = two_nodes(mc_completions)
+    t = cluster.submit("A", "B", SLICE)
+    completed(cluster, t, "a first transfer")
     model = cluster.worker_model("A")
     assert model == "shared", (
-        f"without MC_RDMA_DEDICATED_POLLER the worker pool runs the {model!r} model; CO-1 "
-        f"requires the shared model (each worker posts and polls its own shard) by default")
-    opted = mc_completions.cluster(dedicated_poller=True)
-    opted.add_node("A")
-    assert opted.worker_model("A") == "dedicated", "MC_RDMA_DEDICATED_POLLER did not opt in"
+        f"without MC_RDMA_DEDICATED_POLLER the worker pool runs the {model!r} model "
+        f"({cluster.describe_workers('A')}); CO-1 requires the shared model (each worker posts "
+        f"and polls its own shard) by default")
+    opted = two_nodes(mc_completions, dedicated_poller=True)
+    t = opted.submit("A", "B", SLICE)
+    completed(opted, t, "a transfer with MC_RDMA_DEDICATED_POLLER=1")
+    assert opted.worker_model("A") == "dedicated", (
+        f"MC_RDMA_DEDICATED_POLLER=1 did not opt in to the dedicated poller "
+        f"({opted.describe_workers('A')})")
+
+
+# ------------------------------------------------------------------------------- CO-2, CO-4
+
+
+@pytest.mark.mc_req("CO-2")
+def test_each_attempt_posts_its_own_wr_id(mc_completions):
+    cluster = two_nodes(mc_completions)
+    data = payload(b"attempts", SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", SLICE)
+    cluster.inject_error(t, 0, "REM_ACCESS_ERR")  # the first attempt fails: the slice retries
+    completed(cluster, t, "a transfer whose first attempt failed")
+    posts = cluster.posts(t, 0)
+    assert len(posts) >= 2, (
+        f"precondition: the slice was posted {len(posts)} time(s) after its first attempt "
+        f"failed ({posts})")
+    ids = [p["wr_id"] for p in posts]
+    assert len(set(ids)) == len(ids), (
+        f"the slice was posted {len(ids)} times with wr_ids {[hex(i) for i in ids]}: a retry "
+        f"carried the wr_id of an earlier attempt, so a late completion of that attempt cannot "
+        f"be told from the retry's; CO-2 requires a wr_id to identify one posted attempt, not "
+        f"the reusable slice")
+    assert cluster.read("B", 0, SLICE) == data
 
 
 @pytest.mark.mc_req("CO-2", "CO-4")
+@pytest.mark.mc_requires("rdma_state")
 def test_each_post_has_its_own_token_and_stale_completions_are_ignored(mc_completions):
     cluster = two_nodes(mc_completions)
     cluster.write_local("A", 0, b"payload!" * 512)
@@ -81,18 +150,112 @@ def test_each_post_has_its_own_token_and_stale_completions_are_ignored(mc_comple
     assert cluster.read("B", 0, 4096) == b"payload!" * 512
 
 
+@pytest.mark.mc_req("CO-4")
+def test_stale_completion_changes_nothing(mc_completions):
+    """The RFC's first interleaving from outside: the first attempt's completion is held, the
+    attempt's QP fails (a real build then retries elsewhere or waits: its choice), and the held
+    completion arrives last. Whatever ended before it must stay as it was."""
+    cluster = two_nodes(mc_completions)
+    data = payload(b"stale!", SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", SLICE)
+    cluster.hold(t, 0, tag="old")
+    assert cluster.settle(), "the first attempt's completion was never held"
+    cluster.force_retry(t, 0)
+    assert cluster.settle(), "the cluster did not settle after the first attempt's QP failed"
+    status, posted = cluster.status(t), len(cluster.posts(t, 0))
+    cluster.release("old")
+    assert cluster.settle(), "the cluster did not settle after the stale completion arrived"
+    after, posts = cluster.status(t), cluster.posts(t, 0)
+    if status != "WAITING":
+        assert (after, len(posts)) == (status, posted), (
+            f"the transfer had ended {status} on a later attempt ({posted} post(s)) when the "
+            f"first attempt's completion arrived; afterwards it is {after} with {len(posts)} "
+            f"post(s): CO-4 forbids a completion of an old attempt to change the slice's status "
+            f"or trigger a retry")
+    else:
+        assert after == "COMPLETED", (
+            f"the build waited for the first attempt, whose completion (success) then arrived; "
+            f"the transfer ended {after}")
+    ids = [p["wr_id"] for p in posts]
+    assert len(set(ids)) == len(ids), (
+        f"attempts of the slice carried wr_ids {[hex(i) for i in ids]}: the held completion of "
+        f"the first attempt could be taken for a later attempt's (CO-4 needs CO-2's tokens)")
+    assert cluster.read("B", 0, SLICE) == data, "the bytes at B are not the payload"
+    assert_checked(cluster, "CO-4", "a stale completion")
+
+
 @pytest.mark.mc_req("CO-3", "CO-4")
+@pytest.mark.mc_requires("scheduler")
 def test_stale_completion_after_retry(mc_completions):
     assert_clean(mc_completions.run_interleaving(STALE), "CO-3/CO-4",
                  "post succeeds, slice retried, old completion arrives")
 
 
+# ------------------------------------------------------------------------------- CO-3
+
+
+@pytest.mark.mc_req("CO-3")
+@pytest.mark.parametrize("case", ["stale", "error", "flush"])
+def test_every_completion_releases_its_resources(mc_completions, case):
+    """After a stale completion, an error completion, and flushes of a failed QP, nothing the
+    completions should have released stays counted: QP depth and CQ outstanding (the reference
+    engine's counters; on a real build, its NICs' send-queue slots and CQ entries it never
+    polled) are zero once the cluster settles."""
+    cluster = two_nodes(mc_completions)
+    data = payload(case.encode(), 4 * SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", 4 * SLICE)
+    if case == "stale":
+        cluster.hold(t, 0, tag="old")
+        assert cluster.settle()
+        cluster.force_retry(t, 0)
+        assert cluster.settle()
+        cluster.release("old")
+    elif case == "error":
+        cluster.inject_error(t, 1, "RETRY_EXC_ERR")
+    else:
+        cluster.hold(t, 2, tag="old", stage="execution")
+        assert cluster.settle()
+        assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
+        cluster.release("old")
+    completed(cluster, t, f"a transfer with a {case} completion")
+    assert cluster.read("B", 0, 4 * SLICE) == data
+    left = unreleased(cluster, "A")
+    assert not left, (
+        f"after a {case} completion and quiescence, A still counts {left}; CO-3 requires every "
+        f"completion, current or stale, to release what its post holds, exactly once")
+    assert_checked(cluster, "CO-3", f"a {case} completion")
+
+
+# ------------------------------------------------------------------------------- CO-8
+
+
 @pytest.mark.mc_req("CO-8")
+@pytest.mark.mc_requires("scheduler")
 def test_partial_post_counts_only_wrs_before_bad_wr(mc_completions):
     assert_clean(mc_completions.run_interleaving(BAD_WR), "CO-8", "partial post with bad_wr")
 
 
 @pytest.mark.mc_req("CO-8")
+def test_partial_post_posts_every_slice_once(mc_completions):
+    cluster = two_nodes(mc_completions)
+    data = payload(b"bad_wr..", 4 * SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", 4 * SLICE)
+    cluster.fail_post(t, 2)
+    completed(cluster, t, "a transfer whose post was refused at its third WR")
+    counts = {i: len(cluster.posts(t, i)) for i in range(4)}
+    assert all(n == 1 for n in counts.values()), (
+        f"after post_send refused slice 2 as bad_wr, the slices were posted {counts} times; "
+        f"CO-8 requires the WRs before bad_wr to count as posted (never posted again) and the "
+        f"rest to be retried exactly once")
+    assert cluster.read("B", 0, 4 * SLICE) == data, "the bytes at B are not the payload"
+    assert_checked(cluster, "CO-8", "a partial post")
+
+
+@pytest.mark.mc_req("CO-8")
+@pytest.mark.mc_requires("rdma_state")
 def test_bad_wr_slices_retried_exactly_once(mc_completions):
     cluster = two_nodes(mc_completions)
     t = cluster.submit("A", "B", 4 * 4096)
@@ -106,7 +269,11 @@ def test_bad_wr_slices_retried_exactly_once(mc_completions):
     assert not cluster.check()
 
 
+# ------------------------------------------------------------------------------- CO-5
+
+
 @pytest.mark.mc_req("CO-5")
+@pytest.mark.mc_requires("scheduler")
 def test_stale_token_never_retires_the_active_generation(mc_completions):
     assert_clean(mc_completions.run_interleaving(RETIRE_WHILE_POSTING), "CO-5",
                  "completion error retires an endpoint while another worker posts")
@@ -114,7 +281,38 @@ def test_stale_token_never_retires_the_active_generation(mc_completions):
                  "async QP fatal races completion handling")
 
 
+@pytest.mark.mc_req("CO-5")
+def test_stale_error_completion_spares_the_active_endpoint(mc_completions):
+    """A's first endpoint to B fails while one of its completions is held; A moves on to a new
+    endpoint; then the held completion arrives, as an error. The endpoint A uses now must
+    survive it, and keep carrying A's transfers."""
+    cluster = two_nodes(mc_completions)
+    t1 = cluster.submit("A", "B", SLICE)
+    cluster.hold(t1, 0, tag="old")
+    assert cluster.settle()
+    assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
+    assert cluster.settle()
+    t2 = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+    completed(cluster, t2, "a transfer after A's first endpoint to B failed")
+    active = live_qps_to(cluster, "A", "B")
+    assert active, f"precondition: A has live QPs to B ({cluster.qps('A')})"
+    cluster.release("old", status="RETRY_EXC_ERR")
+    assert cluster.settle()
+    t3 = cluster.submit("A", "B", SLICE, src_offset=2 * SLICE, dst_offset=2 * SLICE)
+    completed(cluster, t3, "a transfer after the stale error completion")
+    gone = active - live_qps_to(cluster, "A", "B")
+    assert not gone, (
+        f"A's QPs {sorted(gone)} to B, of the endpoint A moved on to, were retired after a "
+        f"stale error completion of the endpoint that had failed before; CO-5 forbids a stale "
+        f"token to delete or mutate the active generation")
+    assert_checked(cluster, "CO-5", "a stale error completion")
+
+
+# ------------------------------------------------------------------------------- CO-6, CO-7
+
+
 @pytest.mark.mc_req("CO-6")
+@pytest.mark.mc_requires("rdma_state")
 @pytest.mark.parametrize("cause", ["cq_error", "qp_fatal", "device_fatal", "gid_change", "eviction"])
 def test_every_deletion_cause_goes_through_the_retire_path(mc_completions, cause):
     cluster = mc_completions.cluster(max_ep_per_ctx=1) if cause == "eviction" else \
@@ -147,16 +345,80 @@ def test_every_deletion_cause_goes_through_the_retire_path(mc_completions, cause
     assert not cluster.check(), f"after a {cause}: {cluster.check()}"
 
 
+@pytest.mark.mc_req("CO-6")
+@pytest.mark.parametrize("cause", ["cq_error", "qp_fatal", "device_fatal", "gid_change", "eviction"])
+def test_every_deletion_cause_retires_the_endpoint(mc_completions, cause):
+    """Seen from A's NICs: after each deletion cause, the QPs A had to B are out of use (in ERR,
+    then destroyed once drained), the next transfer to B goes over new QPs, and nothing is left
+    behind (CO-9's checks)."""
+    config = {"max_ep_per_ctx": 1} if cause == "eviction" else {}
+    cluster = mc_completions.cluster(**config)
+    cluster.add_node("A", ["mlx5_0", "mlx5_1"] if cause == "device_fatal" else ["mlx5_0"])
+    cluster.add_node("B")
+    cluster.add_node("C")
+    t = cluster.submit("A", "B", SLICE)
+    completed(cluster, t, "the first transfer")
+    old = live_qps_to(cluster, "A", "B")
+    assert old, f"precondition: A has live QPs to B ({cluster.qps('A')})"
+    nic = cluster.posts(t, 0)[-1]["nic"]
+    if cause == "cq_error":
+        t = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+        cluster.inject_error(t, 0, "REM_ACCESS_ERR")
+    elif cause == "qp_fatal":
+        assert cluster.qp_fatal("A", "B") >= 1
+    elif cause == "device_fatal":
+        cluster.device_fatal("A", nic)
+    elif cause == "gid_change":
+        cluster.gid_change("A", nic, "::ffff:127.9.9.9")
+    else:
+        t = cluster.submit("A", "C", SLICE)
+    assert cluster.settle(), f"the cluster did not settle after a {cause}"
+    still = old & live_qps_to(cluster, "A", "B")
+    assert not still, (
+        f"after a {cause}, A's QPs {sorted(still)} to B are still live (RTS): the endpoint was "
+        f"not retired; CO-6 requires one retire path for every deletion cause")
+    again = cluster.submit("A", "B", SLICE, src_offset=2 * SLICE, dst_offset=2 * SLICE)
+    completed(cluster, again, f"a transfer to B after a {cause}")
+    reused = {p["qp_num"] for p in cluster.posts(again, 0)} & old
+    assert not reused, (
+        f"after a {cause}, a transfer to B was posted to QPs {sorted(reused)} of the retired "
+        f"endpoint (CO-7: a retired endpoint is never posted to again)")
+    assert_checked(cluster, "CO-6", f"a {cause}")
+
+
 @pytest.mark.mc_req("CO-7")
+@pytest.mark.mc_requires("scheduler")
 def test_retired_endpoints_drain_then_are_reclaimed(mc_completions):
     assert_clean(mc_completions.run_interleaving(RECLAIM), "CO-7",
                  "endpoint reclaim while completions are pending")
 
 
-@pytest.mark.mc_req("CO-10")
-def test_local_handoff_while_flush_completions_drain(mc_completions):
-    assert_clean(mc_completions.run_interleaving(HANDOFF), "CO-10",
-                 "local RNIC handoff rewrites a slice while old flush completions drain")
+@pytest.mark.mc_req("CO-7")
+def test_retired_endpoint_is_never_posted_to_and_destroyed_after_draining(mc_completions):
+    """A's endpoint to B fails while a completion of it is held: A's next transfer goes
+    elsewhere, the held completion drains, the QPs go, and nothing was posted to them after."""
+    cluster = two_nodes(mc_completions)
+    t1 = cluster.submit("A", "B", SLICE)
+    cluster.hold(t1, 0, tag="old")
+    assert cluster.settle()
+    qp = cluster.posts(t1, 0)[0]["qp_num"]
+    assert cluster.qp_fatal("A", "B") >= 1  # the endpoint of the held attempt retires
+    assert cluster.settle()
+    t2 = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+    completed(cluster, t2, "a transfer after A's endpoint to B failed")
+    assert qp not in {p["qp_num"] for p in cluster.posts(t2, 0)}, (
+        f"a new transfer was posted to QP {qp} after its endpoint was retired (CO-7)")
+    cluster.release("old")
+    assert cluster.settle()
+    state = {q["qp_num"]: q for q in cluster.qps("A", destroyed=True)}
+    assert state[qp]["destroyed"] or state[qp]["state"] == "err", (
+        f"QP {qp} of the retired endpoint is back in use: {state[qp]}")
+    # check(): no WR posted to a QP after its retirement, none destroyed before it drained
+    # (or its drain timeout passed), every retired QP destroyed once drained
+    assert_checked(cluster, "CO-7", "a retired endpoint drained")
+
+
+# ------------------------------------------------------------------------------- CO-9
 
 
 @pytest.mark.mc_req("CO-9")
@@ -168,8 +430,8 @@ def test_invariants_hold_under_every_explored_interleaving(mc_completions, scena
         run = result.failure
         pytest.fail(
             f"schedule {result.schedules_run} of the '{scenario}' exploration broke CO-9: "
-            f"{explain(run)}. Replay exactly this schedule with --mc-replay={run.exact_token} "
-            f"(or --mc-replay={run.token})", pytrace=False)
+            f"{explain(run.violations)}. Replay exactly this schedule with "
+            f"--mc-replay={run.exact_token} (or --mc-replay={run.token})", pytrace=False)
 
 
 @pytest.mark.mc_req("CO-9")
@@ -178,10 +440,80 @@ def test_dedicated_poller_is_safe_under_exploration(mc_completions):
     result = mc_completions.explore(STALE, dedicated_poller=True)
     assert not result.found, (
         f"with the dedicated poller opted in, the stale-completion exploration broke CO-9: "
-        f"{explain(result.failure)}; replay with --mc-replay={result.failure.exact_token}")
+        f"{explain(result.failure.violations)}; replay with "
+        f"--mc-replay={result.failure.exact_token}")
+
+
+@pytest.mark.mc_req("CO-9")
+def test_invariants_hold_under_seeded_nic_faults(mc_completions, mc_seed):
+    """Transfers from A to two peers while every NIC delays WRs and fails some of them, all
+    drawn from the test's seed: every transfer ends once, what completed landed intact, and
+    nothing is left counted, unpolled, unreclaimed or posted to a retired QP."""
+    cluster = mc_completions.cluster(controlled=False)
+    cluster.add_node("A", ["mlx5_0", "mlx5_1"])
+    cluster.add_node("B", ["mlx5_0", "mlx5_1"])
+    cluster.add_node("C", ["mlx5_0"])
+    cluster.chaos(mc_seed, fail=0.05, delay_us=200)
+    sent = {}
+    for i in range(12):
+        data = payload(f"chaos-{i}-".encode(), 2 * SLICE)
+        cluster.write_local("A", i * 2 * SLICE, data)
+        peer = "BC"[i % 2]
+        t = cluster.submit("A", peer, 2 * SLICE, src_offset=i * 2 * SLICE,
+                           dst_offset=i * 2 * SLICE)
+        sent[t] = (peer, i * 2 * SLICE, data)
+    settled = cluster.settle(timeout=90)
+    cluster.chaos_off()
+    assert settled, f"seed {mc_seed}: the transfers did not all end within 90 s"
+    for t, (peer, offset, data) in sent.items():
+        if cluster.status(t) == "COMPLETED":
+            assert cluster.read(peer, offset, len(data)) == data, (
+                f"seed {mc_seed}: transfer {t} to {peer} completed, but its bytes did not land")
+    found = cluster.check()
+    assert not found, f"seed {mc_seed} (rerun with --mc-seed): CO-9 broke: {explain(found)}"
+
+
+# ------------------------------------------------------------------------------- CO-10
+
+
+@pytest.mark.mc_req("CO-10")
+@pytest.mark.mc_requires("scheduler")
+def test_local_handoff_while_flush_completions_drain(mc_completions):
+    assert_clean(mc_completions.run_interleaving(HANDOFF), "CO-10",
+                 "local RNIC handoff rewrites a slice while old flush completions drain")
+
+
+@pytest.mark.mc_req("CO-10")
+def test_handoff_to_another_nic_while_flushes_drain(mc_completions):
+    """A's NIC fails under eight posted slices whose completions are held; the flushes then
+    arrive in two batches, so the slices of the first are handed to A's other NIC while the
+    second's flushes still drain. The transfer completes once, intact, with nothing left."""
+    cluster = two_nodes(mc_completions, a_nics=("mlx5_0", "mlx5_1"))
+    data = payload(b"handoff!", 8 * SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", 8 * SLICE)
+    for i in range(8):
+        cluster.hold(t, i, tag="first" if i < 4 else "second", stage="execution")
+    assert cluster.settle()
+    held = cluster.held("first") + cluster.held("second")
+    assert held, "precondition: the slices' first attempts are held"
+    cluster.device_fatal("A", held[0]["nic"])
+    assert cluster.settle()
+    cluster.release("first")
+    assert cluster.settle()
+    cluster.release("second")
+    completed(cluster, t, "a transfer handed off while flush completions drained")
+    assert cluster.read("B", 0, 8 * SLICE) == data, "the bytes at B are not the payload"
+    left = unreleased(cluster, "A")
+    assert not left, f"after the handoff A still counts {left} (CO-10 with CO-3)"
+    assert_checked(cluster, "CO-10", "a local handoff")
+
+
+# ------------------------------------------------------------------------------- CO-11
 
 
 @pytest.mark.mc_req("CO-11")
+@pytest.mark.mc_requires("rdma_state")
 def test_tokens_come_from_a_bounded_pool(mc_completions):
     """CO-11's 5% throughput bound is measured by tests/benchmarks/bench_rdma.py (speed is not
     asserted in tests). What a test can hold the hot path to is its shape: per-post tokens are

@@ -12,14 +12,15 @@ def _handle(profile, **kw):
 
 
 def _plain(value):
-    """True when ``value`` holds only builtins and this handle's own dataclasses."""
+    """True when ``value`` holds only builtins and the Target API's dataclasses."""
     if isinstance(value, (str, int, float, bool, type(None))):
         return True
     if isinstance(value, (list, tuple)):
         return all(_plain(v) for v in value)
     if isinstance(value, dict):
         return all(_plain(k) and _plain(v) for k, v in value.items())
-    return type(value).__module__ == "pytest_mooncake.targets.reference.rdma_handle" and all(
+    return type(value).__module__ in ("pytest_mooncake.targets.reference.rdma_handle",
+                                      "pytest_mooncake.targets.base") and all(
         _plain(getattr(value, f)) for f in value.__dataclass_fields__)
 
 

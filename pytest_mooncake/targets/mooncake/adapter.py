@@ -126,6 +126,12 @@ class MooncakeFamilyTarget(Target):
     def close(self) -> None:
         self.placement.close()
 
+    def use_verbs(self, mode: str) -> None:
+        super().use_verbs(mode)
+        use = getattr(self.placement, "use_verbs", None)
+        if use is not None:
+            use(mode)
+
     # ------------------------------------------------------------------ factories
 
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
@@ -184,6 +190,12 @@ class MooncakeFamilyTarget(Target):
         self._refuse_unhonoured("master_cluster", options, self.placement.master_options,
                                 Capability.MASTER_CLUSTER)
         return self.placement.master_cluster(masters, clients, options)
+
+    def rdma(self, **options: Any) -> Any:
+        """The build's engines on a verbs layer the test controls (``emulated_rdma.py``);
+        options as ``mc_completions`` passes them (seed, schedules, strategy, replay, verbs)."""
+        self._require(Capability.RDMA_CONTROL)
+        return self.placement.rdma(options)
 
     def store_client(self, master: MasterEndpoint, client_id: str | None = None,
                      version: str | None = None, wait_attached: bool = True) -> StoreClientHandle:

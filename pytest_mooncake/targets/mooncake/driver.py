@@ -7,7 +7,8 @@ one JSON reply per line. When ready it writes ``{"control_port": ..., ...}`` to 
 
     python driver.py probe
     python driver.py engine --segment NAME --metadata URI --ready-file F [--buffer-size N]
-                            [--address ADDR | --avoid ADDR]
+                            [--address ADDR | --avoid ADDR] [--protocol tcp|rdma]
+                            [--devices mlx5_0,mlx5_1]
     python driver.py store --hostname H:P --metadata URI --master ADDR --ready-file F
 """
 
@@ -112,11 +113,12 @@ class EngineDriver:
         from mooncake.engine import TransferEngine
 
         self.segment = args.segment
+        self.protocol = args.protocol
         self.engine = TransferEngine()
-        rc = self.engine.initialize(args.segment, args.metadata, "tcp", "")
+        rc = self.engine.initialize(args.segment, args.metadata, args.protocol, args.devices)
         if rc != 0:
             raise SystemExit(f"TransferEngine.initialize({args.segment!r}, {args.metadata!r}, "
-                             f"'tcp', '') returned {rc}")
+                             f"{args.protocol!r}, {args.devices!r}) returned {rc}")
         self.size = args.buffer_size
         self.addr = map_buffer(self.size, args.address, args.avoid)
         rc = self.engine.register_memory(self.addr, self.size)
@@ -125,12 +127,69 @@ class EngineDriver:
                              f"returned {rc}")
         self.staging_size = args.staging_size
         self.staging = map_buffer(self.staging_size)
+        if self.protocol != "tcp":  # RDMA moves bytes only from and to registered memory
+            rc = self.engine.register_memory(self.staging, self.staging_size)
+            if rc != 0:
+                raise SystemExit(f"TransferEngine.register_memory({self.staging:#x}, "
+                                 f"{self.staging_size}) (staging) returned {rc}")
+        self.extra: list[tuple[int, int]] = []
+        self.batches: dict[int, int] = {}  # transfer id -> batch id, until it ended
+        self.ended: dict[int, str] = {}  # transfer id -> "completed" / "failed"
+        self.next_transfer = 0
         self.counts = {"writes_ok": 0, "writes_failed": 0, "reads_ok": 0, "reads_failed": 0,
                        "lookups_ok": 0, "lookups_failed": 0}
 
     def info(self) -> dict:
         return {"segment": self.segment, "pid": os.getpid(), "rpc_port": self.engine.get_rpc_port(),
-                "buffers": [[self.addr, self.size]]}
+                "buffers": [[self.addr, self.size]], "staging": [self.staging, self.staging_size],
+                "protocol": self.protocol}
+
+    def submit(self, peer: str, op: str, offset: int, length: int, local_offset: int) -> dict:
+        """An asynchronous transfer between this engine's buffer at ``local_offset`` and the
+        peer's first buffer at ``offset``: one batch of one request; ``status`` follows it."""
+        self._check_local(local_offset, length)
+        base = self.peer_base(peer)
+        call = {"write": self.engine.batch_transfer_async_write,
+                "read": self.engine.batch_transfer_async_read}.get(op)
+        if call is None:
+            raise CommandError(f"op must be write or read, got {op!r}")
+        batch = call(peer, [self.addr + local_offset], [base + offset], [length])
+        if batch in (0, -1) or batch < 0:
+            return {"ok": False, "error": f"batch_transfer_async_{op}({peer!r}, {length} bytes) "
+                                          f"returned {batch}"}
+        self.next_transfer += 1
+        self.batches[self.next_transfer] = batch
+        return {"ok": True, "transfer": self.next_transfer,
+                "local": [self.addr + local_offset, length], "remote": base + offset}
+
+    def status(self, transfers: list[int]) -> dict:
+        """waiting / completed / failed per transfer id (``transfer_check_status``, which frees
+        a batch once it ended, as an application does)."""
+        out = {}
+        for t in transfers:
+            t = int(t)
+            if t in self.ended:
+                out[str(t)] = self.ended[t]
+                continue
+            if t not in self.batches:
+                raise CommandError(f"no transfer {t}")
+            rc = self.engine.transfer_check_status(self.batches[t])
+            if rc == 0:
+                out[str(t)] = "waiting"
+                continue
+            self.ended[t] = "completed" if rc == 1 else "failed"
+            del self.batches[t]
+            out[str(t)] = self.ended[t]
+        return {"ok": True, "status": out}
+
+    def register_extra(self, size: int) -> dict:
+        """Register one more buffer: the engine republishes its descriptor, same process."""
+        addr = map_buffer(size)
+        rc = self.engine.register_memory(addr, size)
+        if rc != 0:
+            return {"ok": False, "error": f"register_memory({addr:#x}, {size}) returned {rc}"}
+        self.extra.append((addr, size))
+        return {"ok": True, "address": addr}
 
     def _check_local(self, offset: int, length: int) -> None:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -199,6 +258,14 @@ class EngineDriver:
             return self.write_at(str(cmd["peer"]), int(cmd["address"]), _unb64(cmd["data"]))
         if op == "read_at":
             return self.read_at(str(cmd["peer"]), int(cmd["address"]), int(cmd["length"]))
+        if op == "submit":
+            return self.submit(str(cmd["peer"]), str(cmd.get("kind", "write")),
+                               int(cmd["offset"]), int(cmd["length"]),
+                               int(cmd.get("local_offset", 0)))
+        if op == "status":
+            return self.status(list(cmd["transfers"]))
+        if op == "register_extra":
+            return self.register_extra(int(cmd["size"]))
         if op == "peek":
             offset, length = int(cmd["offset"]), int(cmd["length"])
             self._check_local(offset, length)
@@ -313,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     eng.add_argument("--staging-size", type=int, default=4 << 20)
     eng.add_argument("--address", type=lambda s: int(s, 0), default=0)
     eng.add_argument("--avoid", type=lambda s: int(s, 0), default=0)
+    eng.add_argument("--protocol", default="tcp", choices=["tcp", "rdma"])
+    eng.add_argument("--devices", default="", help="RDMA devices to use (comma-separated)")
     for p in (eng, sto := sub.add_parser("store")):
         p.add_argument("--control-host", default="127.0.0.1")
         p.add_argument("--control-port", type=int, default=0)

@@ -101,6 +101,22 @@ class DriverCommands:
         not engine counters."""
         return self._call("stats")["counts"]
 
+    def submit_transfer(self, peer: str, op: str, offset: int, length: int,
+                        local_offset: int = 0) -> dict[str, Any]:
+        """An asynchronous ``op`` (write/read) between this engine's buffer at
+        ``local_offset`` and ``peer``'s first buffer at ``offset``: ``{"ok", "transfer",
+        "local": [address, length]}``; ``transfer_status`` follows it."""
+        return self._call("submit", peer=peer, kind=op, offset=offset, length=length,
+                          local_offset=local_offset)
+
+    def transfer_status(self, transfers: list[int]) -> dict[str, str]:
+        """waiting / completed / failed per transfer id of ``submit_transfer``."""
+        return self._call("status", transfers=list(transfers))["status"]
+
+    def register_extra(self, size: int) -> dict[str, Any]:
+        """Register one more buffer in the same process (the engine republishes)."""
+        return self._call("register_extra", size=size)
+
     def local_read(self, offset: int, length: int) -> bytes:
         """Bytes of this engine's own registered buffer (read in its process)."""
         reply = self._call("peek", offset=offset, length=length)
@@ -127,8 +143,15 @@ class MooncakeEngine(DriverCommands):
 
     def __init__(self, launcher: Launcher, workdir: Path,
                  segment: str, metadata: MetadataHandle, lacks: Mapping[Capability, str],
-                 buffer_size: int = 1 << 20, fixed_address: int = 0, ready_timeout: float = 30.0):
+                 buffer_size: int = 1 << 20, fixed_address: int = 0, ready_timeout: float = 30.0,
+                 protocol: str = "tcp", devices: str = "", env: Mapping[str, str] | None = None):
+        """``protocol``/``devices`` go to ``TransferEngine.initialize`` (``rdma`` with a
+        comma-separated device filter); ``env``: extra environment of the process (an emulated
+        RDMA fabric's variables, engine knobs such as ``MC_SLICE_SIZE``)."""
         self.launcher = launcher
+        self.protocol = protocol
+        self.devices = devices
+        self.env = dict(env or {})
         self.segment = segment
         self.metadata = metadata
         self.lacks = dict(lacks)
@@ -152,6 +175,8 @@ class MooncakeEngine(DriverCommands):
             "engine", "--segment", self.segment, "--metadata", self.metadata.uri,
             "--ready-file", str(self.ready_file), "--buffer-size", str(self.buffer_size),
             "--control-host", self.launcher.bind_host, "--control-port", str(self._control_port))
+        if self.protocol != "tcp":
+            argv += ["--protocol", self.protocol, "--devices", self.devices]
         if address:
             argv += ["--address", hex(address)]
         if avoid:
@@ -165,7 +190,7 @@ class MooncakeEngine(DriverCommands):
         try:
             if self.process is None:
                 self.process = self.launcher.start(
-                    f"mooncake-engine-{self.segment}", argv, None, self._ready,
+                    f"mooncake-engine-{self.segment}", argv, self.env or None, self._ready,
                     self.ready_timeout, publish=[self._control_port] if self._control_port else [])
             else:
                 self.process.argv = argv

@@ -17,16 +17,19 @@ from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import Supervisor, port_open
 from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetContext, TargetError
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
+from pytest_mooncake.targets.mooncake.emulated_rdma import MooncakeRdma
 from pytest_mooncake.targets.mooncake.install import MooncakeInstall, SpecError, locate
 from pytest_mooncake.targets.mooncake.launchers import LocalLauncher
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
 from pytest_mooncake.targets.mooncake.option_rules import MOONCAKE_ETCD_ROUTING
 from pytest_mooncake.targets.mooncake.process_placement import ProcessPlacement
+from pytest_mooncake.targets.mooncake.verbs_layers import VerbsLayer, verbs_layer
 
 ENGINE_API = ("initialize", "register_memory", "transfer_sync_write", "transfer_sync_read",
               "get_first_buffer_address")
 CACHE_API = ("sync_segment_cache", "set_metadata_cache_ttl_ms", "metadata_cache_ttl_ms")
 COUNTER_API = re.compile(r"^(get_)?(stats|metrics|counters)$")
+RDMA_STATE_API = re.compile(r"(slice|endpoint|rail|token|qp)", re.I)
 STORE_API = ("setup", "put", "get", "is_exist", "remove")
 
 
@@ -43,6 +46,19 @@ class LocalPlacement(ProcessPlacement):
         self._caps: frozenset[Capability] | None = None
         self._lacks: dict[Capability, str] = {}
         self._supervisor: Supervisor | None = None
+        self.verbs: VerbsLayer = verbs_layer("auto")
+
+    def use_verbs(self, mode: str) -> None:
+        """The verbs layer of the RDMA engines this placement starts (``--mc-verbs``)."""
+        self.verbs = verbs_layer(mode)
+        self.facts["verbs"] = self.verbs.mode
+        self._caps = None
+
+    def rdma(self, options: dict[str, Any]) -> MooncakeRdma:
+        """Engines on emulated RDMA devices, controlled through their verbs sockets."""
+        _ = self.capabilities
+        return MooncakeRdma(self, self.verbs, self._lacks, int(options.get("seed") or 0),
+                            self.facts.get("probe", {}).get("package_dir"))
 
     @property
     def version(self) -> str:
@@ -89,10 +105,22 @@ class LocalPlacement(ProcessPlacement):
             lacks[Capability.METADATA_HTTP] = (
                 f"{ver} has no usable mooncake.http_metadata_server: "
                 f"{facts.get('http_metadata_server_error', 'module missing')}")
-        rdma = (f"{ver} runs its RDMA transport on real verbs devices only and offers no hook to "
-                f"hold, reorder or replay completions")
-        lacks[Capability.RDMA_CONTROL] = rdma
-        lacks[Capability.SCHEDULER] = rdma
+        control = self.verbs.control_lacks(ver)
+        if control:
+            lacks[Capability.RDMA_CONTROL] = control
+        elif Capability.ENGINE in lacks:
+            lacks[Capability.RDMA_CONTROL] = lacks[Capability.ENGINE]
+        state_api = sorted(m for m in engine if RDMA_STATE_API.search(m))
+        lacks[Capability.RDMA_STATE] = (
+            f"mooncake.engine of {ver} shows none of its RDMA transport's state (slice attempts "
+            f"and retry counts, endpoint generations and retire causes, rail state, queued "
+            f"slices, completion tokens): TransferEngine has "
+            + (f"only {', '.join(state_api)}" if state_api else "no method for any of them")
+            + "; its NICs are observed instead")
+        lacks[Capability.SCHEDULER] = (
+            f"{ver}'s RDMA worker pool runs free threads inside its own process: nothing pins "
+            f"an interleaving of them or replays one (TransferEngine has no scheduling hook; "
+            f"the verbs layer controls completions, not threads)")
         store = set(facts.get("store_methods", []))
         master_bin = facts.get("binaries", {}).get("mooncake_master")
         if not master_bin:

@@ -30,7 +30,8 @@ MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
     Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER,
 })
-RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER})
+RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER,
+                               Capability.RDMA_STATE})
 
 
 class ReferenceTarget(Target):
@@ -102,12 +103,13 @@ class ReferenceTarget(Target):
     def rdma(self, **options: Any) -> Any:
         """The RDMA handle (see targets/reference/rdma_handle.py); options: seed, schedules, strategy,
         replay, verbs (only ``sim`` is driven here)."""
-        verbs = options.get("verbs") or "sim"
+        verbs = options.get("verbs") or "auto"
+        verbs = "sim" if verbs == "auto" else verbs
         if verbs != "sim":
             from pytest_mooncake.targets.base import TargetLacks
 
             raise TargetLacks(Capability.RDMA_CONTROL, f"the reference RDMA handle drives simulated "
-                              f"verbs only (--mc-verbs={verbs} asked for a real device)")
+                              f"verbs only (--mc-verbs={verbs} asked for another layer)")
         from pytest_mooncake.targets.reference.rdma_handle import ReferenceRdma
 
         return ReferenceRdma(self.profile, **{**options, "verbs": verbs})

@@ -22,29 +22,22 @@ nothing of reference_engine leaks out, so suites stay target-agnostic):
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
+from pytest_mooncake.targets.base import RdmaViolation
 from reference_engine.rdma.sim import exploration
 from reference_engine.rdma.sim.invariants import InvariantChecker
 from reference_engine.rdma.sim.scenarios import SCENARIOS
 from reference_engine.rdma.sim.scheduler import RoundRobin, ScheduleError, Scheduler
 from reference_engine.rdma.sim.sim_cluster import SimCluster
-from reference_engine.rdma.sim.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
+from reference_engine.rdma.sim.sim_verbs import DELAY, ERROR, FAIL_POST, HOLD, Fault
 from reference_engine.rdma.slices import STATUS_NAMES
 from reference_engine.rdma.verbs import Opcode, WcStatus
 
 DEDICATED = {"MC_RDMA_DEDICATED_POLLER": "1"}
-
-
-@dataclass(frozen=True)
-class RdmaViolation:
-    kind: str
-    """stale_mutation, double_completion, success_and_failed, stuck_slice, stale_retire,
-    post_to_retired, negative_counter, counter_leak, not_reclaimed, token_leak, no_quiescence,
-    retry_after_end, actor_crashed."""
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -93,6 +86,13 @@ def _run(outcome) -> RdmaRun:
                    outcome.steps, outcome.token, outcome.exact_token, dict(outcome.stats))
 
 
+def _wc_status(name: str) -> int:
+    try:
+        return WcStatus[name.upper()]
+    except KeyError:
+        raise ValueError(f"unknown completion status {name!r}") from None
+
+
 class ReferenceRdma:
     """The RDMA handle of ``ReferenceTarget``; one per test (``mc_completions``)."""
 
@@ -137,6 +137,7 @@ class ReferenceRdma:
         """A hand-built scenario. ``config``: RdmaConfig fields (slice_size, num_qp_per_ep,
         workers_per_ctx, max_ep_per_ctx, retry_cnt, destroy_timeout, ...) and
         ``tcp_handshake=True`` (handshakes over loopback sockets in Mooncake's framing)."""
+        config.pop("metadata_refresh_seconds", None)  # let_refresh() forces a refresh here
         c = RdmaCluster(self.profile, controlled, DEDICATED if dedicated_poller else {},
                         self.seed, config)
         self._clusters.append(c)
@@ -214,10 +215,11 @@ class RdmaCluster:
                 "buffers": [{"addr": b.addr, "length": b.length, "rkey": list(b.rkey)}
                             for b in d.buffers]}
 
-    def posts(self, transfer: int, index: int = 0) -> list[dict[str, int]]:
-        """Every work request posted for one slice, in post order: its wr_id and QP number."""
+    def posts(self, transfer: int, index: int = 0, refused: bool = False) -> list[dict[str, int]]:
+        """Every work request posted for one slice, in post order: its wr_id and QP number
+        (a WR ``post_send`` refused as bad_wr was never posted: ``refused`` adds nothing)."""
         s = self._slice(transfer, index)
-        return [{"wr_id": wr_id, "qp_num": qp_num}
+        return [{"wr_id": wr_id, "qp_num": qp_num, "nic": self.sim.fabric.qp_nic.get(qp_num)}
                 for _, qp_num, wr_id in self.checker.posts.get(s, [])]
 
     def worker_model(self, node: str) -> str:
@@ -228,23 +230,31 @@ class RdmaCluster:
         return self.transfers[transfer][1].slices[index]
 
     # ------------------------------------------------------------------ faults
-    def hold(self, transfer: int, index: int = 0, tag: str = "held", times: int = 1) -> None:
-        """Hold the completion of the slice's next ``times`` posts until ``release(tag)``."""
+    def hold(self, transfer: int, index: int = 0, tag: str = "held", times: int = 1,
+             stage: str = "completion") -> None:
+        """Hold the completion of the slice's next ``times`` posts until ``release(tag)``.
+        ``stage`` is for real builds' NICs (completion: the bytes land and the completion
+        waits; execution: the WR waits, and so does the completion a flush gives it); the
+        simulated fabric holds a WR before it executes either way."""
         s = self._slice(transfer, index)
         self.sim.fabric.inject(Fault(HOLD, local_addr=s.source_addr, tag=tag, times=times))
 
-    def release(self, tag: str = "held") -> int:
-        return self.sim.fabric.release(tag)
+    def release(self, tag: str = "held", status: str | None = None) -> int:
+        """Let the WRs held under ``tag`` complete (with ``status``, a WcStatus name, instead
+        of executing when given)."""
+        return self.sim.fabric.release(tag, None if status is None else _wc_status(status))
+
+    def held(self, tag: str = "held") -> list[dict[str, Any]]:
+        """The WRs held under ``tag``: NIC, QP number and wr_id."""
+        return [{"nic": rec.qp.ctx.device_name, "qp": rec.qp.qp_num, "wr_id": rec.wr.wr_id}
+                for rec in self.sim.fabric.held.get(tag, [])]
 
     def inject_error(self, transfer: int, index: int = 0, status: str = "REM_ACCESS_ERR",
                      times: int = 1) -> None:
         """Complete the slice's next post(s) with an error status (a WcStatus name)."""
-        try:
-            code = WcStatus[status]
-        except KeyError:
-            raise ValueError(f"unknown completion status {status!r}") from None
         s = self._slice(transfer, index)
-        self.sim.fabric.inject(Fault(ERROR, local_addr=s.source_addr, status=code, times=times))
+        self.sim.fabric.inject(Fault(ERROR, local_addr=s.source_addr, status=_wc_status(status),
+                                     times=times))
 
     def fail_post(self, transfer: int, index: int = 0) -> None:
         """Make post_send return this slice's next WR as bad_wr."""
@@ -282,6 +292,41 @@ class RdmaCluster:
         """Force a metadata refresh of ``peer`` on ``node``; False if it failed."""
         return self.sim.peers[node].transport.lookup(peer, True) is not None
 
+    def let_refresh(self, node: str, peer: str) -> None:
+        """Have ``node`` refresh ``peer``'s descriptor (here: a forced refresh)."""
+        self.refresh(node, peer)
+
+    def republish(self, name: str) -> None:
+        """The same process registers one more buffer and publishes its descriptor again."""
+        peer = self.sim.peers[name]
+        peer.transport.register_buffer(peer.node.memory.alloc(1 << 16), 1 << 16)
+        self.sim.directory.publish(peer.transport.local_descriptor())
+
+    def chaos(self, seed: int, fail: float = 0.0, delay_us: int = 0) -> None:
+        """Seeded faults on every WR: fails with probability ``fail`` (retry exceeded) and,
+        with ``delay_us``, completes after a random number of later deliveries."""
+        rng = random.Random(seed)
+        self.chaos_off()
+        self._chaos = [Fault(ERROR, predicate=lambda wr: rng.random() < fail,
+                             status=WcStatus.RETRY_EXC_ERR, times=None)]
+        if delay_us:
+            self._chaos.append(Fault(DELAY, predicate=lambda wr: rng.random() < 0.5,
+                                     delay=1 + rng.randrange(3), times=None))
+        for f in self._chaos:
+            self.sim.fabric.inject(f)
+
+    def chaos_off(self) -> None:
+        for f in getattr(self, "_chaos", []):
+            if f in self.sim.fabric.faults:
+                self.sim.fabric.faults.remove(f)
+        self._chaos = []
+
+    def start(self) -> None:
+        """Free-running: start the workers now (controlled: nothing runs before settle)."""
+        if not self.controlled and not self._started:
+            self.sim.start()
+            self._started = True
+
     # ------------------------------------------------------------------ running
     def settle(self, timeout: float = 30.0, max_steps: int = 20000) -> bool:
         """Run until nothing is left to do (controlled) or every transfer ended (free)."""
@@ -307,6 +352,37 @@ class RdmaCluster:
         out["cq_outstanding"] = sum(c.cq_outstanding() for c in tr.contexts)
         out["waiting_endpoints"] = sum(len(c.store.waiting) for c in tr.contexts)
         return out
+
+    def describe_workers(self, node: str) -> str:
+        tr = self.sim.peers[node].transport
+        return (f"{tr.model.name} worker model, {self.sim.config.workers_per_ctx} worker(s) per "
+                f"context")
+
+    def alive(self, node: str) -> bool:
+        return self.sim.peers[node].node.alive
+
+    def unreleased(self, node: str) -> dict[str, int]:
+        """What ``node`` has not released: QP depth of its endpoints not yet destroyed and CQ
+        outstanding, as the engine counts them; both 0 at quiescence (CO-3, CO-9)."""
+        tr = self.sim.peers[node].transport
+        depth = sum(d.value for ctx in tr.contexts
+                    for ep in ctx.store.endpoints() + list(ctx.store.waiting) for d in ep.depth)
+        return {"qp_depth": depth, "cq_outstanding": sum(c.cq_outstanding() for c in tr.contexts)}
+
+    def qps(self, node: str, destroyed: bool = False) -> list[dict[str, Any]]:
+        """``node``'s QPs as its NICs see them: number, NIC, peer node, state, WRs posted and
+        in flight, whether the engine moved it to ERR itself and WRs posted to it after that;
+        with ``destroyed``, also the QPs it destroyed."""
+        fabric, me = self.sim.fabric, self.sim.peers[node].node
+        live = [qp for ctx in me.contexts.values() for qp in ctx.qps]
+        gone = [qp for qp in fabric.destroyed if qp.ctx.node is me] if destroyed else []
+        return [{"qp_num": qp.qp_num, "nic": qp.ctx.device_name,
+                 "peer": fabric.qp_owner.get(qp.dest_qp_num), "state": qp.state.name.lower(),
+                 "posted": qp.posted,
+                 "outstanding": getattr(qp, "outstanding_at_destroy", len(qp.pending)),
+                 "held": 0, "retired_by_build": qp.app_err,
+                 "posted_after_retire": qp.posted_after_retire, "destroyed": qp.destroyed}
+                for qp in live + gone]
 
     def token_pool(self, node: str) -> dict[str, int]:
         """``node``'s per-post completion tokens: how many were ever created (a pool keeps this

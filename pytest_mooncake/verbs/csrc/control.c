@@ -23,6 +23,7 @@
 #include <arpa/inet.h>
 
 #include "hold.h"
+#include "trace.h"
 
 /* ----------------------------------------------------------------------------- the socket */
 
@@ -123,9 +124,10 @@ static int arg_port(const struct request *r, struct out *o, int dev) {
 }
 
 static void describe_held(struct out *o, const struct held *h) {
-    say(o, "held id=%u stage=%s rule=%u dev=%s qp=%u wr_id=%#llx opcode=%s seq=%llu", h->id,
-        stage_names[h->stage], h->rule, g.shm->dev[h->dev].name, h->qpn,
-        (unsigned long long)h->wr_id, emu_opcode_name(h->opcode), (unsigned long long)h->seq);
+    say(o, "held id=%u stage=%s rule=%u dev=%s qp=%u wr_id=%#llx opcode=%s seq=%llu laddr=%#llx",
+        h->id, stage_names[h->stage], h->rule, g.shm->dev[h->dev].name, h->qpn,
+        (unsigned long long)h->wr_id, emu_opcode_name(h->opcode), (unsigned long long)h->seq,
+        (unsigned long long)h->laddr);
     if (h->stage == STAGE_COMPLETION)
         say(o, " status=%s cq=%s", emu_status_name(h->cqe.wc.status), h->cq ? "alive" : "destroyed");
     say(o, "%s\n", h->auto_due_ns ? " chaos=1" : "");
@@ -138,37 +140,79 @@ static void cmd_hello(struct out *o) {
     say(o, " version=1\n");
 }
 
+/* The filter and count of a rule: dev= qp= peer= opcode= wr_id= addr_lo= addr_hi= nth= count=.
+ * Returns 0, or -1 after saying what was wrong. */
+static int parse_rule(const struct request *r, struct out *o, struct rule *nr) {
+    const char *s;
+    uint64_t v;
+    if ((nr->dev = arg_device(r, o, 0)) == -2) return -1;
+    if ((s = arg(r, "opcode")) && (nr->opcode = emu_opcode_from_name(s)) < 0)
+        return say(o, "error opcode=%s: use write or read\n", s), -1;
+    int got;
+    if ((got = arg_u64(r, "qp", &v, o)) < 0) return -1;
+    if (got) nr->qpn = (uint32_t)v;
+    if ((got = arg_u64(r, "peer", &v, o)) < 0) return -1;
+    if (got) nr->peer = (int32_t)v;
+    if ((got = arg_u64(r, "wr_id", &nr->wr_id, o)) < 0) return -1;
+    nr->has_wr_id = got;
+    if (arg_u64(r, "addr_lo", &nr->addr_lo, o) < 0 || arg_u64(r, "addr_hi", &nr->addr_hi, o) < 0)
+        return -1;
+    if (nr->addr_hi && nr->addr_hi <= nr->addr_lo)
+        return say(o, "error addr_hi= must be above addr_lo= (a range [lo, hi) of local "
+                      "addresses)\n"), -1;
+    if (arg_u64(r, "nth", &nr->nth, o) < 0 || arg_u64(r, "count", &nr->count, o) < 0) return -1;
+    if (nr->nth < 1) return say(o, "error nth= counts from 1\n"), -1;
+    return 0;
+}
+
+static void add_rule(const struct rule *nr, struct out *o) {
+    struct rule *rule = malloc(sizeof *rule);
+    if (!rule) return say(o, "error out of memory\n");
+    *rule = *nr;
+    pthread_mutex_lock(&hold_lock);
+    rule->id = ++next_rule_id;
+    struct rule **p = &rules;
+    while (*p) p = &(*p)->next;
+    __atomic_store_n(p, rule, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&hold_lock);
+    say(o, "ok rule=%u\n", rule->id);
+}
+
 static void cmd_hold(const struct request *r, struct out *o) {
     struct rule nr = {.dev = -1, .opcode = -1, .nth = 1, .count = 1};
     const char *s;
-    uint64_t v;
     if ((s = arg(r, "stage"))) {
         if (strcmp(s, "completion") == 0) nr.stage = STAGE_COMPLETION;
         else if (strcmp(s, "execution") == 0) nr.stage = STAGE_EXECUTION;
         else return say(o, "error stage=%s: use completion or execution\n", s);
     }
-    if ((nr.dev = arg_device(r, o, 0)) == -2) return;
-    if ((s = arg(r, "opcode")) && (nr.opcode = emu_opcode_from_name(s)) < 0)
-        return say(o, "error opcode=%s: use write or read\n", s);
-    int got;
-    if ((got = arg_u64(r, "qp", &v, o)) < 0) return;
-    if (got) nr.qpn = (uint32_t)v;
-    if ((got = arg_u64(r, "peer", &v, o)) < 0) return;
-    if (got) nr.peer = (int32_t)v;
-    if ((got = arg_u64(r, "wr_id", &nr.wr_id, o)) < 0) return;
-    nr.has_wr_id = got;
-    if (arg_u64(r, "nth", &nr.nth, o) < 0 || arg_u64(r, "count", &nr.count, o) < 0) return;
-    if (nr.nth < 1) return say(o, "error nth= counts from 1\n");
-    struct rule *rule = malloc(sizeof *rule);
-    if (!rule) return say(o, "error out of memory\n");
-    *rule = nr;
-    pthread_mutex_lock(&hold_lock);
-    rule->id = ++next_rule_id;
-    struct rule **p = &rules;
-    while (*p) p = &(*p)->next;
-    *p = rule;
-    pthread_mutex_unlock(&hold_lock);
-    say(o, "ok rule=%u\n", rule->id);
+    if ((s = arg(r, "fail"))) { /* the WR completes at once with this error, unexecuted */
+        if ((nr.fail = emu_status_from_name(s)) <= 0)
+            return say(o, "error fail=%s is not an error ibv_wc_status name\n", s);
+        nr.stage = STAGE_EXECUTION;
+    }
+    if (parse_rule(r, o, &nr) == 0) add_rule(&nr, o);
+}
+
+/* `refuse [filter] [nth=] [count=] [errno=ENOMEM|EINVAL|...number]`: ibv_post_send stops at the
+ * matching WR and returns it as bad_wr (the WRs before it in the chain are posted). */
+static void cmd_refuse(const struct request *r, struct out *o) {
+    struct rule nr = {.dev = -1, .opcode = -1, .nth = 1, .count = 1, .stage = STAGE_POST};
+    const char *s = arg(r, "errno");
+    nr.error = ENOMEM;
+    if (s) {
+        if (!strcmp(s, "ENOMEM")) nr.error = ENOMEM;
+        else if (!strcmp(s, "EINVAL")) nr.error = EINVAL;
+        else if (!strcmp(s, "EAGAIN")) nr.error = EAGAIN;
+        else if (!strcmp(s, "EIO")) nr.error = EIO;
+        else {
+            uint64_t v;
+            if (arg_u64(r, "errno", &v, o) < 0) return;
+            if (v == 0 || v > 4095) return say(o, "error errno=%s: a positive errno\n", s);
+            nr.error = (int)v;
+        }
+    }
+    if (parse_rule(r, o, &nr) == 0) add_rule(&nr, o);
 }
 
 static void cmd_unhold(const struct request *r, struct out *o) {
@@ -201,6 +245,11 @@ static void cmd_rules(struct out *o) {
             stage_names[r->stage], r->dev >= 0 ? g.shm->dev[r->dev].name : "any", r->qpn,
             (int)r->peer, r->opcode >= 0 ? emu_opcode_name(r->opcode) : "any");
         if (r->has_wr_id) say(o, " wr_id=%#llx", (unsigned long long)r->wr_id);
+        if (r->addr_hi)
+            say(o, " addr_lo=%#llx addr_hi=%#llx", (unsigned long long)r->addr_lo,
+                (unsigned long long)r->addr_hi);
+        if (r->stage == STAGE_POST) say(o, " errno=%d", r->error);
+        if (r->fail > 0) say(o, " fail=%s", emu_status_name(r->fail));
         say(o, " nth=%llu count=%llu matched=%llu taken=%llu\n", (unsigned long long)r->nth,
             (unsigned long long)r->count, (unsigned long long)r->matched,
             (unsigned long long)r->taken);
@@ -423,15 +472,18 @@ static struct totals collect(struct out *o) {
         uint64_t held = held_for(qp->qp.qp_num, 0);
         pthread_mutex_unlock(&hold_lock);
         if (o)
-            say(o, "qp qpn=%u dev=%s state=%s dest_qpn=%u cq=%u posted=%llu executed=%llu "
-                   "completed=%llu outstanding=%llu pending=%llu held=%llu cqes=%llu "
-                   "flushed=%llu errors=%llu bytes=%llu\n",
+            say(o, "qp qpn=%u dev=%s state=%s dest_qpn=%u peer=%d cq=%u posted=%llu "
+                   "executed=%llu completed=%llu outstanding=%llu pending=%llu held=%llu "
+                   "cqes=%llu flushed=%llu errors=%llu bytes=%llu posted_in_err=%llu "
+                   "posted_after_retire=%llu app_err=%d\n",
                 qp->qp.qp_num, g.shm->dev[qp->dev].name, qp_state_name(qp->state), qp->dest_qpn,
-                qp->scq->id, (unsigned long long)qp->posted, (unsigned long long)qp->executed,
-                (unsigned long long)head, (unsigned long long)(qp->tail - head),
-                (unsigned long long)(qp->tail - qp->exec), (unsigned long long)held,
-                (unsigned long long)qp->cqes, (unsigned long long)qp->flushed,
-                (unsigned long long)qp->errors, (unsigned long long)qp->bytes);
+                (int)emu_peer_pid(qp), qp->scq->id, (unsigned long long)qp->posted,
+                (unsigned long long)qp->executed, (unsigned long long)head,
+                (unsigned long long)(qp->tail - head), (unsigned long long)(qp->tail - qp->exec),
+                (unsigned long long)held, (unsigned long long)qp->cqes,
+                (unsigned long long)qp->flushed, (unsigned long long)qp->errors,
+                (unsigned long long)qp->bytes, (unsigned long long)qp->posted_in_err,
+                (unsigned long long)qp->posted_after_retire, qp->app_err);
         t.posted += qp->posted;
         t.completed += head;
         t.outstanding += qp->tail - head;
@@ -476,10 +528,12 @@ static void cmd_counters(struct out *o) {
     if (body.buf) say(o, "%s", body.buf);
     free(body.buf);
     say(o, "total posted=%llu completed=%llu outstanding=%llu held=%llu held_ever=%llu "
-           "cqes=%llu polled=%llu\n",
+           "cqes=%llu polled=%llu events=%llu acked=%llu\n",
         (unsigned long long)t.posted, (unsigned long long)t.completed,
         (unsigned long long)t.outstanding, (unsigned long long)t.held,
-        (unsigned long long)held_total, (unsigned long long)t.cqes, (unsigned long long)t.polled);
+        (unsigned long long)held_total, (unsigned long long)t.cqes, (unsigned long long)t.polled,
+        (unsigned long long)atomic_load(&emu_async_posted),
+        (unsigned long long)atomic_load(&emu_async_acked));
 }
 
 /* Parses `seed= delay_us= reorder= fail= fail_status=` (from the socket or MC_VERBS_CHAOS). */
@@ -525,6 +579,8 @@ static int wait_value(const char *what, uint64_t *v) {
     else if (strcmp(what, "completed") == 0) *v = t.completed;
     else if (strcmp(what, "cqes") == 0) *v = t.cqes;
     else if (strcmp(what, "polled") == 0) *v = t.polled;
+    else if (strcmp(what, "events") == 0) *v = atomic_load(&emu_async_posted);
+    else if (strcmp(what, "acked") == 0) *v = atomic_load(&emu_async_acked);
     else return -1;
     return 0;
 }
@@ -535,12 +591,78 @@ static void cmd_wait(struct client *c, const struct request *r, struct out *o) {
     const char *what = arg(r, "what");
     uint64_t min = 1, timeout_ms = 10000, v;
     if (!what || wait_value(what, &v))
-        return say(o, "error what= is one of held, posted, completed, cqes, polled\n");
+        return say(o, "error what= is one of held, posted, completed, cqes, polled, events, "
+                      "acked\n");
     if (arg_u64(r, "min", &min, o) < 0 || arg_u64(r, "timeout_ms", &timeout_ms, o) < 0) return;
     c->waiting = 1;
     snprintf(c->wait_what, sizeof c->wait_what, "%s", what);
     c->wait_min = min;
     c->wait_deadline_ns = emu_now_ns() + timeout_ms * 1000000ull;
+}
+
+static void say_post(const struct trace_post *p, void *arg) {
+    say(arg, "post n=%llu qp=%u dev=%s peer=%d wr_id=%#llx opcode=%s laddr=%#llx length=%llu "
+             "raddr=%#llx rkey=%#x tid=%d qp_state=%s refused=%d\n",
+        (unsigned long long)p->n, p->qpn, g.shm->dev[p->dev].name, (int)p->peer,
+        (unsigned long long)p->wr_id, emu_opcode_name(p->opcode), (unsigned long long)p->laddr,
+        (unsigned long long)p->length, (unsigned long long)p->raddr, p->rkey, (int)p->tid,
+        qp_state_name(p->qp_state), p->refused);
+}
+
+/* `posts [since=N] [limit=M]`: the post log after entry N (the last 8192 are kept). */
+static void cmd_posts(const struct request *r, struct out *o) {
+    uint64_t since = 0, limit = 0;
+    if (arg_u64(r, "since", &since, o) < 0 || arg_u64(r, "limit", &limit, o) < 0) return;
+    struct out body = {0};
+    uint64_t total = emu_trace_posts(since, limit, say_post, &body);
+    say(o, "ok total=%llu\n", (unsigned long long)total);
+    if (body.buf) say(o, "%s", body.buf);
+    free(body.buf);
+}
+
+static void say_thread(const struct trace_thread *t, void *arg) {
+    char path[64], name[32] = "?";
+    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)t->tid);
+    FILE *f = fopen(path, "re");
+    if (f) {
+        if (fgets(name, sizeof name, f)) name[strcspn(name, "\n ")] = 0;
+        fclose(f);
+    } else {
+        snprintf(name, sizeof name, "(exited)");
+    }
+    say(arg, "thread tid=%d name=%s posted=%llu refused=%llu polls=%llu polled=%llu\n",
+        (int)t->tid, name[0] ? name : "?", (unsigned long long)t->posted,
+        (unsigned long long)t->refused, (unsigned long long)t->polls,
+        (unsigned long long)t->polled);
+}
+
+/* `threads`: per thread of this process, the WRs it posted and the completions it polled. */
+static void cmd_threads(struct out *o) {
+    say(o, "ok\n");
+    emu_trace_threads(say_thread, o);
+}
+
+static void say_gone(const struct trace_gone *d, void *arg) {
+    uint64_t now = emu_now_ns();
+    say(arg, "retired qpn=%u dev=%s peer=%d state=%s posted=%llu completed=%llu "
+             "outstanding=%llu held=%llu posted_in_err=%llu posted_after_retire=%llu app_err=%d "
+             "err_ms_before=%lld destroyed_ms_ago=%llu tid=%d\n",
+        d->qpn, g.shm->dev[d->dev].name, (int)d->peer, qp_state_name(d->state),
+        (unsigned long long)d->posted, (unsigned long long)d->completed,
+        (unsigned long long)d->outstanding, (unsigned long long)d->held,
+        (unsigned long long)d->posted_in_err, (unsigned long long)d->posted_after_retire,
+        d->app_err,
+        d->err_ns ? (long long)((d->destroy_ns - d->err_ns) / 1000000) : -1LL,
+        (unsigned long long)((now - d->destroy_ns) / 1000000), (int)d->tid);
+}
+
+/* `retired`: the QPs this process destroyed (the last 1024), with what was outstanding then. */
+static void cmd_retired(struct out *o) {
+    struct out body = {0};
+    uint64_t total = emu_trace_gone(say_gone, &body);
+    say(o, "ok total=%llu\n", (unsigned long long)total);
+    if (body.buf) say(o, "%s", body.buf);
+    free(body.buf);
 }
 
 static void dispatch(struct client *c, char *line, struct out *o) {
@@ -555,6 +677,10 @@ static void dispatch(struct client *c, char *line, struct out *o) {
     }
     if (!strcmp(r.cmd, "hello")) cmd_hello(o);
     else if (!strcmp(r.cmd, "hold")) cmd_hold(&r, o);
+    else if (!strcmp(r.cmd, "refuse")) cmd_refuse(&r, o);
+    else if (!strcmp(r.cmd, "posts")) cmd_posts(&r, o);
+    else if (!strcmp(r.cmd, "threads")) cmd_threads(o);
+    else if (!strcmp(r.cmd, "retired")) cmd_retired(o);
     else if (!strcmp(r.cmd, "unhold")) cmd_unhold(&r, o);
     else if (!strcmp(r.cmd, "rules")) cmd_rules(o);
     else if (!strcmp(r.cmd, "held")) cmd_held(o);
@@ -565,8 +691,8 @@ static void dispatch(struct client *c, char *line, struct out *o) {
     else if (!strcmp(r.cmd, "counters")) cmd_counters(o);
     else if (!strcmp(r.cmd, "chaos")) cmd_chaos(&r, o);
     else if (!strcmp(r.cmd, "wait")) cmd_wait(c, &r, o);
-    else say(o, "error unknown command %s (hello, hold, unhold, rules, held, release, qp_error, "
-                "event, port, counters, chaos, wait)\n", r.cmd);
+    else say(o, "error unknown command %s (hello, hold, refuse, unhold, rules, held, release, "
+                "qp_error, event, port, counters, posts, threads, retired, chaos, wait)\n", r.cmd);
 }
 
 static void reply(struct client *c, struct out *o) {

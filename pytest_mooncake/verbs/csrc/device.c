@@ -183,6 +183,22 @@ EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int inde
     return 0;
 }
 
+/* rdma-core's private helper (IBVERBS_PRIVATE_34) that pyverbs calls for a GID's type:
+ * 0 = IB/RoCE v1, 1 = RoCE v2, as its enum ibv_gid_type_sysfs. */
+EXPORT int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+                              int *type) {
+    const struct emu_shm_port *p = port_of(context, port_num);
+    if (!p || index >= EMU_MAX_GIDS) {
+        errno = EINVAL;
+        return -1;
+    }
+    shm_lock();
+    int t = p->gid_type[index];
+    shm_unlock();
+    *type = t == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
+    return 0;
+}
+
 static int fill_gid_entry(struct ibv_context *context, uint32_t port_num, uint32_t index,
                           struct ibv_gid_entry *e) {
     const struct emu_shm_port *p = port_of(context, port_num);
@@ -346,6 +362,8 @@ static int is_qp_event(int type) {
 
 /* Queues an event on the context's async fd. A QP or CQ event counts against that object, and
  * destroying it waits until the application acknowledged every such event (as rdma-core does). */
+_Atomic uint64_t emu_async_posted, emu_async_acked;
+
 void emu_post_async(struct emu_context *c, enum ibv_event_type type, void *element, int port) {
     struct emu_async_record r = {type, port, element};
     uint32_t *reported = NULL;
@@ -362,7 +380,10 @@ void emu_post_async(struct emu_context *c, enum ibv_event_type type, void *eleme
         (*reported)++;
         pthread_mutex_unlock(m);
     }
-    if (write(c->async_wr, &r, sizeof r) == sizeof r) return;
+    if (write(c->async_wr, &r, sizeof r) == sizeof r) {
+        atomic_fetch_add(&emu_async_posted, 1);
+        return;
+    }
     emu_log("async event queue of %s full: %s dropped", c->ctx.device->name,
             ibv_event_type_str(type));
     if (m) {
@@ -386,6 +407,7 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 }
 
 EXPORT void ibv_ack_async_event(struct ibv_async_event *event) {
+    atomic_fetch_add(&emu_async_acked, 1);
     if (is_qp_event(event->event_type)) {
         struct ibv_qp *qp = event->element.qp;
         pthread_mutex_lock(&qp->mutex);

@@ -130,7 +130,8 @@ struct emu_cqe {
     int qp_slot;
     uint32_t qp_gen;
     uint64_t seq;
-    int opcode; /* enum ibv_wr_opcode of the WR */
+    int opcode;     /* enum ibv_wr_opcode of the WR */
+    uint64_t laddr; /* its first local address (hold rules may match on it) */
 };
 
 struct emu_cq {
@@ -188,6 +189,10 @@ struct emu_qp {
     uint64_t recv_head, recv_tail;
     int pending; /* counted in g.pending: WRs wait for a delay or a stalled hold */
     uint64_t posted, executed, flushed, errors, bytes, cqes;
+    uint64_t posted_in_err; /* WRs posted while the QP was in ERR (they flush at once) */
+    uint64_t posted_after_retire; /* of those, after the application moved it to ERR itself */
+    uint64_t err_ns;        /* when it entered ERR (0: never) */
+    int app_err;            /* the application moved it to ERR itself (ibv_modify_qp) */
     uint32_t async_reported;
     struct emu_qp *next;
 };
@@ -248,10 +253,13 @@ void emu_qp_progress(struct emu_qp *qp); /* call with qp->lock held */
 void emu_progress_all(void);
 void emu_qp_to_error(struct emu_qp *qp); /* call with qp->lock held: flushes the rest */
 void emu_cq_push(struct emu_cq *cq, const struct emu_cqe *e);
+extern _Atomic uint64_t emu_async_posted, emu_async_acked; /* device.c: async events */
 
 /* hold.c: hold rules, held WRs, chaos draws */
 int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e); /* 1: taken, do not push */
 int emu_hold_execution(struct emu_qp *qp, struct emu_wqe *w);        /* 1: stalled */
+int emu_refuse_post(struct emu_qp *qp, const struct ibv_send_wr *wr); /* errno to refuse, or 0 */
+int32_t emu_peer_pid(const struct emu_qp *qp); /* the process owning its remote QP, 0: none */
 void emu_hold_forget_wqes(struct emu_qp *qp);           /* qp flushed or reset: stalls gone */
 void emu_hold_forget_cq(struct emu_cq *cq);             /* cq destroyed */
 uint64_t emu_chaos_delay_ns(void);                      /* 0 when chaos is off */

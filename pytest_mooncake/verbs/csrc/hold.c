@@ -14,12 +14,13 @@
  * within QPs), and a probability that a WR fails with a chosen status.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hold.h"
 
-const char *const stage_names[] = {"completion", "execution"};
+const char *const stage_names[] = {"completion", "execution", "post"};
 pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 struct rule *rules;
 struct held *held_list;
@@ -59,7 +60,7 @@ int emu_chaos_fail(enum ibv_wc_status *status) {
 
 /* The process owning the QP `qp` is connected to (0 if none): a rule can follow a peer across
  * the QPs an application replaces. */
-static int32_t peer_pid(const struct emu_qp *qp) {
+int32_t emu_peer_pid(const struct emu_qp *qp) {
     int i = (int)qp->dest_qpn - EMU_QPN_BASE;
     if (i < 0 || i >= EMU_MAX_QPS) return 0;
     shm_lock();
@@ -68,10 +69,13 @@ static int32_t peer_pid(const struct emu_qp *qp) {
     return pid;
 }
 
-static int rule_takes(struct rule *r, int stage, struct emu_qp *qp, int opcode, uint64_t wr_id) {
+static int rule_takes(struct rule *r, int stage, struct emu_qp *qp, int opcode, uint64_t wr_id,
+                      uint64_t laddr) {
     if (r->stage != stage || (r->dev >= 0 && r->dev != qp->dev) ||
         (r->qpn && r->qpn != qp->qp.qp_num) || (r->opcode >= 0 && r->opcode != opcode) ||
-        (r->has_wr_id && r->wr_id != wr_id) || (r->peer && r->peer != peer_pid(qp)))
+        (r->has_wr_id && r->wr_id != wr_id) ||
+        (r->addr_hi && (laddr < r->addr_lo || laddr >= r->addr_hi)) ||
+        (r->peer && r->peer != emu_peer_pid(qp)))
         return 0;
     r->matched++;
     if (r->matched < r->nth || (r->count && r->taken >= r->count)) return 0;
@@ -105,7 +109,7 @@ int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e) {
     struct held *h = NULL;
     pthread_mutex_lock(&hold_lock);
     for (struct rule *r = rules; r && !h; r = r->next)
-        if (rule_takes(r, STAGE_COMPLETION, qp, e->opcode, e->wc.wr_id))
+        if (rule_takes(r, STAGE_COMPLETION, qp, e->opcode, e->wc.wr_id, e->laddr))
             h = new_held(qp, STAGE_COMPLETION, r->id, e->seq, e->wc.wr_id, e->opcode);
     if (!h && chaos.on && chaos.reorder > 0 && random_unit() < chaos.reorder) {
         h = new_held(qp, STAGE_COMPLETION, 0, e->seq, e->wc.wr_id, e->opcode);
@@ -116,6 +120,7 @@ int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e) {
     }
     if (h) {
         h->cqe = *e;
+        h->laddr = e->laddr;
         h->cq = qp->scq;
         h->cq_id = qp->scq->id;
     }
@@ -126,15 +131,41 @@ int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e) {
 
 int emu_hold_execution(struct emu_qp *qp, struct emu_wqe *w) {
     struct held *h = NULL;
+    int fail = 0;
     pthread_mutex_lock(&hold_lock);
-    for (struct rule *r = rules; r && !h; r = r->next)
-        if (rule_takes(r, STAGE_EXECUTION, qp, w->opcode, w->wr_id))
-            h = new_held(qp, STAGE_EXECUTION, r->id, w->seq, w->wr_id, w->opcode);
+    for (struct rule *r = rules; r && !h && !fail; r = r->next) {
+        if (!rule_takes(r, STAGE_EXECUTION, qp, w->opcode, w->wr_id,
+                        w->num_sge > 0 ? w->sge[0].addr : 0))
+            continue;
+        if (r->fail > 0) fail = r->fail; /* a fail rule: no stall, an error completion */
+        else h = new_held(qp, STAGE_EXECUTION, r->id, w->seq, w->wr_id, w->opcode);
+    }
     pthread_mutex_unlock(&hold_lock);
+    if (fail) {
+        w->hold = WQE_RELEASED;
+        w->forced = 1;
+        w->forced_status = fail;
+        return 0;
+    }
     if (!h) return 0;
+    h->laddr = w->num_sge > 0 ? w->sge[0].addr : 0;
     w->hold = WQE_STALLED;
     emu_control_kick();
     return 1;
+}
+
+/* A `refuse` rule: ibv_post_send stops at this WR and returns it as bad_wr with the rule's errno
+ * (what a full send queue does on hardware); the WRs before it in the chain are posted. */
+int emu_refuse_post(struct emu_qp *qp, const struct ibv_send_wr *wr) {
+    if (!__atomic_load_n(&rules, __ATOMIC_ACQUIRE)) return 0;
+    int error = 0;
+    pthread_mutex_lock(&hold_lock);
+    for (struct rule *r = rules; r && !error; r = r->next)
+        if (rule_takes(r, STAGE_POST, qp, wr->opcode, wr->wr_id,
+                       wr->num_sge > 0 ? wr->sg_list[0].addr : 0))
+            error = r->error ? r->error : ENOMEM;
+    pthread_mutex_unlock(&hold_lock);
+    return error;
 }
 
 void emu_hold_forget_wqes(struct emu_qp *qp) {

@@ -4,7 +4,7 @@
 
 #include "emu.h"
 
-enum { STAGE_COMPLETION, STAGE_EXECUTION };
+enum { STAGE_COMPLETION, STAGE_EXECUTION, STAGE_POST };
 extern const char *const stage_names[];
 
 struct rule {
@@ -13,6 +13,9 @@ struct rule {
     int32_t peer; /* pid owning the remote QP, 0: any */
     uint32_t qpn;
     uint64_t wr_id, nth, count, matched, taken;
+    uint64_t addr_lo, addr_hi; /* first local address in [lo, hi); hi 0: any */
+    int error;                 /* STAGE_POST: the errno ibv_post_send returns */
+    int fail;                  /* STAGE_EXECUTION: complete the WR with this status, unexecuted */
     struct rule *next;
 };
 
@@ -20,6 +23,7 @@ struct held {
     uint32_t id, rule, qpn, qp_gen, cq_id;
     int stage, dev, qp_slot, opcode;
     uint64_t seq, wr_id, auto_due_ns; /* auto_due_ns: held by chaos, released by time */
+    uint64_t laddr;                   /* the WR's first local address */
     struct emu_cqe cqe;               /* stage completion */
     struct emu_cq *cq;                /* NULL once that CQ was destroyed */
     struct held *next;

@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "emu.h"
+#include "hold.h"
+#include "trace.h"
 
 static int context_fatal(struct ibv_context *context) {
     return atomic_load(&((struct emu_context *)context)->fatal);
@@ -234,6 +236,7 @@ int emu_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc) {
         cq->polled++;
     }
     pthread_mutex_unlock(&cq->lock);
+    emu_trace_poll(k);
     if (k == 0) sched_yield(); /* the "NIC" is CPU here: an empty poll lends it the core */
     return k;
 }
@@ -357,6 +360,7 @@ static struct emu_cqe make_cqe(struct emu_qp *qp, const struct emu_wqe *w,
     e.qp_gen = qp->gen;
     e.seq = w->seq;
     e.opcode = w->opcode;
+    e.laddr = w->num_sge > 0 ? w->sge[0].addr : 0;
     return e;
 }
 
@@ -369,6 +373,7 @@ static void deliver(struct emu_qp *qp, const struct emu_cqe *e) {
 /* Moves the QP to ERR: every WR not yet executed, and every posted receive, completes with
  * IBV_WC_WR_FLUSH_ERR (signaled or not, as error completions always are). */
 void emu_qp_to_error(struct emu_qp *qp) {
+    if (!qp->err_ns) qp->err_ns = emu_now_ns();
     qp->state = IBV_QPS_ERR;
     qp->qp.state = IBV_QPS_ERR;
     sync_shared(qp);
@@ -584,6 +589,14 @@ int emu_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
             break;
         }
         struct emu_wqe *w = &qp->ring[qp->tail % qp->cap];
+        if ((rc = emu_refuse_post(qp, wr))) { /* a refuse rule: as if the queue were full */
+            struct emu_wqe seen = {.wr_id = wr->wr_id, .opcode = wr->opcode,
+                                   .num_sge = wr->num_sge, .sge = wr->sg_list,
+                                   .remote_addr = wr->wr.rdma.remote_addr,
+                                   .rkey = wr->wr.rdma.rkey};
+            emu_trace_post(qp, &seen, 1);
+            break;
+        }
         w->seq = qp->tail;
         w->wr_id = wr->wr_id;
         w->opcode = wr->opcode;
@@ -604,6 +617,11 @@ int emu_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
         w->due_ns = delay ? emu_now_ns() + delay : 0;
         qp->tail++;
         qp->posted++;
+        if (qp->state == IBV_QPS_ERR) {
+            qp->posted_in_err++;
+            if (qp->app_err) qp->posted_after_retire++;
+        }
+        emu_trace_post(qp, w, 0);
         emu_hold_execution(qp, w);
     }
     if (rc) *bad = wr;
@@ -686,6 +704,7 @@ EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask
     if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;
     if (mask & IBV_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = attr->min_rnr_timer;
     if (next == IBV_QPS_ERR) {
+        if (qp->state != IBV_QPS_ERR) qp->app_err = 1;
         emu_qp_to_error(qp);
     } else if (next == IBV_QPS_RESET) { /* outstanding work is discarded without completions */
         emu_hold_forget_wqes(qp);
@@ -745,6 +764,11 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp) {
     qp->scq->nqps--;
     if (qp->rcq != qp->scq) qp->rcq->nqps--;
     pthread_mutex_lock(&qp->lock);
+    uint64_t completed = atomic_load(&g.sq_head[qp->slot]);
+    pthread_mutex_lock(&hold_lock);
+    uint64_t held = held_for(qp->qp.qp_num, 0);
+    pthread_mutex_unlock(&hold_lock);
+    emu_trace_destroy(qp, completed, held, emu_peer_pid(qp));
     emu_hold_forget_wqes(qp); /* stalled WRs vanish with the QP, without completions */
     set_pending(qp, 0);
     atomic_fetch_add(&g.slot_gen[qp->slot], 1); /* its completions no longer retire anything */

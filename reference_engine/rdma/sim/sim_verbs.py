@@ -191,6 +191,10 @@ class SimQP:
         self.dest_gid = ""
         self.destroyed = False
         self.pending: set[_Pending] = set()
+        self.posted = 0
+        self.app_err = False
+        """The engine moved it to ERR itself (``to_err``), not a fault of the fabric."""
+        self.posted_after_retire = 0
 
     def _require(self, *states: QPState) -> None:
         if self.destroyed:
@@ -216,6 +220,8 @@ class SimQP:
         if self.destroyed:
             raise VerbsError(f"qp {self.qp_num}: destroyed")
         with self.ctx.fabric.lock:
+            if self.state != QPState.ERR:
+                self.app_err = True
             self.ctx.fabric._to_err(self)
 
     def to_reset(self) -> None:
@@ -231,11 +237,13 @@ class SimQP:
             if self.destroyed:
                 return
             self.destroyed = True
+            self.outstanding_at_destroy = len(self.pending)
             for rec in self.pending:
                 rec.done = True
                 fabric.deliverable -= 1
             self.pending.clear()
             fabric.qps.pop(self.qp_num, None)
+            fabric.destroyed.append(self)
             self.ctx.qps.discard(self)
 
 
@@ -271,6 +279,8 @@ class SimContext:
             fabric.next_qp_num += 1
             qp = SimQP(self, pd, cq, fabric.next_qp_num, max_send_wr)
             fabric.qps[qp.qp_num] = qp
+            fabric.qp_owner[qp.qp_num] = self.node.name
+            fabric.qp_nic[qp.qp_num] = self.device_name
             self.qps.add(qp)
         return qp
 
@@ -333,6 +343,11 @@ class SimFabric:
         self.deliverable = 0
         self.held: dict[str, list[_Pending]] = {}
         self.faults: list[Fault] = []
+        self.qp_owner: dict[int, str] = {}
+        """QP number -> the node that created it (also after it was destroyed)."""
+        self.qp_nic: dict[int, str] = {}
+        """QP number -> the NIC it was created on."""
+        self.destroyed: list[SimQP] = []
         self.observer = None
         """Gets ``on_wr_posted(seq, qp_num, wr_id)``; used by the invariant checker."""
 
@@ -357,11 +372,14 @@ class SimFabric:
                 return f
         return None
 
-    def release(self, tag: str = "held") -> int:
-        """Let held WRs complete (in post order). Returns how many were released."""
+    def release(self, tag: str = "held", status: int | None = None) -> int:
+        """Let held WRs complete (in post order), with ``status`` instead of executing when
+        one is given. Returns how many were released."""
         with self.lock:
             recs = self.held.pop(tag, [])
             for rec in recs:
+                if status is not None:
+                    rec.status = status
                 self._enqueue(rec)
         return len(recs)
 
@@ -413,6 +431,9 @@ class SimFabric:
                 if fault is not None:
                     raise PostSendError(i, errno.ENOMEM, f"qp {qp.qp_num}: injected bad_wr at {i}")
                 self.seq += 1
+                qp.posted += 1
+                if qp.state == QPState.ERR and qp.app_err:
+                    qp.posted_after_retire += 1
                 rec = _Pending(qp, wr, self.seq)
                 if observer is not None:
                     observer.on_wr_posted(rec.seq, qp.qp_num, wr.wr_id)
