@@ -50,8 +50,8 @@ OPTIONS: tuple[Option, ...] = (
            "auto|sim|emulated[:DEVICES]|host|pyverbs:DEVICE"),
     Option("schedules", "200", "schedules to explore per controlled-scheduler scenario. "
            "Default: 200.", "N"),
-    Option("strategy", "pct", "scheduling strategy for explorations: pct or random. "
-           "Default: pct.", "pct|random"),
+    Option("strategy", "mix", "scheduling strategy for explorations: mix (PCT and random walk "
+           "alternately), pct or random. Default: mix.", "mix|pct|random"),
     Option("replay", "", "replay token printed by a failing exploration; runs exactly that "
            "schedule.", "TOKEN"),
     Option("matrix", "", "run the suites over several targets in one session: a TOML file "
@@ -157,8 +157,9 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
     else:
         seed, given = secrets.randbelow(2**32), False
     strategy = raw["strategy"].strip().lower()
-    if strategy not in ("pct", "random"):
-        raise pytest.UsageError(f"--mc-strategy must be pct or random (got {raw['strategy']!r})")
+    if strategy not in ("mix", "pct", "random"):
+        raise pytest.UsageError(
+            f"--mc-strategy must be mix, pct or random (got {raw['strategy']!r})")
     verbs = _verbs(raw["verbs"].strip() or "auto")
     try:
         chaos = float(raw["chaos_seconds"])
