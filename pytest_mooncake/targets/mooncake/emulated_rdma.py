@@ -64,6 +64,7 @@ CONFIG_ENV = {
 DEDICATED = {"MC_RDMA_DEDICATED_POLLER": "1"}
 LOG_FINDINGS = re.compile(r"(Sanitizer|heap-use-after-free|double free|malloc\(\)|free\(\)|"
                           r"corrupted|Segmentation fault|Aborted|Check failed|^F\d{4} )")
+ROUTINE = re.compile(r"Batch Transfer completed|transfer_engine_py.cpp:\d+\] Sync")
 _clusters = itertools.count(1)
 
 
@@ -159,6 +160,10 @@ class MooncakeRdma:
             return var.encode() in engine.read_bytes()
         except OSError:
             return True
+
+    def logs(self) -> str:
+        """Every cluster's engine logs (routine lines dropped) and what their NICs counted."""
+        return "\n".join(c.logs_text() for c in self._clusters)
 
     def close(self) -> None:
         while self._clusters:
@@ -514,6 +519,24 @@ class EmulatedRdmaCluster:
             if pid in node.pids:
                 return node.name
         return None
+
+    def logs_text(self, lines: int = 60) -> str:
+        out = []
+        for node in self.nodes.values():
+            text = [ln for ln in node.engine.logs().splitlines() if not ROUTINE.search(ln)]
+            state = "alive" if node.engine.alive() else "dead"
+            out.append(f"== node {node.name}: segment {node.engine.segment}, pids "
+                       f"{node.pids} ({state}), NICs {','.join(node.nics)}")
+            if node.engine.alive() and node.ctl is not None:
+                try:
+                    c = node.ctl.counters()
+                    out.append(f"   NIC totals: posted {c.posted}, completed {c.completed}, "
+                               f"outstanding {c.outstanding}, held {c.held}, events "
+                               f"{c.events}/{c.acked} acked")
+                except VerbsControlError:
+                    pass
+            out += text[-lines:]
+        return "\n".join(out)
 
     def qps(self, node: str, destroyed: bool = False) -> list[dict[str, Any]]:
         """``node``'s QPs as its NICs see them: number, NIC, peer node, state, WRs posted and
