@@ -53,9 +53,10 @@ class Fault:
 
     ``action``: ``fail_post`` (post_send returns this WR as bad_wr), ``error`` (complete with
     ``status``), ``drop`` (never completes), ``hold`` (completes when ``release(tag)`` is
-    called), ``delay`` (completes after ``delay`` other deliveries, or later posts when free-
-    running; unlike real RC hardware this may reorder completions within one QP). ``times`` =
-    how many WRs it applies to (None = unlimited).
+    called), ``delay`` (completes after ``delay`` other deliveries; free-running, after ``delay``
+    later posts or looks at an empty CQ, so the last WRs posted complete too; unlike real RC
+    hardware this may reorder completions within one QP). ``times`` = how many WRs it applies
+    to (None = unlimited).
     """
 
     action: str
@@ -186,7 +187,13 @@ class SimCQ:
             return [entries.popleft() for _ in range(n)]
 
     def pending(self) -> int:
-        return len(self.entries)
+        entries = self.entries
+        if not entries:
+            fabric = self.ctx.fabric
+            if fabric.in_flight and fabric.auto_deliver:
+                with fabric.lock:  # free-running: a look at an empty CQ lets delayed WRs come due
+                    fabric._tick_delayed(1)
+        return len(entries)
 
 
 class SimQP:
@@ -466,7 +473,7 @@ class SimFabric:
                 self._tick_delayed(len(wrs))
 
     def _tick_delayed(self, posted: int) -> None:
-        """Free-running: a delayed WR completes after ``delay`` later posts."""
+        """Free-running: a delayed WR completes after ``delay`` later posts or empty-CQ looks."""
         due = []
         for rec in self.in_flight:
             if not rec.done:
