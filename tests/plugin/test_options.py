@@ -52,7 +52,8 @@ def test_ini_keys_and_cli_precedence(pytester: pytest.Pytester) -> None:
         (["--mc-strategy=dfs"], "*--mc-strategy must be mix, pct or random (got 'dfs')*"),
         (["--mc-etcd=nohostport"], "*--mc-etcd takes comma-separated host:port (got 'nohostport')*"),
         (["--mc-toxiproxy=localhost:8474"], "*--mc-toxiproxy must be a URL*"),
-        (["--mc-verbs=rxe"], "*--mc-verbs must be sim or pyverbs:DEVICE*"),
+        (["--mc-verbs=rxe"], "*--mc-verbs must be one of auto, sim, host, emulated*pyverbs:DEVICE*(got 'rxe')*"),
+        (["--mc-verbs=emulated:mlx5_0:numa=x"], "*--mc-verbs=emulated:mlx5_0:numa=x: device 'mlx5_0:numa=x': bad value*"),
         (["--mc-chaos-seconds=-1"], "*--mc-chaos-seconds must be a positive number*"),
     ],
 )

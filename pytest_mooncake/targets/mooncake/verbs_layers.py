@@ -27,7 +27,7 @@ DEFAULT_DEVICES = "mlx5_0,mlx5_1,mlx5_2,mlx5_3"
 for every cluster the RDMA suites build (a node uses the ones it names)."""
 SYSFS_DEVICES = Path("/sys/class/infiniband")
 INTERPOSER = ("real completions cannot be held or failed on a host NIC without the interposer "
-              "(README, 'Interposer mode': designed, not built)")
+              "(README, 'Interposer mode (design; not built)')")
 
 
 class VerbsLayer(Protocol):

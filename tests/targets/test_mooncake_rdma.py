@@ -1,0 +1,154 @@
+"""The mooncake target's RDMA handle (targets/mooncake/emulated_rdma.py) drives a real build.
+
+Real 0.3.13 engine processes on emulated RDMA devices: a completion held through the verbs
+control socket keeps the build's transfer waiting until it is released; a released error status
+is what the build sees (it posts the slice again); holds under two tags are released in the
+order the test picks; a process killed while completions are held leaves nothing held and is
+reported as a crash; ``--mc-verbs`` picks the layer. Without the wheel these are n/a.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from pytest_mooncake.targets.base import Capability, TargetLacks
+from pytest_mooncake.targets.mooncake.verbs_layers import (
+    EmulatedVerbs,
+    HostVerbs,
+    SimulatorVerbs,
+    verbs_layer,
+)
+from pytest_mooncake.waits import wait_until
+
+SLICE = 4096
+
+
+def data(tag: bytes, length: int) -> bytes:
+    return (tag * (length // len(tag) + 1))[:length]
+
+
+# ------------------------------------------------------------------ the layer (no processes)
+
+
+def test_auto_is_emulated_without_rdma_devices_and_host_with_them(tmp_path):
+    assert isinstance(verbs_layer("auto", host_devices=False), EmulatedVerbs)
+    assert isinstance(verbs_layer("auto", host_devices=True), HostVerbs)
+    assert isinstance(verbs_layer("", host_devices=False), EmulatedVerbs)
+    named = verbs_layer("emulated:mlx5_7,mlx5_9")
+    assert named.mode == "emulated:mlx5_7,mlx5_9"
+    assert named.control_lacks("build 1.0") is None
+
+
+def test_layers_without_control_say_why():
+    host = HostVerbs().control_lacks("build 1.0")
+    assert "build 1.0" in host and "interposer" in host.lower()
+    sim = SimulatorVerbs("sim").control_lacks("build 1.0")
+    assert "--mc-verbs=emulated" in sim
+    with pytest.raises(RuntimeError, match="--mc-verbs=host"):
+        HostVerbs().fabric(1)
+
+
+# ------------------------------------------------------------------ a real build
+
+
+@pytest.fixture(scope="module")
+def rdma(mooncake_target):
+    mooncake_target.use_verbs("emulated:mlx5_0,mlx5_1")
+    reason = mooncake_target.missing("rdma_control")
+    if reason:
+        pytest.skip(f"n/a: {reason}")
+    handle = mooncake_target.rdma(seed=7)
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+@pytest.fixture(scope="module")
+def pair(rdma):
+    """A and B on one fabric (A one NIC, B two), kept for the module: engines take a second."""
+    cluster = rdma.cluster()
+    cluster.add_node("A", ["mlx5_0"])
+    cluster.add_node("B", ["mlx5_0", "mlx5_1"])
+    return cluster
+
+
+def test_a_held_completion_keeps_the_transfer_waiting_until_released(pair):
+    payload = data(b"held-by-test", SLICE)
+    pair.write_local("A", 0, payload)
+    t = pair.submit("A", "B", SLICE)
+    pair.hold(t, 0, tag="first")
+    assert pair.settle(), "the cluster did not settle with one completion held"
+    held = pair.held("first")
+    assert len(held) == 1 and held[0]["node"] == "A" and held[0]["nic"] == "mlx5_0", held
+    assert pair.status(t) == "WAITING", "the build ended a transfer whose completion is held"
+    assert pair.read("B", 0, SLICE) == payload, "stage=completion: the bytes land, held or not"
+    assert pair.release("first") == 1
+    assert pair.settle() and pair.status(t) == "COMPLETED"
+    assert not pair.held("first") and not pair.check()
+
+
+def test_a_released_error_status_is_what_the_build_sees(pair):
+    t = pair.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+    pair.hold(t, 0, tag="to-fail")
+    assert pair.settle()
+    first = pair.posts(t, 0)
+    assert len(first) == 1, f"one attempt posted before the release: {first}"
+    pair.release("to-fail", status="RETRY_EXC_ERR")
+    assert pair.settle()
+    posts = pair.posts(t, 0)
+    # 0.3.13 retries a slice whose completion failed; the retry is a post of its own
+    assert len(posts) >= 2, (f"the build did not act on the error completion the test "
+                             f"released: {posts}, transfer {pair.status(t)}")
+    assert pair.status(t) == "COMPLETED"
+    assert not pair.check()
+
+
+def test_completions_are_released_in_the_order_the_test_picks(pair):
+    """Slice 1's completion is held under 'early', slice 0's under 'late'; releasing 'early'
+    alone leaves the transfer waiting on slice 0; then 'late' ends it."""
+    payload = data(b"reordered", 2 * SLICE)
+    pair.write_local("A", 4 * SLICE, payload)
+    t = pair.submit("A", "B", 2 * SLICE, src_offset=4 * SLICE, dst_offset=4 * SLICE)
+    pair.hold(t, 0, tag="late")
+    pair.hold(t, 1, tag="early")
+    assert pair.settle()
+    assert len(pair.held("late")) == 1 and len(pair.held("early")) == 1
+    assert pair.release("early") == 1
+    assert pair.settle()
+    assert pair.status(t) == "WAITING", "slice 0's completion is still held"
+    assert pair.release("late") == 1
+    assert pair.settle() and pair.status(t) == "COMPLETED"
+    assert pair.read("B", 4 * SLICE, 2 * SLICE) == payload
+
+
+def test_unknown_settings_are_refused_naming_what_the_build_takes(rdma):
+    with pytest.raises(TargetLacks, match="slice_size") as info:
+        rdma.cluster(no_such_knob=1)
+    assert info.value.capability == Capability.RDMA_CONTROL
+
+
+def test_a_killed_process_leaves_nothing_held_and_is_reported(rdma):
+    cluster = rdma.cluster()
+    try:
+        cluster.add_node("A")
+        cluster.add_node("B")
+        t = cluster.submit("A", "B", SLICE)
+        cluster.hold(t, 0, tag="dies")
+        assert cluster.settle()
+        assert cluster.held("dies")
+        pid = cluster.nodes["A"].pid
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not cluster.alive("A"), 30, "A to die of SIGKILL")
+        assert cluster.held("dies") == [], "held state outlived the process that held it"
+        assert cluster.release("dies") == 0
+        found = {v.kind: v.detail for v in cluster.check()}
+        assert "killed by SIGKILL" in found.get("actor_crashed", ""), found
+        run_dir = Path(cluster.fabric.run_dir)
+    finally:
+        cluster.close()
+    assert not run_dir.exists(), f"the fabric's run directory {run_dir} outlived its cluster"
