@@ -3,7 +3,8 @@
 #  - as root on Debian/Ubuntu: etcd-server, a C compiler (the CUDA driver stand-in is built with
 #    it), the lab's sshd/nft/iptables and the RDMA/NUMA libraries the Mooncake wheel links, only
 #    those that are missing, waiting for a dpkg lock another apt run holds
-#  - gcc + rdma-core's headers (libibverbs-dev) for the emulated libibverbs the plugin builds
+#  - gcc + rdma-core's headers (libibverbs-dev) for the emulated libibverbs the plugin builds,
+#    and rdma-core's pyverbs (python3-pyverbs) for the reference engine's pyverbs backend
 #  - a virtualenv (.venv, or $MC_VENV) with this package, its test tools and Mooncake 0.3.13
 #  - the cached environments of the Mooncake releases CI judges by version ($MC_SETUP_RELEASES,
 #    default "0.3.13.post1 0.3.14"; empty to skip), reused offline once there
@@ -29,6 +30,8 @@ for pair in libibverbs.so.1:libibverbs1 librdmacm.so.1:librdmacm1 libnuma.so.1:l
 done
 # rdma-core's headers: the emulated libibverbs (pytest_mooncake/verbs) is compiled against them
 if [ ! -f /usr/include/infiniband/verbs.h ]; then missing+=(libibverbs-dev); fi
+# rdma-core's pyverbs for the reference engine's pyverbs backend, run on an emulated device
+if [ ! -d /usr/lib/python3/dist-packages/pyverbs ]; then missing+=(python3-pyverbs); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: apt-get install ${missing[*]}"

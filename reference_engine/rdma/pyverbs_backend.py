@@ -8,6 +8,8 @@ index is exact (the WRs before it were posted, as with ``ibv_post_send``'s ``bad
 from __future__ import annotations
 
 import ctypes
+import os
+import select
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -184,6 +186,41 @@ class _QP:  # pragma: no cover
         self.qp.close()
 
 
+def _open_fds() -> set[int]:
+    """This process's open fds (not the one listing them, which is closed by then)."""
+    out = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        out.add(int(name))
+    return out
+
+
+def _async_fd(new: set[int], cmd_fd: int) -> int:
+    """The context's async event fd among the fds opening it added: rdma-core's is an
+    ``anon_inode:[infinibandevent]``, an emulated device's the read end of a pipe."""
+    def kind(fd: int) -> tuple[str, int]:
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                flags = next((int(ln.split()[1], 8) for ln in info if ln.startswith("flags:")), 0)
+        except OSError:
+            return "", -1
+        return link, flags & os.O_ACCMODE
+
+    found = {fd: kind(fd) for fd in sorted(new - {cmd_fd})}
+    for fd, (link, _) in found.items():
+        if "infinibandevent" in link:
+            return fd
+    for fd, (link, mode) in found.items():
+        if link.startswith("pipe:") and mode == os.O_RDONLY:
+            return fd
+    raise VerbsError(f"cannot find the device's async event fd among the fds its open added "
+                     f"({found or 'none'}; cmd_fd {cmd_fd})")
+
+
 class PyverbsContext:  # pragma: no cover
     """An opened RNIC. Async events are read by a daemon thread into a queue."""
 
@@ -191,19 +228,28 @@ class PyverbsContext:  # pragma: no cover
         ok, why = available(device_name)
         if not ok:
             raise VerbsError(why)
+        before = _open_fds()
         self.ctx = Context(name=device_name)
+        # pyverbs' get_async_event blocks inside C with the GIL held: a thread calling it
+        # freezes every other thread. The async fd (the one the open added besides cmd_fd)
+        # is watched with select() instead, and read only when an event is there.
+        self._async_fd = _async_fd(_open_fds() - before, self.ctx.cmd_fd)
         self.device_name = device_name
         self.port = port
         self.gid_index = gid_index
         self.lid = self.ctx.query_port(port).lid
         self.gid = self.query_gid()
         self.events: deque[AsyncEvent] = deque()
+        self._closed = threading.Event()
         threading.Thread(target=self._read_events, name=f"{device_name}.async",
                          daemon=True).start()
 
     def _read_events(self) -> None:
-        while True:
+        while not self._closed.is_set():
             try:
+                ready, _, _ = select.select([self._async_fd], [], [], 0.2)
+                if not ready or self._closed.is_set():
+                    continue
                 ev = self.ctx.get_async_event()
             except Exception:  # noqa: BLE001 - context closed
                 return
@@ -234,4 +280,5 @@ class PyverbsContext:  # pragma: no cover
         return str(self.ctx.query_gid(self.port, self.gid_index))
 
     def close(self) -> None:
+        self._closed.set()
         self.ctx.close()
