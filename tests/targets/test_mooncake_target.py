@@ -43,7 +43,14 @@ def test_probed_capabilities_of_the_installed_wheel():
     assert "metadata_cache_ttl_ms" in target.missing(Capability.CACHE_CONTROL)
     assert _installed_version() in target.missing(Capability.CACHE_CONTROL)
     assert "no counters" in target.missing(Capability.ENGINE_COUNTERS)
-    assert "verbs" in target.missing(Capability.RDMA_CONTROL)
+    # RDMA on the emulated devices (--mc-verbs=emulated; what auto means without a NIC)...
+    target.use_verbs("emulated")
+    assert Capability.RDMA_CONTROL in target.capabilities, target.missing(Capability.RDMA_CONTROL)
+    assert "RDMA transport's state" in target.missing(Capability.RDMA_STATE)
+    assert "scheduling hook" in target.missing(Capability.SCHEDULER)
+    # ...but not on this host's own devices: nothing holds a real NIC's completions
+    target.use_verbs("host")
+    assert "interposer" in target.missing(Capability.RDMA_CONTROL)
     facts = target.facts["probe"]
     assert "get_first_buffer_address" in facts["engine_methods"]
     assert facts["binaries"]["mooncake_master"].endswith("mooncake/mooncake_master")
