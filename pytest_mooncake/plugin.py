@@ -28,7 +28,13 @@ from pytest_mooncake.report.failure_logs import show_failure_logs
 from pytest_mooncake.report.matrix_recorder import MatrixRecorder, label_report
 from pytest_mooncake.report.process_leaks import owned_before, reap_leaks
 from pytest_mooncake.runtime.processes import reap_all
-from pytest_mooncake.targets import Target, TargetLacks, UnknownTarget, resolve_target
+from pytest_mooncake.targets import (
+    ComponentStartError,
+    Target,
+    TargetLacks,
+    UnknownTarget,
+    resolve_target,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -147,10 +153,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         not_applicable = call.excinfo.value.not_applicable
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {not_applicable}")
+    unjudged = (report.failed and call.excinfo is not None
+                and call.excinfo.errisinstance(ComponentStartError))
     if report.failed:
         show_failure_logs(item, report)
     label_report(report, requirement_ids(item), target_for(item).label, skew_pair_id(item),
-                 not_applicable)
+                 not_applicable, unjudged)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

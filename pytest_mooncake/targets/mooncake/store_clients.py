@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.runtime.processes import ManagedProcess
+from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError
+from pytest_mooncake.targets.base import ComponentStartError
 from pytest_mooncake.targets.mooncake.driver_control import (
     ControlClient,
     b64,
@@ -101,8 +102,13 @@ def start_store_client(launcher: Launcher, workdir: Path, etcd: list[str], clust
         return ready_file.exists()
 
     ready.__doc__ = "the store driver wrote its ready file (setup returned 0)"
-    proc = launcher.start(name, argv, env, ready, ready_timeout,
-                          publish=[control] if control else [])
+    try:
+        proc = launcher.start(name, argv, env, ready, ready_timeout,
+                              publish=[control] if control else [])
+    except ProcessStartError as exc:
+        launcher.release(te_port)
+        raise ComponentStartError(f"store client {name} of {launcher.version} did not attach "
+                                  f"to cluster {cluster_id}: {exc}") from None
     info = read_ready_file(ready_file) or {}
     port = launcher.host_port(proc, control or int(info["control_port"]))
     client = StoreClient(index, proc, ControlClient(proc, port), str(info.get("hostname", "")))
