@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Judge a Mooncake release and write what was observed into README.md.
+"""Judge Mooncake releases and write what was observed into README.md.
 
-Runs the conformance suites in one pytest session over the matrix ``fixtures/matrices/release``
-(the reference engine's two profiles beside the real build), keeps the JSON report in
-``fixtures/reports/release.json`` with the date and the versions judged, and rewrites only the
-README region between the ``mooncake-judging`` markers from that report. Rendering depends on the
-report alone, so rendering one report twice changes nothing.
+``--releases`` runs the conformance suites in one pytest session (``-n 2``) over the matrix
+``fixtures/matrices/releases`` (both reference profiles beside every release from 0.3.10.post2 to
+0.3.14, each in its own cached environment), keeps the JSON report in
+``fixtures/reports/releases.json`` with the date, the wall time, each column's version and the
+libraries supplied for it, and rewrites only the README region between the ``mooncake-judging``
+markers from that report. ``--target SPEC`` judges one build beside the reference instead
+(report ``fixtures/reports/release.json``). Rendering depends on the report alone, so rendering
+one report twice changes nothing.
 
-    python scripts/judge_mooncake.py                 # run the suites (~4 min here), render
+    python scripts/judge_mooncake.py --releases      # every release (~15 min here), render
     python scripts/judge_mooncake.py --target mooncake:/opt/mooncake
-    python scripts/judge_mooncake.py --no-run        # render the stored report again
-    python scripts/judge_mooncake.py --check         # exit 1 when the README region is stale
+    python scripts/judge_mooncake.py --releases --no-run   # render the stored report again
+    python scripts/judge_mooncake.py --releases --check    # exit 1 when the region is stale
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,7 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 REPORT = ROOT / "fixtures" / "reports" / "release.json"
+RELEASES_REPORT = ROOT / "fixtures" / "reports" / "releases.json"
 MATRIX = "release"
+RELEASES_MATRIX = "releases"
 START = "<!-- mooncake-judging:start -->"
 END = "<!-- mooncake-judging:end -->"
 REFERENCE_COLUMNS = ("reference", "reference:legacy")
@@ -45,8 +51,11 @@ class StaleReadme(Exception):
 # ------------------------------------------------------------------------------------- running
 
 
-def matrix_argument(target: str, workdir: Path) -> str:
-    """``--mc-matrix`` value: the release matrix, or a copy whose build column is ``target``."""
+def matrix_argument(target: str | None, workdir: Path) -> str:
+    """``--mc-matrix`` value: the release matrix (``target`` None), or a matrix of the
+    reference profiles beside ``target``."""
+    if target is None:
+        return RELEASES_MATRIX
     if target == "mooncake":
         return MATRIX
     path = workdir / "release-matrix.toml"
@@ -65,34 +74,35 @@ def pytest_command(matrix: str, report: Path, workers: int, seed: int | None) ->
     return argv
 
 
-def versions(columns: list[str]) -> dict[str, str]:
-    """Each column's version as its target reports it (the matrix header's words)."""
-    sys.path.insert(0, str(ROOT))
-    from pytest_mooncake.targets import resolve_target  # noqa: PLC0415
-
-    return {label: resolve_target(label).version for label in columns}
+def versions(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Each column's version as its target reported it in the run."""
+    return {label: facts.get("version", "") for label, facts in (doc.get("targets") or {}).items()}
 
 
-def run(target: str, report: Path, workers: int, seed: int | None) -> dict[str, Any]:
+def run(target: str | None, report: Path, workers: int, seed: int | None) -> dict[str, Any]:
     """Run the suites; the report with ``judged`` facts added, or SystemExit on a broken run."""
     with tempfile.TemporaryDirectory(prefix="judge-mooncake-") as tmp:
         out = Path(tmp) / "report.json"
         argv = pytest_command(matrix_argument(target, Path(tmp)), out, workers, seed)
         print("running:", " ".join(argv), flush=True)
+        began = time.monotonic()
         status = subprocess.call(argv, cwd=ROOT)
+        wall = time.monotonic() - began
         if status not in PYTEST_OK or not out.exists():
             raise SystemExit(f"pytest exited with status {status} without a judgement; the "
                              f"stored report and README were left as they were")
         doc = json.loads(out.read_text())
-    columns = list(doc.get("columns") or {doc["target"]: None})
     doc["judged"] = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "versions": versions(columns),
-        "build": target,
+        "versions": versions(doc),
+        "build": target or RELEASES_MATRIX,
+        "workers": workers,
+        "wall_seconds": round(wall),
         "command": " ".join(["python", *argv[1:]]).replace(str(out), "REPORT"),
     }
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"judged in {wall / 60:.1f} min wall; report {report}", flush=True)
     return doc
 
 
@@ -110,10 +120,28 @@ def column_names(doc: Mapping[str, Any]) -> list[str]:
     return list(doc.get("columns") or [doc["target"]])
 
 
-def build_column(doc: Mapping[str, Any]) -> str:
-    """The column of the build judged (the one that is not a reference profile)."""
+def build_columns(doc: Mapping[str, Any]) -> list[str]:
+    """The columns of the builds judged (those that are not a reference profile)."""
     others = [c for c in column_names(doc) if c not in REFERENCE_COLUMNS]
-    return others[-1] if others else column_names(doc)[-1]
+    return others or column_names(doc)[-1:]
+
+
+def short(column: str) -> str:
+    """A column as the table heads it: a release by its version (``mooncake-cuda13==0.3.14``
+    -> ``0.3.14``), anything else as it is."""
+    return column.rpartition("==")[2] if "==" in column else column
+
+
+def pair_cells(doc: Mapping[str, Any]) -> list[tuple[str, str, str, Mapping[str, Any]]]:
+    """(column, pair, requirement, entry) of every version-skew pair cell, in column order."""
+    out = []
+    for column in column_names(doc):
+        holder = (doc.get("columns") or {}).get(column) or (doc if doc.get("target") == column
+                                                           else {})
+        for pair, cell_doc in sorted((holder.get("pairs") or {}).items()):
+            for req, entry in cell_doc.get("requirements", {}).items():
+                out.append((column, pair, req, entry))
+    return out
 
 
 def cell(entry: Mapping[str, Any] | None) -> str:
@@ -174,39 +202,34 @@ def md(text: str) -> str:
 # ------------------------------------------------------------------------------------- rendering
 
 COMMANDS = """\
-Judge the installed wheel (`pip install mooncake-transfer-engine-non-cuda`, with
-`apt-get install -y libibverbs1 librdmacm1 libnuma1`):
+Every release from 0.3.10.post2 to 0.3.14 beside both reference profiles, one pytest session
+(`fixtures/matrices/releases.toml`; each release runs in its own cached environment, installed
+on first use, so the plugin's environment needs no Mooncake wheel):
 
+    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-matrix=releases --mc-report=releases.json
+
+One release by version, or the installed wheel (`pip install mooncake-transfer-engine-non-cuda`,
+with `apt-get install -y libibverbs1 librdmacm1 libnuma1`), or a build in an install directory:
+
+    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake==0.3.12.post1
+    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake-cuda13==0.3.14
     python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake --mc-report=mooncake.json
-
-A build in an install directory (the `mooncake` package, optionally `bin/` and a `*.dist-info`),
-or a pip requirement the installed wheel must satisfy:
-
-    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake:/opt/mooncake --mc-report=mooncake.json
-    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake:mooncake-transfer-engine-non-cuda==0.3.13.post1
+    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake:/opt/mooncake
 
 A docker image (needs a Docker engine; this machine has none, so there every test is n/a with
-"no Docker engine at DOCKER_HOST=..."):
+"no Docker engine at DOCKER_HOST=..."), or an existing deployment described in a file (it
+observes, and injects only the faults the file allows):
 
-    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=docker:kvcacheai/mooncake:0.3.13 --mc-report=docker.json
+    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=docker:kvcacheai/mooncake:0.3.13
+    python -m pytest -p pytest_mooncake suites/ --mc-target=cluster:fixtures/clusters/example.toml
 
-An existing deployment described in a file (it observes, and injects only the faults the file
-allows; it never starts or kills what it was not told it may):
+Regenerate this section (runs the release matrix, keeps the report in
+`fixtures/reports/releases.json` and rewrites only this region of the README):
 
-    python -m pytest -p pytest_mooncake suites/ --mc-target=cluster:fixtures/clusters/example.toml --mc-report=cluster.json
-
-Side by side with the reference engine, one session and one column per target
-(`fixtures/matrices/release.toml`: reference, reference:legacy, mooncake):
-
-    python -m pytest -p pytest_mooncake suites/ -n 2 --mc-matrix=release --mc-report=release.json
-
-Regenerate this section (runs that matrix, about 4 minutes on 2 cores, keeps the report in
-`fixtures/reports/release.json` and rewrites only this region of the README):
-
-    python scripts/judge_mooncake.py                             # the installed wheel
-    python scripts/judge_mooncake.py --target mooncake:/opt/mooncake
-    python scripts/judge_mooncake.py --no-run                    # render the stored report again
-    python scripts/judge_mooncake.py --check                     # exit 1 if this section is stale
+    python scripts/judge_mooncake.py --releases                  # every release
+    python scripts/judge_mooncake.py --target mooncake:/opt/mooncake   # one build beside the reference
+    python scripts/judge_mooncake.py --releases --no-run         # render the stored report again
+    python scripts/judge_mooncake.py --releases --check          # exit 1 if this section is stale
 """
 
 READING = """\
@@ -216,39 +239,53 @@ READING = """\
   the pytest output shows the failure message and the logs of every process the test used
   (engines, masters, clients, etcd, the fault proxy), and `--alluredir` attaches them in Allure.
 - **n/a**: every test was skipped because the target lacks the *means* (no RDMA device it lets the
-  test control, no cache-TTL knob, no admin endpoint); the reason names what is missing. n/a is
-  not a pass.
-- **error**: a setup or teardown broke, so nothing was judged.
+  test control, no cache-TTL knob, no admin endpoint); the reason names what is missing, as
+  probed in that run. n/a is not a pass.
+- **error (k/n)**: a setup or teardown broke, or a component never started, so nothing was
+  judged; the message says what was seen.
 - `reference` is the RFC behaviour, `reference:legacy` the reference engine configured like
-  Mooncake 0.3.13 (the suites must catch it: `tests/test_detection_proof.py`), the last column
-  the real build.
+  Mooncake 0.3.13 (the suites must catch it: `tests/test_detection_proof.py`), the other columns
+  the real releases.
+- Version-skew pairs count in their column: pairs with the column's own build (`target`), and
+  pairs of two releases in the column of the release they judge (the reader, the release
+  upgraded to, the masters).
 - The JSON report (`--mc-report`) holds per column and requirement the verdict and each test with
-  its outcome, n/a reason or failure message.
+  its outcome, n/a reason or failure message, and per column the target's version and notes.
 """
 
 
 def header_of(column: str, version: str | None) -> str:
     if column in REFERENCE_COLUMNS or not version:
-        return column
-    return f"{column} {version.split()[-1]}"
+        return short(column)
+    return f"{short(column)}" if "==" in column else f"{column} {version.split()[-1]}"
+
+
+def tally(entries: Mapping[str, Any]) -> str:
+    counts = {v: sum(e.get("verdict") == v for e in entries.values())
+              for v in ("pass", "FAIL", "n/a", "error")}
+    return ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(entries)}"
 
 
 def render(doc: Mapping[str, Any], titles: Mapping[str, str]) -> str:
     """The README region (without the markers) for one report."""
     judged = doc.get("judged", {})
-    vers = judged.get("versions", {})
+    vers = {**judged.get("versions", {}),
+            **{c: f.get("version", "") for c, f in (doc.get("targets") or {}).items()}}
+    notes = {c: f.get("notes", "") for c, f in (doc.get("targets") or {}).items()}
     columns = column_names(doc)
-    build = build_column(doc)
+    builds = build_columns(doc)
     reqs = list(titles) + sorted({r for c in columns for r in column_requirements(doc, c)}
                                  - set(titles))
     reqs = [r for r in reqs if any(r in column_requirements(doc, c) for c in columns)]
-    build_reqs = column_requirements(doc, build)
-    tally = {v: sum(e.get("verdict") == v for e in build_reqs.values())
-             for v in ("pass", "FAIL", "n/a", "error")}
     seed = doc.get("seed")
+    run_line = f"judged {judged.get('date', 'on an unrecorded date')}, seed {seed} (rerun with " \
+               f"`--mc-seed={seed}`)"
+    if judged.get("wall_seconds"):
+        run_line += (f", one pytest session with `-n {judged.get('workers', 2)}`: "
+                     f"{judged['wall_seconds'] / 60:.1f} min wall on this 2-core machine")
     out = [
-        "<!-- generated by scripts/judge_mooncake.py from fixtures/reports/release.json; "
-        "edits here are overwritten -->",
+        "<!-- generated by scripts/judge_mooncake.py from the stored report; edits here are "
+        "overwritten -->",
         "",
         "### Commands",
         "",
@@ -258,10 +295,16 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str]) -> str:
         READING,
         "### Observed on this machine",
         "",
-        f"`{vers.get(build, build)}` judged {judged.get('date', 'on an unrecorded date')}, "
-        f"seed {seed} (rerun with `--mc-seed={seed}`): "
-        + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + f" of {len(build_reqs)} "
-        "requirements.",
+        f"{', '.join(f'`{vers.get(b, b)}`' for b in builds)} {run_line}.",
+        "",
+        "Columns (version; libraries supplied here where the machine lacks them):",
+        "",
+    ]
+    for c in columns:
+        extra = f"; {notes[c]}" if notes.get(c) else ""
+        out.append(f"- `{header_of(c, vers.get(c))}`: {md(vers.get(c) or c)}{md(extra)} "
+                   f"({tally(column_requirements(doc, c))} requirements)")
+    out += [
         "",
         "| requirement | title | " + " | ".join(header_of(c, vers.get(c)) for c in columns)
         + " |",
@@ -270,10 +313,25 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str]) -> str:
     for req in reqs:
         cells = [cell(column_requirements(doc, c).get(req)) for c in columns]
         out.append(f"| {req} | {md(titles.get(req, '?'))} | " + " | ".join(cells) + " |")
+    pairs = [p for p in pair_cells(doc) if p[0] in builds]
+    if pairs:
+        out += ["", "Version-skew pairs of the release columns (`target` is the column's own "
+                "build):", "", "| column | pair | requirement | verdict |", "|---|---|---|---|"]
+        out += [f"| {header_of(c, vers.get(c))} | {md(pair)} | {req} | {cell(entry)} |"
+                for c, pair, req, entry in pairs]
+    for build in builds:
+        out += _build_section(doc, build, header_of(build, vers.get(build)), reqs)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _build_section(doc: Mapping[str, Any], build: str, name: str, reqs: list[str]) -> list[str]:
+    """What one build did where it fails or errs, and why it is n/a."""
+    build_reqs = column_requirements(doc, build)
+    out: list[str] = []
     failing = [(req, t) for req in reqs for t in build_reqs.get(req, {}).get("tests", [])
                if t.get("outcome") in ("failed", "error")]
     if failing:
-        out += ["", f"What {header_of(build, vers.get(build))} did where it fails:", ""]
+        out += ["", f"What {name} did where it fails:", ""]
         out += [f"- **{req}** `{md(test_name(t['nodeid'], build))}`"
                 f"{' (error)' if t['outcome'] == 'error' else ''}: {md(what_it_did(t.get('message')))}"
                 for req, t in failing]
@@ -286,9 +344,9 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str]) -> str:
             if t.get("reason") and req not in reasons.setdefault(t["reason"], []):
                 reasons[t["reason"]].append(req)
     if reasons:
-        out += ["", f"Why {build} is n/a (the means it lacks):", ""]
+        out += ["", f"Why {name} is n/a (the means it lacks):", ""]
         out += [f"- {', '.join(ids)}: {md(reason)}" for reason, ids in reasons.items()]
-    return "\n".join(out).rstrip() + "\n"
+    return out
 
 
 def replace_region(readme: str, region: str) -> str:
@@ -316,10 +374,16 @@ def load_titles() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="mooncake",
-                        help="the build column, as --mc-target spells it (default: mooncake, the "
-                             "installed wheel)")
-    parser.add_argument("--report", type=Path, default=REPORT)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--releases", action="store_true",
+                       help="judge every release of fixtures/matrices/releases.toml (report "
+                            "fixtures/reports/releases.json)")
+    which.add_argument("--target",
+                       help="judge one build beside the reference, as --mc-target spells it "
+                            "(e.g. mooncake, mooncake:/opt/mooncake, mooncake==0.3.12.post1; "
+                            "report fixtures/reports/release.json)")
+    parser.add_argument("--report", type=Path,
+                        help="the JSON report (default: per mode, see above)")
     parser.add_argument("--readme", type=Path, default=README)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int)
@@ -328,15 +392,17 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true",
                       help="exit 1 when the README region differs from the stored report's")
     args = parser.parse_args(argv)
+    releases = args.releases or (args.target is None and args.report is None)
+    report = args.report or (RELEASES_REPORT if releases else REPORT)
 
     if args.no_run or args.check:
-        if not args.report.exists():
-            print(f"no report at {args.report}; run without --no-run/--check first",
-                  file=sys.stderr)
+        if not report.exists():
+            print(f"no report at {report}; run without --no-run/--check first", file=sys.stderr)
             return 2
-        doc = json.loads(args.report.read_text())
+        doc = json.loads(report.read_text())
     else:
-        doc = run(args.target, args.report, args.workers, args.seed)
+        doc = run(None if releases else (args.target or "mooncake"), report, args.workers,
+                  args.seed)
     current = args.readme.read_text()
     try:
         wanted = replace_region(current, render(doc, load_titles()))
@@ -351,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
               f"--no-run", file=sys.stderr)
         return 1
     args.readme.write_text(wanted)
-    print(f"{args.readme}: judging section rewritten from {args.report}")
+    print(f"{args.readme}: judging section rewritten from {report}")
     return 0
 
 

@@ -65,12 +65,15 @@ class MatrixRecorder:
     """Folds test reports into the matrix and prints it at the end (controller only)."""
 
     def __init__(self, matrix: ConformanceMatrix, default_column: str,
-                 header: Callable[[], list[str]], report_path: str | None, seed: int):
+                 header: Callable[[], list[str]], report_path: str | None, seed: int,
+                 facts: Callable[[], dict[str, Any]] | None = None):
         self.matrix = matrix
         self.default_column = default_column
         self.header = header
         self.report_path = report_path
         self.seed = seed
+        self.facts = facts
+        """What the JSON report records besides the matrix (each column's target facts)."""
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = report.user_properties
@@ -89,5 +92,6 @@ class MatrixRecorder:
         for line in self.matrix.render(self.header()):
             terminalreporter.write_line(line)
         if self.report_path:
-            write_json(self.matrix, self.report_path, self.seed)
+            write_json(self.matrix, self.report_path, self.seed,
+                       self.facts() if self.facts else None)
             terminalreporter.write_line(f"JSON report written to {self.report_path}")

@@ -27,7 +27,7 @@ from pytest_mooncake.targets.base import (
 __all__ = [
     "Capability", "ComponentStartError", "EngineHandle", "LookupResult", "MasterClusterHandle", "MasterEndpoint",
     "MetadataHandle", "RdmaHandle", "Target", "TargetContext", "TargetError", "TargetLacks", "TransferResult",
-    "KNOWN_TARGETS", "UnknownTarget", "resolve_target",
+    "KNOWN_TARGETS", "UnknownTarget", "names_release", "resolve_target", "target_identity",
 ]
 
 KNOWN_TARGETS: dict[str, tuple[str, str]] = {

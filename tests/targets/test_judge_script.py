@@ -154,6 +154,7 @@ def test_check_and_no_run_modes(tmp_path, capsys):
 
 
 def test_the_committed_readme_matches_the_committed_report():
-    if not judge.REPORT.exists():
-        pytest.skip("no stored report yet (scripts/judge_mooncake.py writes it)")
-    assert judge.main(["--check"]) == 0, "run scripts/judge_mooncake.py --no-run"
+    if not judge.RELEASES_REPORT.exists():
+        pytest.skip("no stored report yet (scripts/judge_mooncake.py --releases writes it)")
+    assert judge.main(["--releases", "--check"]) == 0, \
+        "run scripts/judge_mooncake.py --releases --no-run"

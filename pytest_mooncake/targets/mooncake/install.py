@@ -211,9 +211,10 @@ def names_release(text: str) -> bool:
 
 def release_label(text: str) -> str:
     """The one name of the release ``text`` names, ``mooncake-FLAVOUR==VERSION`` (flavour
-    chosen as ``releases`` chooses it); ``SpecError`` for a string naming no release."""
+    chosen as ``releases`` chooses it, without asking PyPI: an installed environment, else the
+    table of published flavours); ``SpecError`` for a string naming no release."""
     try:
-        return str(as_spec(text))
+        return str(as_spec(text, ask_pip=False))
     except ReleaseSpecError as exc:
         raise SpecError(f"--mc-target={text}: {exc}") from None
 

@@ -29,7 +29,12 @@ from pytest_mooncake.targets.mooncake.option_rules import (
     lacks_etcd_routing,
     whole_seconds,
 )
-from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL, StoreClient, start_store_client
+from pytest_mooncake.targets.mooncake.store_clients import (
+    PROTOCOL,
+    RefusedStoreClient,
+    StoreClient,
+    start_store_client,
+)
 from pytest_mooncake.targets.process_masters import ProcessMasters
 
 
@@ -224,6 +229,8 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
                 f"means to announce version {version or profile!r}"))
         client = start_store_client(self.launcher, self.workdir, self.etcd, self.cluster_id,
                                     len(self.clients), client_id, timeout or self.ready_timeout)
+        if isinstance(client, RefusedStoreClient):  # its own build's masters: not a skew answer
+            raise ComponentStartError(client.why)
         self.clients.append(client)
         return client
 
