@@ -73,10 +73,15 @@ def resolve_target(spec: str) -> Target:
         raise UnknownTarget(
             f"unknown target {spec!r}; known targets: {known_targets_text()}"
         )
+    return _target_class(name).from_spec(variant or None)
+
+
+def _target_class(name: str) -> type[Target]:
+    """The class ``KNOWN_TARGETS`` names for ``name``, imported by its dotted path (the
+    registry imports no target module itself, so no target module imports back in a cycle)."""
     path, _ = KNOWN_TARGETS[name]
     module_name, _, class_name = path.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls.from_spec(variant or None)
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def names_release(spec: str) -> bool:
@@ -88,9 +93,7 @@ def names_release(spec: str) -> bool:
 
 def resolve_release(spec: str) -> Target:
     """The Mooncake target of the release ``spec`` names, in its cached environment."""
-    from pytest_mooncake.targets.mooncake.local_placement import MooncakeTarget
-
-    return MooncakeTarget.from_release(spec)
+    return _target_class("mooncake").from_release(spec)
 
 
 def target_identity(spec: str) -> str:
