@@ -1,0 +1,115 @@
+"""Helpers of the hostile-peer tests: seeded fuzz runs, crowds of idle peers, a server process's
+footprint (resident memory, threads) read from /proc."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from pytest_mooncake.raw_peers import closed_by_server
+from pytest_mooncake.waits import wait_until
+
+RSS_GROWTH_LIMIT = 64 << 20
+"""A fuzz run may grow a server's resident memory by at most this much."""
+FUZZ_EXAMPLES = 120
+"""Generated inputs per fuzz run (plus the explicit ones), sized for the CI budget."""
+
+
+@dataclass(frozen=True)
+class Footprint:
+    rss: int
+    threads: int
+
+    def __str__(self) -> str:
+        return f"{self.rss / 2**20:.1f} MiB resident, {self.threads} threads"
+
+
+def footprint(pid: int) -> Footprint:
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            fields[name] = value.split()
+    return Footprint(int(fields["VmRSS"][0]) * 1024, int(fields["Threads"][0]))
+
+
+def fuzz(seed: int, strategy: st.SearchStrategy, check: Callable[[Any], None],
+         explicit: Iterable[Any] = (), examples: int = FUZZ_EXAMPLES) -> int:
+    """Run ``check`` on every ``explicit`` input and on ``examples`` inputs drawn from
+    ``strategy`` with ``seed`` (a failure shrinks and replays from the same seed); the number
+    of inputs tried."""
+    tried = [0]
+
+    def counted(case: Any) -> None:
+        tried[0] += 1
+        check(case)
+
+    run = settings(max_examples=examples, deadline=None, database=None,
+                   suppress_health_check=list(HealthCheck),
+                   phases=[Phase.explicit, Phase.generate, Phase.shrink])(given(strategy)(counted))
+    for case in reversed(list(explicit)):
+        run = _example(run, case)
+    hypothesis_seed(seed)(run)()
+    return tried[0]
+
+
+def _example(run: Callable[..., None], case: Any) -> Callable[..., None]:
+    from hypothesis import example  # noqa: PLC0415
+
+    return example(case)(run)
+
+
+def idle_crowd(address: tuple[str, int], count: int) -> list[socket.socket]:
+    """``count`` connections that send nothing."""
+    return [socket.create_connection(address, timeout=10) for _ in range(count)]
+
+
+def wait_closed(socks: list[socket.socket], timeout: float, what: str) -> None:
+    """Wait until the server closed every one of ``socks``."""
+    wait_until(lambda: all(closed_by_server(s) for s in socks), timeout, what,
+               describe=lambda _: f"{sum(not closed_by_server(s) for s in socks)} of "
+                                  f"{len(socks)} still open")
+
+
+def close_all(socks: Iterable[socket.socket]) -> None:
+    for s in socks:
+        s.close()
+
+
+# ---------------------------------------------------------------------- raw HTTP
+
+
+def http_request(method: str, target: str, headers: dict[str, str] | None = None,
+                 body: bytes = b"") -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace") + body
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def parse_http(data: bytes) -> HttpReply:
+    """The first response in ``data``; AssertionError if it is not one."""
+    head, sep, rest = data.partition(b"\r\n\r\n")
+    assert sep, f"no HTTP response, got {data[:120]!r}"
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest_line = lines[0].partition(" ")
+    assert version.startswith("HTTP/1."), f"not an HTTP status line: {lines[0]!r}"
+    status = int(rest_line.split(" ", 1)[0])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", len(rest)))
+    return HttpReply(status, headers, rest[:length])
