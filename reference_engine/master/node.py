@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from reference_engine.hub import BINARY_LIMITS, HTTP_LIMITS, Limits
 from reference_engine.master.election import LeaderElection, LeaderSession, LeaderView
 from reference_engine.master.errors import ErrorCode, MasterError
 from reference_engine.master.etcd import connect, is_etcd_failure
@@ -57,6 +58,8 @@ class MasterConfig:
     batch_max_entries: int = 1024
     handover_ttl: int = 5
     replay_delay: float = 0.0
+    rpc_limits: Limits = BINARY_LIMITS
+    admin_limits: Limits = HTTP_LIMITS
 
 
 class MasterNode:
@@ -67,7 +70,7 @@ class MasterNode:
         self.etcd = connect(cfg.etcd, timeout=cfg.etcd_timeout)
         self.store = OpLogStore(self.etcd, cfg.cluster_id)
         self.snapshots = SnapshotStore(cfg.snapshot_dir) if cfg.snapshot_dir else None
-        self.rpc = RpcServer(cfg.rpc[0], cfg.rpc[1], self._hello, self._handle)
+        self.rpc = RpcServer(cfg.rpc[0], cfg.rpc[1], self._hello, self._handle, cfg.rpc_limits)
         self.address = self.rpc.address
         self.election = LeaderElection(self.etcd, cfg.cluster_id, self.address, cfg.lease_ttl,
                                        margin=min(0.5, cfg.lease_ttl / 4))
@@ -87,7 +90,7 @@ class MasterNode:
         self._last_snapshot = time.monotonic()
         from reference_engine.master.admin import AdminServer
 
-        self.admin = AdminServer(cfg.admin[0], cfg.admin[1], self)
+        self.admin = AdminServer(cfg.admin[0], cfg.admin[1], self, cfg.admin_limits)
 
     # ------------------------------------------------------------------ lifecycle
 
