@@ -72,10 +72,13 @@ def read_until_closed(sock: socket.socket, end_at: float, max_reply: int = MAX_R
 
 
 def closed_by_server(sock: socket.socket) -> bool:
-    """True once the server closed (or reset) a connection we keep open, without blocking."""
+    """True once the server closed (or reset) a connection we keep open, without blocking;
+    what it sent before closing (a last reply) is read and discarded."""
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        while sock.recv(65536, socket.MSG_DONTWAIT):
+            pass
     except BlockingIOError:
         return False
     except OSError:
         return True
+    return True

@@ -83,7 +83,10 @@ class ParkingHandler(BaseHTTPRequestHandler):
 
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:
-        """A short plain-text error (the stdlib's is an HTML page) and a close."""
+        """A short plain-text error (the stdlib's is an HTML page) and a close, with an HTTP/1.1
+        status line even when the request line was too broken to name a version."""
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = self.protocol_version
         phrase = self.responses.get(code, ("Error",))[0]
         text = (message or phrase).replace("\r", " ").replace("\n", " ")
         body = f"{code} {text[:200]}\n".encode("latin-1", "replace")

@@ -126,6 +126,12 @@ class _Handler(ParkingHandler):
             log.exception("admin POST %s failed", path)
             self._send(500, {"error": type(exc).__name__, "message": str(exc)})
 
+    def _not_allowed(self) -> None:
+        self._send(405, {"error": f"method {self.command} not allowed; use GET or POST"})
+        self.close_after_reply(unread=True)
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed  # noqa: N815
+
 
 # ------------------------------------------------------------------ request parsing
 

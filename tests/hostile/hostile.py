@@ -17,6 +17,9 @@ from pytest_mooncake.waits import wait_until
 
 RSS_GROWTH_LIMIT = 64 << 20
 """A fuzz run may grow a server's resident memory by at most this much."""
+UNSUPPORTED = (501, 505)
+"""The 5xx an HTTP server may answer a request it cannot serve (an unknown method, HTTP/9.9):
+they name the request's fault, unlike a 500."""
 FUZZ_EXAMPLES = 120
 """Generated inputs per fuzz run (plus the explicit ones), sized for the CI budget."""
 

@@ -1,0 +1,157 @@
+"""The master's admin HTTP port against hostile and idle peers (issue 14)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from hostile import (
+    RSS_GROWTH_LIMIT,
+    UNSUPPORTED,
+    close_all,
+    footprint,
+    fuzz,
+    http_request,
+    idle_crowd,
+    parse_http,
+    wait_closed,
+)
+from hypothesis import strategies as st
+
+from pytest_mooncake.raw_peers import exchange, read_until_closed
+
+SENTINEL = "admin-sentinel-\u2603"
+PATHS = ["/metrics", "/health", "/role", "/ha_status", "/leader", "/ha/promotable",
+         "/get_all_keys", "/ha/last_validation", "/ha/promote", "/ha/snapshot", "/nope"]
+
+
+def _strategy() -> st.SearchStrategy[bytes]:
+    scalar = st.none() | st.booleans() | st.floats() | st.text(max_size=10) | \
+        st.integers(-(2**70), 2**70)
+    value = st.recursive(scalar, lambda inner: st.lists(inner, max_size=3) |
+                         st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+    body = st.one_of(
+        st.fixed_dictionaries({}, optional={"timeout": value}).map(json.dumps),
+        value.map(json.dumps), st.text(max_size=60),
+        st.integers(129, 5000).map(lambda d: "[" * d + "]" * d),
+    ).map(lambda t: t.encode("utf-8", "surrogatepass")) | st.binary(max_size=100)
+    length = st.sampled_from(["exact", "exact", "none", "abc", "-1", "+5", "1e3", "99999999999",
+                              "longer", "shorter", " 7 ", "99999999999999999999999"])
+
+    def build(method: str, path: str, body: bytes, length: str, chunked: bool) -> bytes:
+        headers = {}
+        if length == "exact":
+            headers["Content-Length"] = str(len(body))
+        elif length == "longer":
+            headers["Content-Length"] = str(len(body) + 10)
+        elif length == "shorter":
+            headers["Content-Length"] = str(max(0, len(body) - 1))
+        elif length != "none":
+            headers["Content-Length"] = length
+        if chunked:
+            headers["Transfer-Encoding"] = "chunked"
+        return http_request(method, path, headers, body)
+
+    request = st.builds(build, st.sampled_from(["GET", "POST", "POST", "PUT", "DELETE", "HEAD"]),
+                        st.sampled_from(PATHS) | st.text(max_size=20).map(lambda t: "/" + t),
+                        body, length, st.booleans())
+    garbage = st.binary(max_size=200).map(lambda b: b + b"\r\n\r\n")
+    return request | garbage
+
+
+def _check_reply(request: bytes, data: bytes) -> None:
+    if not data:
+        return  # a garbage request may get no answer, but never a hang
+    reply = parse_http(data)
+    assert reply.status < 500 or reply.status in UNSUPPORTED, (request[:200], data[:300])
+    text = reply.body.lower()
+    assert b"traceback" not in text and b"<html" not in text and b"<!doctype" not in text, \
+        (request[:200], data[:300])
+
+
+def test_fuzzed_requests_get_4xx_with_reasons_and_lose_nothing(start_master, mc_seed):
+    cluster = start_master()
+    assert cluster.client(0).put(SENTINEL)["ok"]
+    master = cluster.masters[0]
+    address = ("127.0.0.1", master.admin_port)
+    before = footprint(master.process.pid)
+
+    def check(request: bytes) -> None:
+        _check_reply(request, exchange(address, request).data)
+
+    tried = fuzz(mc_seed, _strategy(), check, explicit=[
+        http_request("POST", "/ha/promote", {"Content-Length": "abc"}, b"{}"),
+        http_request("POST", "/ha/promote", {"Content-Length": "-1"}, b"{}"),
+        http_request("POST", "/ha/promote", {"Content-Length": "10"}, b"{}"),
+        http_request("POST", "/ha/promote", {"Content-Length": "17"}, b'{"timeout":"abc"}'),
+        http_request("POST", "/ha/promote", {"Content-Length": "6"}, b"[1, 2]"),
+        http_request("POST", "/ha/snapshot", {"Content-Length": "20000"},
+                     b"[" * 10000 + b"]" * 10000),
+        b"\x00\xffGARBAGE\r\n\r\n",
+    ])
+    after = footprint(master.process.pid)
+    keys = json.loads(exchange(address, http_request("GET", "/get_all_keys")).data
+                      .partition(b"\r\n\r\n")[2])["keys"]
+    assert SENTINEL in keys, "an object stored before the fuzz is gone"
+    assert after.rss - before.rss < RSS_GROWTH_LIMIT, f"{tried} inputs: {before} -> {after}"
+    print(f"master admin HTTP: {tried} inputs; master before {before}, after {after}")
+
+
+BAD_PROMOTES = [
+    ({"Content-Length": "abc"}, b"{}", "bad Content-Length"),
+    ({"Content-Length": "-1"}, b"{}", "bad Content-Length"),
+    ({"Content-Length": "10"}, b"{}", "body shorter than Content-Length"),
+    ({"Content-Length": "17"}, b'{"timeout":"abc"}', "timeout must be a number"),
+    ({"Content-Length": "16"}, b'{"timeout":-1.5}', "timeout must be a number"),
+    ({"Content-Length": "6"}, b"[1, 2]", "must be a JSON object"),
+    ({"Content-Length": "2000"}, b"[" * 1000 + b"]" * 1000, "nested deeper"),
+]
+
+
+def test_bad_promote_requests_are_400_with_a_reason(start_master):
+    cluster = start_master()
+    address = ("127.0.0.1", cluster.masters[0].admin_port)
+    for headers, body, words in BAD_PROMOTES:
+        reply = parse_http(exchange(address, http_request("POST", "/ha/promote", headers,
+                                                          body)).data)
+        assert reply.status == 400 and words in json.loads(reply.body)["error"], (headers, reply)
+
+
+def test_a_body_that_never_comes_is_a_400_at_the_receive_timeout(start_master):
+    cluster = start_master("--admin-recv-timeout", "1")
+    address = ("127.0.0.1", cluster.masters[0].admin_port)
+    with socket.create_connection(address, timeout=30) as s:
+        s.sendall(http_request("POST", "/ha/promote", {"Content-Length": "10"}, b"{}"))
+        reply = read_until_closed(s, _deadline(20))
+    answer = parse_http(reply.data)
+    assert answer.status == 400 and "body shorter than Content-Length" in \
+        json.loads(answer.body)["error"], answer
+
+
+def test_idle_and_stalled_peers_are_dropped_at_the_receive_timeout(start_master):
+    cluster = start_master("--admin-recv-timeout", "1")
+    master = cluster.masters[0]
+    address = ("127.0.0.1", master.admin_port)
+    before = footprint(master.process.pid)
+    idle = idle_crowd(address, 200)
+    stalled = idle_crowd(address, 5)
+    for s in stalled:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
+    try:
+        health = parse_http(exchange(address, http_request("GET", "/health")).data)
+        assert health.status == 200, "a good peer was not served among 205 idle or stalled ones"
+        crowded = footprint(master.process.pid)
+        assert crowded.threads <= before.threads + len(stalled) + 2, (
+            f"200 idle admin peers took the master from {before} to {crowded}")
+        wait_closed(idle + stalled, 20, "the admin port to close 200 idle and 5 stalled peers "
+                                        "after its 1 s receive timeout")
+        print(f"master admin HTTP, 200 idle + 5 stalled peers: before {before}, with them "
+              f"{crowded}, after {footprint(master.process.pid)}")
+    finally:
+        close_all(idle + stalled)
+
+
+def _deadline(seconds: float) -> float:
+    import time  # noqa: PLC0415
+
+    return time.monotonic() + seconds
