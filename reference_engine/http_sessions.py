@@ -65,7 +65,12 @@ class ParkingHandler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         self.idle_since = time.monotonic()  # a request head arrived: idle from its reply on
         self.body_read = False
-        return super().parse_request()
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":  # "GET /" alone: a reply without a status line
+            self.send_error(400, "a request line needs an HTTP/1.x version")
+            return False
+        return True
 
     def _more_within(self, seconds: float) -> bool:
         """Bytes of a next request already buffered, or arriving within ``seconds``."""

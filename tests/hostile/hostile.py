@@ -3,6 +3,7 @@ footprint (resident memory, threads) read from /proc."""
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ RSS_GROWTH_LIMIT = 64 << 20
 UNSUPPORTED = (501, 505)
 """The 5xx an HTTP server may answer a request it cannot serve (an unknown method, HTTP/9.9):
 they name the request's fault, unlike a 500."""
-FUZZ_EXAMPLES = 120
-"""Generated inputs per fuzz run (plus the explicit ones), sized for the CI budget."""
+FUZZ_EXAMPLES = int(os.environ.get("MC_FUZZ_EXAMPLES", "120"))
+"""Generated inputs per fuzz run (plus the explicit ones): 120 fits the CI budget (about 5 s a
+server); ``MC_FUZZ_EXAMPLES`` asks for more (tests/benchmarks/bench_hostile_peers.py)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,38 @@ def idle_crowd(address: tuple[str, int], count: int) -> list[socket.socket]:
     return [socket.create_connection(address, timeout=10) for _ in range(count)]
 
 
+IDLE_PEERS = 200
+STALLED_PEERS = 5
+
+
+def crowd_is_dropped(name: str, pid: int, address: tuple[str, int], stall: bytes,
+                     good: Callable[[], bool]) -> str:
+    """With ``IDLE_PEERS`` connections that send nothing and ``STALLED_PEERS`` that sent
+    ``stall`` (a request that never completes) open: a good peer is served (``good()``), the
+    idle ones hold no thread (the server's threads grow by at most one per stalled peer, plus
+    two for the good peer's session), and the server closes all of them (start it with a short
+    receive timeout). Returns a line with the footprints for the test log."""
+    before = footprint(pid)
+    idle = idle_crowd(address, IDLE_PEERS)
+    stalled = idle_crowd(address, STALLED_PEERS)
+    try:
+        for s in stalled:
+            s.sendall(stall)
+        assert good(), (f"a good peer was not served while {IDLE_PEERS} idle and "
+                        f"{STALLED_PEERS} stalled peers were connected to the {name}")
+        crowded = footprint(pid)
+        assert crowded.threads <= before.threads + STALLED_PEERS + 2, (
+            f"{IDLE_PEERS} idle peers took the {name} from {before} to {crowded}: an idle "
+            f"connection must not hold a thread")
+        wait_closed(idle + stalled, 20, f"the {name} to close {IDLE_PEERS} idle and "
+                                        f"{STALLED_PEERS} stalled peers at its receive timeout")
+        assert good(), f"the {name} no longer serves a good peer after the crowd"
+        return (f"{name}, {IDLE_PEERS} idle + {STALLED_PEERS} stalled peers: before {before}, "
+                f"with them {crowded}, after {footprint(pid)}")
+    finally:
+        close_all(idle + stalled)
+
+
 def wait_closed(socks: list[socket.socket], timeout: float, what: str) -> None:
     """Wait until the server closed every one of ``socks``."""
     wait_until(lambda: all(closed_by_server(s) for s in socks), timeout, what,
@@ -86,6 +120,31 @@ def close_all(socks: Iterable[socket.socket]) -> None:
 
 
 # ---------------------------------------------------------------------- raw HTTP
+
+
+LENGTHS = ["exact", "exact", "none", "abc", "-1", "+5", "1e3", "longer", "shorter", " 7 ",
+           "9437184", "99999999999999999999999"]
+
+
+def http_requests(methods: list[str], targets: st.SearchStrategy[str],
+                  bodies: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
+    """Raw HTTP requests (right, wrong, missing or absurd Content-Length; sometimes chunked),
+    and garbage that ends like a request head."""
+
+    def build(method: str, target: str, body: bytes, length: str, chunked: bool) -> bytes:
+        headers = {}
+        if length in ("exact", "longer", "shorter"):
+            headers["Content-Length"] = str(max(0, len(body) + {"exact": 0, "longer": 10,
+                                                                "shorter": -1}[length]))
+        elif length != "none":
+            headers["Content-Length"] = length
+        if chunked:
+            headers["Transfer-Encoding"] = "chunked"
+        return http_request(method, target, headers, body)
+
+    request = st.builds(build, st.sampled_from(methods), targets, bodies,
+                        st.sampled_from(LENGTHS), st.booleans())
+    return request | st.binary(max_size=200).map(lambda b: b + b"\r\n\r\n")
 
 
 def http_request(method: str, target: str, headers: dict[str, str] | None = None,

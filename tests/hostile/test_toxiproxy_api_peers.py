@@ -8,13 +8,11 @@ from urllib.parse import quote
 from hostile import (
     RSS_GROWTH_LIMIT,
     UNSUPPORTED,
-    close_all,
+    crowd_is_dropped,
     footprint,
     fuzz,
     http_request,
-    idle_crowd,
     parse_http,
-    wait_closed,
 )
 from hypothesis import strategies as st
 
@@ -117,20 +115,7 @@ def test_names_are_bounded_and_toxic_names_have_no_slash(start_toxiproxy):
 
 def test_idle_and_stalled_peers_are_dropped_at_the_receive_timeout(start_toxiproxy):
     server = start_toxiproxy("--idle-timeout", "1", "--read-timeout", "1")
-    before = footprint(server.pid)
-    idle = idle_crowd(server.address, 200)
-    stalled = idle_crowd(server.address, 5)
-    for s in stalled:  # a body that never comes
-        s.sendall(http_request("POST", "/proxies", {"Content-Length": "100"}, b"{"))
-    try:
-        assert _api(server.address, "GET", "/version")[0] == 200, \
-            "a good peer was not served among 205 idle or stalled ones"
-        crowded = footprint(server.pid)
-        assert crowded.threads <= before.threads + 2, (
-            f"200 idle API peers took the server from {before} to {crowded}")
-        wait_closed(idle + stalled, 20, "the API to close 200 idle and 5 stalled peers after "
-                                        "its 1 s timeouts")
-        print(f"Toxiproxy API, 200 idle + 5 stalled peers: before {before}, with them "
-              f"{crowded}, after {footprint(server.pid)}")
-    finally:
-        close_all(idle + stalled)
+    print(crowd_is_dropped(
+        "Toxiproxy API", server.pid, server.address,
+        http_request("POST", "/proxies", {"Content-Length": "100"}, b"{"),  # a body that never
+        lambda: _api(server.address, "GET", "/version")[0] == 200))           # comes
