@@ -38,7 +38,8 @@ from reference_engine.hub import BINARY_LIMITS, ConnectionHub, Limits, linger_cl
 
 log = logging.getLogger("reference_engine.control")
 
-MAX_REQUEST = 16 << 20
+_JSON_SLACK = 64 << 10
+MAX_REQUEST = (16 << 20) + _JSON_SLACK
 """Longest request line (``--control-max-request``): a write's base64 payload makes it 4/3 of the
 bytes moved, so one request moves at most ``max_transfer(MAX_REQUEST)`` bytes (12 MiB)."""
 _RECV_CHUNK = 1 << 20
@@ -46,7 +47,7 @@ _RECV_CHUNK = 1 << 20
 
 def max_transfer(max_request: int) -> int:
     """Bytes one write or read may move when request lines are at most ``max_request``."""
-    return max(0, (max_request - 4096) * 3 // 4)
+    return max(0, (max_request - _JSON_SLACK) * 3 // 4)
 
 
 class BadRequest(ValueError):

@@ -57,8 +57,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--control-max-request", type=_request_size, default=MAX_REQUEST,
                    metavar="BYTES",
                    help="longest control request line; longer ones are refused as soon as that "
-                        "many bytes arrived, and one write or read through the control channel "
-                        f"moves at most 3/4 of it (default {MAX_REQUEST})")
+                        "many bytes arrived. One write or read through the control channel "
+                        "moves at most 3/4 of it less 64 KiB (its data travels as base64) "
+                        f"(default {MAX_REQUEST}: 12 MiB transfers)")
     p.add_argument("--log-level", default="INFO")
     return p
 

@@ -132,7 +132,7 @@ def idle_rows(workdir: Path, count: int) -> list[dict]:
     return rows
 
 
-FUZZ_LINE = re.compile(r"^(?P<server>[A-Za-z ]+): (?P<inputs>\d+) inputs; \w+ before "
+FUZZ_LINE = re.compile(r"^[.sFE]*(?P<server>[A-Za-z ]+): (?P<inputs>\d+) inputs; \w+ before "
                        r"(?P<before>.+?), after (?P<after>.+)$", re.M)
 
 
