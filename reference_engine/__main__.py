@@ -9,11 +9,11 @@ import importlib
 import sys
 
 COMMANDS = {
-    "engine": ("reference_engine.engine.main", "a transfer-engine process publishing one segment"),
-    "metadata-server": ("reference_engine.metadata.server_main",
+    "engine": ("reference_engine.engine.engine_main", "a transfer-engine process publishing one segment"),
+    "metadata-server": ("reference_engine.metadata.metadata_server_main",
                         "an HTTP metadata server speaking Mooncake's API"),
-    "master": ("reference_engine.master.main", "an HA store master (etcd election, OpLog)"),
-    "client": ("reference_engine.master.client_main", "a store client mounting one segment"),
+    "master": ("reference_engine.master.master_main", "an HA store master (etcd election, OpLog)"),
+    "client": ("reference_engine.master.store_client_main", "a store client mounting one segment"),
 }
 
 

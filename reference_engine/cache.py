@@ -26,13 +26,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reference_engine.descriptor import DescriptorError, SegmentDescriptor, decode
-from reference_engine.profiles import (
+from reference_engine.cache_policies import (
     CachePolicy,
     InstanceIdReplacement,
     ReplacementPolicy,
     TtlPolicy,
 )
+from reference_engine.descriptor import DescriptorError, SegmentDescriptor, decode
 
 log = logging.getLogger("reference_engine.cache")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
+from typing import Protocol
 
 INSTANCE_ID_BYTES = 16
 
@@ -33,3 +35,29 @@ if hasattr(os, "register_at_fork"):
 def process_instance_id() -> str:
     """This process's identity, constant for its lifetime."""
     return _instance_id
+
+
+Mint = Callable[[], str]
+
+
+class IdentityPolicy(Protocol):
+    """Whether a process publishes an ``instance_id`` (MR-7, MR-8), and which."""
+
+    def instance_id(self, mint: Mint = process_instance_id) -> str | None:
+        """What to publish; ``mint`` makes the identity (the process's own by default, a
+        seeded one in a simulation), called only when one is published."""
+        ...
+
+
+class PublishInstanceId:
+    """RFC: every descriptor carries the publishing process's incarnation."""
+
+    def instance_id(self, mint: Mint = process_instance_id) -> str | None:
+        return mint()
+
+
+class NoInstanceId:
+    """0.3.13: descriptors carry no ``instance_id``."""
+
+    def instance_id(self, mint: Mint = process_instance_id) -> str | None:
+        return None

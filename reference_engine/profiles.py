@@ -1,146 +1,140 @@
-"""Profiles: the RFC behaviour and Mooncake 0.3.13's behaviour, as strategy objects.
+"""The profile registry: ``rfc`` (the RFCs' behaviour) and ``legacy`` (Mooncake 0.3.13's), each a
+bundle of the strategies every layer uses.
 
-A profile bundles the policies that differ between the two: how long a cached remote descriptor
-stays fresh and whether a forced refresh is honoured (cache policy), whether the process
-publishes an ``instance_id`` (identity policy), whether a changed ``instance_id`` is acted on
-(replacement policy), and how many times a failed transfer is retried after a forced refresh.
-Code that uses a profile calls these objects; it never asks which profile it has.
+A layer takes its strategies from its profile and never asks which profile it has:
+
+- ``identity``: whether a process publishes an ``instance_id`` (MR-7, MR-8; ``identity``);
+- ``engine``: the segment cache's policy, what a changed ``instance_id`` means, and how many times
+  a failed transfer is retried after a forced refresh (``cache_policies``);
+- ``rdma``: completion ownership, endpoint retirement, worker model, peer tracking
+  (``rdma.rdma_policies``);
+- ``master_policies(...)``: a master's baseline, promotability, promotion, version gate and lag
+  metric; ``reattach_policy(...)``: what a store client does when its master is gone
+  (``master.master_policies``). Both are built per process from its options.
+
+The names are what ``--profile`` accepts; nothing compares them.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
-from reference_engine.descriptor import SegmentDescriptor
-from reference_engine.identity import process_instance_id
-
-DEFAULT_TTL_MS = 1000.0
-
-log = logging.getLogger("reference_engine.cache")
-
-
-class CachePolicy(Protocol):
-    """How the segment cache treats remote entries."""
-
-    ttl_ns: float
-    """A remote entry younger than this is served without I/O (``inf`` = never expires)."""
-    honours_force: bool
-    """Whether a forced lookup bypasses the cache."""
-    checks_owner: bool
-    """Whether a fetched descriptor must name the segment it was looked up as (a value of
-    another segment planted under the key is then rejected like any invalid value, MR-3/MR-4)."""
-
-    def set_ttl_ms(self, ttl_ms: float) -> None: ...
-
-
-class TtlPolicy:
-    """RFC: remote entries expire ``ttl_ms`` after their last successful refresh (MR-1, MR-5)."""
-
-    honours_force = True
-    checks_owner = True
-
-    def __init__(self, ttl_ms: float = DEFAULT_TTL_MS):
-        self.set_ttl_ms(ttl_ms)
-
-    def set_ttl_ms(self, ttl_ms: float) -> None:
-        if ttl_ms < 0 or math.isnan(ttl_ms):
-            raise ValueError(f"metadata_cache_ttl_ms must be >= 0, got {ttl_ms}")
-        self.ttl_ms = ttl_ms
-        self.ttl_ns = ttl_ms * 1e6
-
-
-class NeverExpirePolicy:
-    """0.3.13: a mapped segment is never refetched, forced or not (observed on the wheel)."""
-
-    honours_force = False
-    checks_owner = False
-    """0.3.13 installs whatever the segment's key holds."""
-    ttl_ns = math.inf
-
-    def __init__(self, ttl_ms: float | None = None):
-        self.requested_ttl_ms = ttl_ms
-
-    def set_ttl_ms(self, ttl_ms: float) -> None:
-        """Recorded and ignored: 0.3.13 has no TTL."""
-        self.requested_ttl_ms = ttl_ms
-
-
-Count = Callable[[str], None]
-
-
-class ReplacementPolicy(Protocol):
-    """What a newly installed snapshot means for the peer's derived resources."""
-
-    def observe(self, name: str, old: SegmentDescriptor | None, new: SegmentDescriptor,
-                count: Count) -> bool:
-        """Return True when ``new`` comes from a different process incarnation than ``old``."""
-        ...
-
-
-class InstanceIdReplacement:
-    """RFC: a changed ``instance_id`` is a replacement (MR-9, MR-10); no ID is a legacy peer."""
-
-    def observe(self, name: str, old: SegmentDescriptor | None, new: SegmentDescriptor,
-                count: Count) -> bool:
-        if new.instance_id is None:
-            if old is None or old.instance_id is not None:
-                count("legacy_peers")
-                log.info("legacy peer %s: descriptor carries no instance_id", name)
-            return False
-        if old is None or old.instance_id is None or old.instance_id == new.instance_id:
-            return False
-        count("replacements")
-        log.warning("replacement of %s observed: instance %s -> %s",
-                    name, old.instance_id, new.instance_id)
-        return True
-
-
-class IgnoreIdentity:
-    """0.3.13: the descriptor's identity is never looked at."""
-
-    def observe(self, name: str, old: SegmentDescriptor | None, new: SegmentDescriptor,
-                count: Count) -> bool:
-        return False
+from reference_engine.cache_policies import (
+    DEFAULT_TTL_MS,
+    CachePolicy,
+    IgnoreIdentity,
+    InstanceIdReplacement,
+    NeverExpirePolicy,
+    ReplacementPolicy,
+    TtlPolicy,
+)
+from reference_engine.identity import IdentityPolicy, NoInstanceId, PublishInstanceId
+from reference_engine.master.master_policies import (
+    BoundedReattach,
+    CompatibleVersionGate,
+    ExactVersionOnWrites,
+    HonestPromotability,
+    LagMetric,
+    MasterPolicies,
+    PromoteThenValidate,
+    ReattachPolicy,
+    ReplayBaseline,
+    StalledReattach,
+    ValidateBeforePromotion,
+    WatchForwardBaseline,
+    WatchingPromotability,
+    ZeroLagMetric,
+)
+from reference_engine.rdma.peer_state import InstanceTracking, NoTracking
+from reference_engine.rdma.rdma_policies import (
+    RdmaPolicies,
+    ScatteredDeletion,
+    SliceOwnership,
+    TokenOwnership,
+    UnifiedRetire,
+)
 
 
 @dataclass(frozen=True)
-class Profile:
-    name: str
-    publishes_instance_id: bool
+class EnginePolicies:
+    """The engine's and its segment cache's strategies."""
+
     retry_budget: int
     """Retries of a failed transfer, each after a forced refresh (MR-12); 0 = fail at once."""
     make_cache_policy: Callable[[float | None], CachePolicy]
     replacement: ReplacementPolicy
 
-    def instance_id(self) -> str | None:
-        """What this process publishes as ``instance_id`` (MR-7, MR-8)."""
-        return process_instance_id() if self.publishes_instance_id else None
-
     def cache_policy(self, ttl_ms: float | None = None) -> CachePolicy:
+        """A fresh cache policy (one per cache: a TTL policy's TTL can be changed at run time)."""
         return self.make_cache_policy(ttl_ms)
+
+
+MakeMasterPolicies = Callable[[bool, "float | None", float], MasterPolicies]
+"""(partial_restore, warmup_seconds, lease_ttl) -> the strategies of one master."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    identity: IdentityPolicy
+    engine: EnginePolicies
+    rdma: RdmaPolicies
+    make_master_policies: MakeMasterPolicies
+    make_reattach_policy: Callable[[float], ReattachPolicy]
+
+    def master_policies(self, partial_restore: bool = False, warmup_seconds: float | None = None,
+                        lease_ttl: float = 2.0) -> MasterPolicies:
+        """``partial_restore``: promote dropping invalid entries (rfc); ``warmup_seconds``: the
+        leader's warm-up before serving (legacy; default: the lease TTL)."""
+        return self.make_master_policies(partial_restore, warmup_seconds, lease_ttl)
+
+    def reattach_policy(self, stall_seconds: float = 121.0) -> ReattachPolicy:
+        """``stall_seconds``: how long a legacy client keeps waiting on a dead master."""
+        return self.make_reattach_policy(stall_seconds)
+
+
+def _rfc_master(partial_restore: bool, warmup_seconds: float | None,
+                lease_ttl: float) -> MasterPolicies:
+    return MasterPolicies(ReplayBaseline(), HonestPromotability(),
+                          ValidateBeforePromotion(partial_restore), CompatibleVersionGate(),
+                          LagMetric())
+
+
+def _legacy_master(partial_restore: bool, warmup_seconds: float | None,
+                   lease_ttl: float) -> MasterPolicies:
+    warmup = lease_ttl if warmup_seconds is None else warmup_seconds
+    return MasterPolicies(WatchForwardBaseline(), WatchingPromotability(),
+                          PromoteThenValidate(warmup), ExactVersionOnWrites(), ZeroLagMetric())
 
 
 RFC = Profile(
     name="rfc",
-    publishes_instance_id=True,
-    retry_budget=2,
-    make_cache_policy=lambda ttl: TtlPolicy(DEFAULT_TTL_MS if ttl is None else ttl),
-    replacement=InstanceIdReplacement(),
+    identity=PublishInstanceId(),
+    engine=EnginePolicies(
+        retry_budget=2,
+        make_cache_policy=lambda ttl: TtlPolicy(DEFAULT_TTL_MS if ttl is None else ttl),
+        replacement=InstanceIdReplacement(),
+    ),
+    rdma=RdmaPolicies(dedicated_poller_default=False, make_ownership=TokenOwnership,
+                      retire=UnifiedRetire(), make_peer_tracking=InstanceTracking),
+    make_master_policies=_rfc_master,
+    make_reattach_policy=lambda stall_seconds: BoundedReattach(),
 )
 
 LEGACY = Profile(
     name="legacy",
-    publishes_instance_id=False,
-    retry_budget=0,
-    make_cache_policy=NeverExpirePolicy,
-    replacement=IgnoreIdentity(),
+    identity=NoInstanceId(),
+    engine=EnginePolicies(retry_budget=0, make_cache_policy=NeverExpirePolicy,
+                          replacement=IgnoreIdentity()),
+    rdma=RdmaPolicies(dedicated_poller_default=True, make_ownership=SliceOwnership,
+                      retire=ScatteredDeletion(), make_peer_tracking=NoTracking),
+    make_master_policies=_legacy_master,
+    make_reattach_policy=StalledReattach,
 )
 
 PROFILES = {p.name: p for p in (RFC, LEGACY)}
+"""Name -> profile, in the order ``--profile`` lists them."""
 
 
 def get_profile(name: str) -> Profile:
@@ -148,3 +142,8 @@ def get_profile(name: str) -> Profile:
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+def resolve_profile(profile: str | Profile) -> Profile:
+    """A profile given by name or as itself (tests build variants with ``dataclasses.replace``)."""
+    return profile if isinstance(profile, Profile) else get_profile(profile)

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 VENV=${MC_VENV:-.venv}
-exec "$VENV/bin/python" -m pytest tests/ -n 2 -p no:cacheprovider "$@"
+exec "$VENV/bin/python" -m pytest tests/ -n 2 --dist loadgroup -p no:cacheprovider "$@"

@@ -27,7 +27,7 @@ from typing import Any
 
 from reference_engine.cache import COUNTERS, Counters, LookupFailed, SegmentCache
 from reference_engine.descriptor import SegmentDescriptor, encode, tcp_descriptor
-from reference_engine.engine.memory import Region, allocate, allocate_restartable
+from reference_engine.engine.mapped_memory import Region, allocate, allocate_restartable
 from reference_engine.engine.sockets import LISTEN, own_tcp_sockets
 from reference_engine.metadata import KeyLayout, MetadataStore
 from reference_engine.profiles import Profile
@@ -73,7 +73,7 @@ class Engine:
         self.transport = transport if transport is not None else TcpTransport(data_host, data_port)
         self.data_host = data_host
         self.cache = SegmentCache(
-            self._fetch, profile.cache_policy(ttl_ms), profile.replacement,
+            self._fetch, profile.engine.cache_policy(ttl_ms), profile.engine.replacement,
             counters=self.counters, on_replacement=self._retire_instance,
         )
         self.descriptor: SegmentDescriptor | None = None
@@ -89,7 +89,7 @@ class Engine:
         self.transport.register_buffer(self.region.addr, self.region.view)
         port = self.transport.start()
         desc = tcp_descriptor(self.name, [(self.region.addr, self.region.length)],
-                              self.data_host, port, self.profile.instance_id())
+                              self.data_host, port, self.profile.identity.instance_id())
         self.descriptor = desc
         self.cache.set_local(desc)
         self._publish(self.layout.segment_key(self.name), encode(desc))
@@ -170,7 +170,7 @@ class Engine:
 
     def _transfer(self, peer: str, address: Callable[[SegmentDescriptor], int],
                   op: Callable[[str, int, int, int], Any]) -> Outcome:
-        budget = self.profile.retry_budget
+        budget = self.profile.engine.retry_budget
         attempt = 0
         while True:
             force = attempt > 0

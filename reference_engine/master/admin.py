@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from reference_engine import untrusted_json
 from reference_engine.http_sessions import BodyError, HttpSessions, ParkingHandler, request_body
 from reference_engine.hub import HTTP_LIMITS, ConnectionHub, Limits
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.metrics import render_metrics
-
-if TYPE_CHECKING:
-    from reference_engine.master.node import MasterNode
+from reference_engine.master.node_view import MasterActions, MasterView
 
 log = logging.getLogger("reference_engine.master.admin")
 MAX_BODY = 64 * 1024
@@ -30,8 +28,11 @@ MAX_PROMOTE_TIMEOUT = 600.0
 
 
 class AdminServer:
-    def __init__(self, host: str, port: int, node: MasterNode, limits: Limits = HTTP_LIMITS):
-        handler = type("Handler", (_Handler,), {"node": node})
+    """Serves ``view`` (read-only) and ``actions`` (POST) of one master."""
+
+    def __init__(self, host: str, port: int, view: MasterView, actions: MasterActions,
+                 limits: Limits = HTTP_LIMITS):
+        handler = type("Handler", (_Handler,), {"view": view, "actions": actions})
         self._hub = ConnectionHub("admin-http", host, port, limits,
                                   HttpSessions(handler, self, limits))
         self._hub.bind()
@@ -45,7 +46,8 @@ class AdminServer:
 
 
 class _Handler(ParkingHandler):
-    node: MasterNode
+    view: MasterView
+    actions: MasterActions
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("admin: " + format, *args)
@@ -61,7 +63,7 @@ class _Handler(ParkingHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
-        node = self.node
+        node = self.view
         try:
             if path == "/metrics":
                 self._send(200, render_metrics(node), "text/plain; version=0.0.4")
@@ -69,7 +71,7 @@ class _Handler(ParkingHandler):
                 view = node.leader_view
                 self._send(200, {
                     "status": "ok", "role": node.role, "ha_state": node.runtime_state,
-                    "service_ready": node.serving, "profile": node.profile.name,
+                    "service_ready": node.serving, "profile": node.profile_name,
                     "address": node.address, "view_version": node.view_version,
                     "leader_address": node.address if node.serving else (view.address if view else None),
                 })
@@ -109,7 +111,7 @@ class _Handler(ParkingHandler):
             self._send(exc.status, {"error": exc.reason})
             self.close_after_reply(exc.unread)
             return
-        node = self.node
+        node = self.actions
         try:
             if path == "/ha/promote":
                 status, result = node.request_promotion(_promote_timeout(body))

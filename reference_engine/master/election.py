@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from reference_engine.master.etcd import is_etcd_failure
+from reference_engine.master.etcd_client import is_etcd_failure
 from reference_engine.master.oplog import master_view_key
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.model import MemoryDescriptor, ObjectMeta, Replica, ReplicaStatus
 from reference_engine.master.segments import SegmentRegistry, SegmentStatus
 

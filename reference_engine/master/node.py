@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_engine.hub import BINARY_LIMITS, HTTP_LIMITS, Limits
+from reference_engine.master.admin import AdminServer
 from reference_engine.master.election import LeaderElection, LeaderSession, LeaderView
-from reference_engine.master.errors import ErrorCode, MasterError
-from reference_engine.master.etcd import connect, is_etcd_failure
+from reference_engine.master.error_codes import ErrorCode, MasterError
+from reference_engine.master.etcd_client import connect, is_etcd_failure
+from reference_engine.master.node_view import Replication, sample_replication
 from reference_engine.master.oplog_store import Fenced, OpLogStore
-from reference_engine.master.profiles import master_profile
 from reference_engine.master.promotion import ValidationReport
 from reference_engine.master.protocol import MASTER_VERSION
 from reference_engine.master.rpc_server import Connection, RpcServer
@@ -31,6 +32,7 @@ from reference_engine.master.snapshots import SnapshotStore
 from reference_engine.master.standby import HotStandby
 from reference_engine.master.standby_state import StandbyEvent
 from reference_engine.master.writer import OpLogWriter
+from reference_engine.profiles import get_profile
 
 log = logging.getLogger("reference_engine.master")
 
@@ -65,8 +67,9 @@ class MasterConfig:
 class MasterNode:
     def __init__(self, cfg: MasterConfig):
         self.cfg = cfg
-        self.profile = master_profile(cfg.profile, partial_restore=cfg.partial_restore,
-                                      warmup_seconds=cfg.warmup, lease_ttl=cfg.lease_ttl)
+        self.profile = get_profile(cfg.profile)
+        self.policies = self.profile.master_policies(
+            partial_restore=cfg.partial_restore, warmup_seconds=cfg.warmup, lease_ttl=cfg.lease_ttl)
         self.etcd = connect(cfg.etcd, timeout=cfg.etcd_timeout)
         self.store = OpLogStore(self.etcd, cfg.cluster_id)
         self.snapshots = SnapshotStore(cfg.snapshot_dir) if cfg.snapshot_dir else None
@@ -88,9 +91,8 @@ class MasterNode:
         self._stop = threading.Event()
         self._lead_stop = threading.Event()
         self._last_snapshot = time.monotonic()
-        from reference_engine.master.admin import AdminServer
-
-        self.admin = AdminServer(cfg.admin[0], cfg.admin[1], self, cfg.admin_limits)
+        self.admin = AdminServer(cfg.admin[0], cfg.admin[1], view=self, actions=self,
+                                 limits=cfg.admin_limits)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,7 +103,7 @@ class MasterNode:
                  self.profile.name, MASTER_VERSION, self.admin.address, self.cfg.cluster_id)
         try:
             while not self._stop.is_set():
-                self.standby = HotStandby(self.store, self.profile.baseline, self.cfg.poll_interval,
+                self.standby = HotStandby(self.store, self.policies.baseline, self.cfg.poll_interval,
                                           self.snapshots, replay_delay=self.cfg.replay_delay)
                 self.standby.start()
                 self.runtime_state = "standby"
@@ -153,7 +155,7 @@ class MasterNode:
                 if self._handover_names_other():
                     continue
                 self.runtime_state = "candidate"
-                ok, reason = self.profile.promotion.may_campaign(self.standby, self.cfg.catch_up_timeout)
+                ok, reason = self.policies.promotion.may_campaign(self.standby, self.cfg.catch_up_timeout)
                 if not ok:
                     self._refuse(reason)
                     continue
@@ -236,7 +238,7 @@ class MasterNode:
         except Exception as exc:  # noqa: BLE001
             if not is_etcd_failure(exc):
                 raise
-        return self.profile.promotability.assess(standby).to_json()
+        return self.policies.promotability.assess(standby).to_json()
 
     def request_promotion(self, timeout: float) -> tuple[int, dict[str, Any]]:
         """Planned handover to this standby (the rolling-upgrade step). HTTP status + body."""
@@ -245,12 +247,12 @@ class MasterNode:
         standby = self.standby
         if standby is None:
             return 503, {"promoted": False, "reason": "starting"}
-        ok, reason = self.profile.promotion.may_campaign(standby, self.cfg.catch_up_timeout)
+        ok, reason = self.policies.promotion.may_campaign(standby, self.cfg.catch_up_timeout)
         if not ok:
             self.counters["promotions_refused"] += 1
             log.warning("promotion refused, the current leader stays: %s", reason)
             return 409, {"promoted": False, "refused": True, "reason": reason,
-                         "promotable": self.profile.promotability.assess(standby).to_json()}
+                         "promotable": self.policies.promotability.assess(standby).to_json()}
         view = self.election.current()
         lease = self.etcd.lease(self.cfg.handover_ttl)
         self.etcd.put(self.handover_key, json.dumps(
@@ -320,11 +322,11 @@ class MasterNode:
         ctx = standby.context()
         standby.machine.fire(StandbyEvent.PROMOTION_SUCCESS)
         standby.stop()
-        warmup_end = time.monotonic() + self.profile.promotion.warmup_seconds
+        warmup_end = time.monotonic() + self.policies.promotion.warmup_seconds
         while time.monotonic() < warmup_end:
             if self._lead_stop.wait(0.05) or not session.valid():
                 return None
-        index, report = self.profile.promotion.build_index(ctx, lease_ttl=self.cfg.kv_lease_ttl)
+        index, report = self.policies.promotion.build_index(ctx, lease_ttl=self.cfg.kv_lease_ttl)
         self.last_validation = report
         self.store.claim_producer_view(session.view_version)
         prefix = self.store.read_prefix()
@@ -373,7 +375,7 @@ class MasterNode:
         conn.client_version = str(msg.get("version", ""))
         conn.client_id = str(msg.get("client_id", ""))
         try:
-            self.profile.versions.on_hello(conn.client_version, MASTER_VERSION, conn.peer, conn.client_id)
+            self.policies.versions.on_hello(conn.client_version, MASTER_VERSION, conn.peer, conn.client_id)
         except MasterError:
             self.counters["rejected_client_versions"] += 1
             raise
@@ -381,7 +383,7 @@ class MasterNode:
                 "profile": self.profile.name}
 
     def _handle(self, op: str, args: dict[str, Any], conn: Connection) -> Any:
-        self.profile.versions.on_request(op, conn.client_version, MASTER_VERSION)
+        self.policies.versions.on_request(op, conn.client_version, MASTER_VERSION)
         if op == "whois":
             return {"role": self.role, "serving": self.serving, "view_version": self.view_version,
                     "leader": self.leader_view.address if self.leader_view else None}
@@ -421,7 +423,14 @@ class MasterNode:
             return service.plant_raw_entry(int(args["op_type"]), _key(args), args.get("payload"))
         raise MasterError(ErrorCode.INVALID_RPC_ARGUMENTS, f"unknown op {op!r}")
 
-    # ------------------------------------------------------------------ views
+    # ------------------------------------------------------------------ views (node_view.MasterView)
+
+    @property
+    def profile_name(self) -> str:
+        return self.profile.name
+
+    def replication(self) -> Replication:
+        return sample_replication(self.service, self.standby, self.policies.lag)
 
     def key_count(self) -> int:
         if self.service is not None:

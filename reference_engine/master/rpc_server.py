@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reference_engine.hub import BINARY_LIMITS, ConnectionHub, Limits, linger_close, readable_within
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.protocol import (
     ConnectionClosed,
     ProtocolError,

@@ -11,7 +11,7 @@ import bisect
 import enum
 from dataclasses import dataclass, field
 
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.model import SegmentInfo
 
 

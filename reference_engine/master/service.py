@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from reference_engine.master.clients import ClientRegistry
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.index import Change, ObjectIndex, drained
 from reference_engine.master.model import SegmentInfo, WireError, u64_field
 from reference_engine.master.oplog import OpType, encode_payload

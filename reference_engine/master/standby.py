@@ -10,21 +10,30 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from reference_engine.master.applier import OpLogApplier, SequenceGap
-from reference_engine.master.etcd import is_etcd_failure
+from reference_engine.master.etcd_client import is_etcd_failure
 from reference_engine.master.oplog_store import OpLogInconsistent, OpLogStore
 from reference_engine.master.promotion import PromotionContext
 from reference_engine.master.replicated import ReplicatedState
 from reference_engine.master.snapshots import Snapshot, SnapshotStore
-from reference_engine.master.standby_state import StandbyEvent, StandbyState, StandbyStateMachine
-
-if TYPE_CHECKING:
-    from reference_engine.master.profiles import StandbyBaseline
+from reference_engine.master.standby_state import (
+    BaselineOutcome,
+    StandbyEvent,
+    StandbyState,
+    StandbyStateMachine,
+)
 
 log = logging.getLogger("reference_engine.master.standby")
 E = StandbyEvent
+
+
+class Baseline(Protocol):
+    """How a fresh standby gets its state: a profile's strategy (``master_policies``), which
+    works through the standby's operations and returns what the standby should do next."""
+
+    def bootstrap(self, standby: HotStandby) -> BaselineOutcome: ...
 
 
 @dataclass(frozen=True)
@@ -45,7 +54,7 @@ class HotStandby:
     def __init__(
         self,
         store: OpLogStore,
-        baseline: StandbyBaseline,
+        baseline: Baseline,
         poll_interval: float = 0.2,
         snapshots: SnapshotStore | None = None,
         batch_read_limit: int = 16,
@@ -106,12 +115,16 @@ class HotStandby:
             return
         self.machine.fire(E.CONNECTED)
         try:
-            self.baseline.bootstrap(self)
+            outcome = self.baseline.bootstrap(self)
         except Exception as exc:  # noqa: BLE001
             log.exception("standby baseline failed")
             self.problem = f"baseline failed: {exc}"
             self.machine.fire(E.FATAL_ERROR)
             return
+        if outcome is BaselineOutcome.STOPPED:
+            return
+        self.baseline_complete = True
+        self.machine.fire(E.SYNC_COMPLETE)
         while not self._stop.wait(self.poll_interval):
             self.poll_once()
 

@@ -45,6 +45,15 @@ class StandbyEvent(str, enum.Enum):
     FATAL_ERROR = "FATAL_ERROR"
 
 
+class BaselineOutcome(enum.Enum):
+    """How a baseline strategy ended, for the standby to act on."""
+
+    SYNCED = "synced"
+    """The baseline is in place: the standby marks it complete and fires SYNC_COMPLETE."""
+    STOPPED = "stopped"
+    """The standby was stopped while building it: nothing to do."""
+
+
 S, E = StandbyState, StandbyEvent
 
 TRANSITIONS: dict[StandbyState, dict[StandbyEvent, StandbyState]] = {

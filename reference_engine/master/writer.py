@@ -14,8 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from reference_engine.master.errors import ErrorCode, MasterError
-from reference_engine.master.etcd import is_etcd_failure
+from reference_engine.master.error_codes import ErrorCode, MasterError
+from reference_engine.master.etcd_client import is_etcd_failure
 from reference_engine.master.oplog import BatchRecord, OpLogEntry, OpType
 from reference_engine.master.oplog_store import Fenced, OpLogInconsistent, OpLogStore, StoredPrefix
 

@@ -15,14 +15,14 @@ def open_store(uri: str, timeout: float = 3.0) -> MetadataStore:
     """Connect to the metadata store named by ``uri`` (lazily: no I/O until first use)."""
     parsed = parse_uri(uri)
     if parsed.kind == "etcd":
-        from reference_engine.metadata.etcd import EtcdStore
+        from reference_engine.metadata.etcd_store import EtcdStore
 
         return EtcdStore(parsed.endpoints, timeout=timeout)
     if parsed.kind == "http":
-        from reference_engine.metadata.http import HttpStore
+        from reference_engine.metadata.http_store import HttpStore
 
         return HttpStore(parsed.url, timeout=timeout)
-    from reference_engine.metadata.memory import MemoryStore
+    from reference_engine.metadata.memory_store import MemoryStore
 
     return MemoryStore.named(parsed.name)
 

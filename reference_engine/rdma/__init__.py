@@ -1,20 +1,24 @@
-"""The reference engine's RDMA path: a verbs layer (simulated or pyverbs), endpoints and stores,
-a worker pool with completion ownership (CO RFC), replacement recovery (MR RFC stage 3) and a
-controlled scheduler. ``rfc`` and ``legacy`` are profiles (``profiles.py``).
+"""The reference engine's RDMA path: a verbs layer (pyverbs for real RNICs), endpoints and
+stores, a worker pool with completion ownership (CO RFC) and replacement recovery (MR RFC
+stage 3). ``rfc`` and ``legacy`` differ only in the strategies of ``rdma_policies``, which the
+profile registry (``reference_engine.profiles``) hands to the transport.
 
 Modules, one concept each:
 
 - ``verbs``: the interface (enums with libibverbs values, WorkRequest/WorkCompletion, protocols);
-  ``sim_verbs``: simulated NICs, nodes and fabric with fault rules; ``pyverbs_backend``: real RNICs.
+  ``pyverbs_backend``: real RNICs.
 - ``endpoint``: an endpoint (generation, postable flag, counters, handshake, post, two-phase
   destroy); ``endpoint_store``: FIFO / SIEVE stores, the one ``retire`` path, ``reclaim``.
 - ``slices`` (slices, tasks, the legacy slice table), ``tokens`` (per-post tokens),
   ``counters``, ``rail_state``, ``peer_state`` (instance tracking), ``config`` (``MC_*``).
-- ``context`` (a local NIC), ``worker_pool`` (post and completion steps), ``transport`` (slicing,
-  path selection, retry, handoff, replacement, async events, reclaim, threads).
-- ``profiles``: ownership, retirement, worker model and peer tracking strategies per profile.
-- ``points``, ``clock``, ``scheduler`` (strategies, replay tokens), ``invariants`` (CO-9),
-  ``sim_cluster``, ``scenarios`` (the RFC's interleavings), ``exploration``; CLI in ``__main__``.
+- ``context`` (a local NIC), ``worker_pool`` (post and completion steps), ``rdma_transport``
+  (slicing, path selection, retry, handoff, replacement, async events, reclaim, threads).
+- ``handshake_rpc``: the handshake as Mooncake frames it over TCP.
+- ``rdma_policies``: ownership, retirement, worker model and peer tracking strategies.
+- ``points`` (the named points worker steps yield), ``clock`` (the clock interface, real time).
+
+``sim/`` is the simulation harness around this code (simulated verbs, the controlled scheduler,
+scenarios, invariants, exploration); nothing here imports it. CLI in ``__main__``.
 
 Worker steps are generators yielding named points: the scheduler drives them cooperatively on one
 thread (exact interleavings, replayable), ``RdmaTransport.start()`` runs the same generators in

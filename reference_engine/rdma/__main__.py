@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reference_engine.rdma.exploration import Outcome, explore, replay, run_once
-from reference_engine.rdma.scenarios import EXTRA_SCENARIOS, SCENARIOS
-from reference_engine.rdma.scheduler import RoundRobin, ScheduleError
+from reference_engine.profiles import PROFILES
+from reference_engine.rdma.sim.exploration import Outcome, explore, replay, run_once
+from reference_engine.rdma.sim.scenarios import EXTRA_SCENARIOS, SCENARIOS
+from reference_engine.rdma.sim.scheduler import RoundRobin, ScheduleError
 
 DEDICATED = {"MC_RDMA_DEDICATED_POLLER": "1"}
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("run", "explore"):
         p = sub.add_parser(name)
         p.add_argument("scenario")
-        p.add_argument("--profile", choices=("rfc", "legacy"), default="rfc")
+        p.add_argument("--profile", choices=tuple(PROFILES), default="rfc")
         p.add_argument("--dedicated-poller", action="store_true")
         if name == "explore":
             p.add_argument("--schedules", type=int, default=500)

@@ -1,26 +1,30 @@
-"""Clocks: real monotonic time for free-running pools, virtual time under the scheduler.
+"""The clock the RDMA path reads: real monotonic time unless a driver hands it another one.
 
-Under the controlled scheduler time only passes when a step asks it to (``advance_to``), so
-timeouts (two-phase destruction, rail pauses) are scheduling choices, not wall-clock accidents.
+A clock has ``now()`` and says whether it is ``virtual``: a virtual clock only moves when a step
+moves it (``advance_to``), so the monitor advances it to the next destruction deadline instead
+of waiting for it (the simulation's ``VirtualClock``).
 """
 
 from __future__ import annotations
 
 import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    virtual: bool
+
+    def now(self) -> float: ...
+
+    def advance_to(self, t: float) -> None: ...
 
 
 class RealClock:
+    virtual = False
+
     def now(self) -> float:
         return time.monotonic()
 
-
-class VirtualClock:
-    def __init__(self, start: float = 1000.0):
-        self._now = start
-
-    def now(self) -> float:
-        return self._now
-
     def advance_to(self, t: float) -> None:
-        if t > self._now:
-            self._now = t
+        """Real time cannot be moved; a real clock is never asked to."""
+        raise NotImplementedError("a real clock cannot be advanced")

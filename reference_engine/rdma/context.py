@@ -28,7 +28,7 @@ class LocalContext:
         self.config = config
         self.store = EndpointStore(config.max_ep_per_ctx, config.store_type)
         self.store.clock = transport.clock
-        self.store.on_evict = transport.profile.retire.evict_hook(self.store)
+        self.store.on_evict = transport.policies.retire.evict_hook(self.store)
         self.qp_owner: dict[int, Endpoint] = {}
         self.slots: list[Endpoint | None] = []
         """Endpoint "addresses": a destroyed endpoint's slot is reused (LIFO) by the next one,

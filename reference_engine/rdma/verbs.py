@@ -1,7 +1,7 @@
 """The verbs interface: the part of libibverbs the RDMA worker pool depends on.
 
 Values of the enums equal libibverbs' so that a pyverbs backend and the simulator speak the
-same language. Implementations: ``sim_verbs`` (a simulated fabric in one process) and
+same language. Implementations: ``sim.sim_verbs`` (a simulated fabric in one process) and
 ``pyverbs_backend`` (a real RNIC or soft-RoCE).
 """
 

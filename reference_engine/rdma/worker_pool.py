@@ -115,7 +115,7 @@ class WorkerPool:
                 if rc == CONNECT_FAILED:
                     tr.stats["handshake_failures"] += 1
                     tr.rails.mark_failed(path, immediate=tr.has_alternative_rail(slices[0]))
-                    yield from tr.profile.retire.for_handshake_failure(tr, ep)
+                    yield from tr.policies.retire.for_handshake_failure(tr, ep)
                     yield P.RETIRE
                     refresh = True
                 else:
@@ -173,7 +173,7 @@ class WorkerPool:
                     s = view[0]
                     tr.rails.mark_failed(s.peer_nic_path,
                                          immediate=tr.has_alternative_rail(s))
-            yield from tr.profile.retire.for_completion(tr, view, wc)
+            yield from tr.policies.retire.for_completion(tr, view, wc)
         yield P.RETIRE
         for view, wc in failures:
             if not current(view):

@@ -1,7 +1,12 @@
 """Data transports of the reference engine. ``tcp``: Mooncake's TCP transport protocol."""
 
-from .errors import PeerRejectedError, ProtocolError, TransferConnectionError, TransferError
 from .tcp import TcpTransport
+from .transfer_errors import (
+    PeerRejectedError,
+    ProtocolError,
+    TransferConnectionError,
+    TransferError,
+)
 
 __all__ = [
     "TcpTransport",

@@ -20,8 +20,8 @@ import weakref
 
 from reference_engine.hub import readable_within
 
-from .errors import TransferConnectionError
 from .sockio import set_kernel_timeouts
+from .transfer_errors import TransferConnectionError
 
 Key = tuple[str, int]
 

@@ -45,10 +45,15 @@ from reference_engine.hub import BINARY_LIMITS, Limits
 
 from . import wire
 from .buffers import RegisteredBuffers
-from .client import TcpClient
-from .errors import PeerRejectedError, ProtocolError, TransferConnectionError, TransferError
 from .pool import ConnectionPool
 from .server import ServerStats, TcpServer
+from .tcp_client import TcpClient
+from .transfer_errors import (
+    PeerRejectedError,
+    ProtocolError,
+    TransferConnectionError,
+    TransferError,
+)
 
 __all__ = [
     "TcpTransport",

@@ -33,15 +33,16 @@ def main() -> None:
     rows = []
     for label, profile, ttl in (("rfc, remote within TTL", RFC, 60_000),
                                 ("legacy, remote (never expires)", LEGACY, None)):
-        cache = SegmentCache(lambda _: raw, profile.cache_policy(ttl), profile.replacement)
+        cache = SegmentCache(lambda _: raw, profile.engine.cache_policy(ttl),
+                             profile.engine.replacement)
         cache.lookup("peer")
         rows.append((label, per_call_ns(lambda c=cache: c.lookup("peer"), args.n)))
-    cache = SegmentCache(lambda _: raw, RFC.cache_policy(60_000), RFC.replacement)
+    cache = SegmentCache(lambda _: raw, RFC.engine.cache_policy(60_000), RFC.engine.replacement)
     cache.set_local(tcp_descriptor("me", [(1 << 30, 1 << 26)], "127.0.0.1", 1, "cd" * 16))
     rows.append(("local segment", per_call_ns(lambda: cache.lookup("me"), args.n)))
     empty = per_call_ns(lambda: None, args.n)
     rows.append(("(empty lambda call, for scale)", empty))
-    cache = SegmentCache(lambda _: raw, RFC.cache_policy(0), RFC.replacement)
+    cache = SegmentCache(lambda _: raw, RFC.engine.cache_policy(0), RFC.engine.replacement)
     cache.lookup("peer")
     rows.append(("rfc, TTL 0: fetch+decode+swap", per_call_ns(lambda: cache.lookup("peer"),
                                                                max(1, args.n // 100))))

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pytest_mooncake.etcd import EtcdServer  # noqa: E402
 from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster, wait_for  # noqa: E402
 from reference_engine.master.applier import OpLogApplier  # noqa: E402
-from reference_engine.master.etcd import connect  # noqa: E402
+from reference_engine.master.etcd_client import connect  # noqa: E402
+from reference_engine.master.master_policies import ReplayBaseline  # noqa: E402
 from reference_engine.master.model import SegmentInfo  # noqa: E402
 from reference_engine.master.oplog import (  # noqa: E402
     BatchRecord,
@@ -44,7 +45,6 @@ from reference_engine.master.oplog import (  # noqa: E402
     encode_payload,
 )
 from reference_engine.master.oplog_store import OpLogStore  # noqa: E402
-from reference_engine.master.profiles import ReplayBaseline  # noqa: E402
 from reference_engine.master.promotion import PromotionContext, validate  # noqa: E402
 from reference_engine.master.replicated import ReplicatedState  # noqa: E402
 from reference_engine.master.standby import HotStandby  # noqa: E402

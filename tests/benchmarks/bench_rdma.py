@@ -22,10 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from reference_engine.rdma.exploration import explore, run_once, strategy_for  # noqa: E402
-from reference_engine.rdma.profiles import RFC, SliceOwnership, TokenOwnership  # noqa: E402
-from reference_engine.rdma.scenarios import SCENARIOS, build  # noqa: E402
-from reference_engine.rdma.sim_cluster import SimCluster  # noqa: E402
+from reference_engine.profiles import RFC  # noqa: E402
+from reference_engine.rdma.rdma_policies import SliceOwnership, TokenOwnership  # noqa: E402
+from reference_engine.rdma.sim.exploration import explore, run_once, strategy_for  # noqa: E402
+from reference_engine.rdma.sim.scenarios import SCENARIOS, build  # noqa: E402
+from reference_engine.rdma.sim.sim_cluster import SimCluster  # noqa: E402
 from reference_engine.rdma.verbs import Opcode  # noqa: E402
 
 SLICE = 4096
@@ -35,7 +36,7 @@ BATCH = 64
 def hot_path(ownership, batches: int, points: list | None = None) -> float:
     """Slices per CPU second through submit, post, deliver, poll and completion handling."""
     profile = dataclasses.replace(RFC, name=f"bench-{ownership.__name__}",
-                                  make_ownership=ownership)
+                                  rdma=dataclasses.replace(RFC.rdma, make_ownership=ownership))
     cluster = SimCluster(profile, slice_size=SLICE, workers_per_ctx=1)
     a = cluster.add_node("A", buffer_len=BATCH * SLICE)
     b = cluster.add_node("B", buffer_len=BATCH * SLICE)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reference_engine.engine import Engine
-from reference_engine.metadata.memory import MemoryStore
+from reference_engine.metadata.memory_store import MemoryStore
 from reference_engine.profiles import RFC
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reference_engine.descriptor import decode, encode, tcp_descriptor
-from reference_engine.engine.memory import MappingError, allocate
+from reference_engine.engine.mapped_memory import MappingError, allocate
 from reference_engine.metadata import KeyLayout
 from reference_engine.profiles import LEGACY, RFC
 
@@ -19,7 +19,7 @@ def test_publishes_a_fresh_descriptor_of_its_own_buffer_only(store, engines):
     a = engines("a")
     published = decode(store.get(KEYS.segment_key("a")), "a")
     assert [(b.addr, b.length) for b in published.buffers] == [(a.region.addr, a.region.length)]
-    assert published.instance_id == RFC.instance_id() != "old-id"
+    assert published.instance_id == RFC.identity.instance_id() != "old-id"
     assert published.data_endpoint() == ("127.0.0.1", a.transport.data_port)
     assert published.tcp_proto_version == 2 and published.rdma_server_name == ""
     assert b'"rpc_port":%d' % a.transport.data_port in store.get(KEYS.rpc_meta_key("a"))
@@ -43,7 +43,7 @@ def test_access_outside_the_peers_buffers_is_rejected_and_bounded(engines):
     before = a.local_read(0, 16)
     out = b.write_at("a", a.region.addr + a.region.length - 2, b"0123")
     assert not out.ok and "PeerRejectedError" in out.error
-    assert out.retries == RFC.retry_budget
+    assert out.retries == RFC.engine.retry_budget
     assert b.stats()["retries_exhausted"] == 1
     assert a.local_read(0, 16) == before
 
@@ -86,7 +86,7 @@ def test_fixed_address_mapping_never_clobbers():
 
 
 def test_default_buffers_sit_where_a_successor_can_map_them_again():
-    from reference_engine.engine.memory import QUIET_HIGH, QUIET_LOW, allocate_restartable
+    from reference_engine.engine.mapped_memory import QUIET_HIGH, QUIET_LOW, allocate_restartable
 
     region = allocate_restartable(1 << 16)
     assert QUIET_LOW <= region.addr < QUIET_HIGH

@@ -8,19 +8,19 @@ import uuid
 
 import pytest
 
-from reference_engine.profiles import RFC, Profile
+from reference_engine.profiles import RFC
 
 
-class EachEngineAnIncarnation(Profile):
-    """RFC, but every engine of this test process publishes its own instance_id (as separate
-    processes would)."""
+class EachEngineAnIncarnation:
+    """Every engine of this test process publishes its own instance_id (as separate processes
+    would)."""
 
-    def instance_id(self) -> str:
+    def instance_id(self, mint=None) -> str:
         return uuid.uuid4().hex
 
 
-PROFILE = EachEngineAnIncarnation(**{f.name: getattr(RFC, f.name)
-                                     for f in dataclasses.fields(RFC)})
+PROFILE = dataclasses.replace(RFC, identity=EachEngineAnIncarnation())
+"""RFC with an identity per engine."""
 
 
 @pytest.fixture

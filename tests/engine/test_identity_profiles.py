@@ -20,7 +20,7 @@ def test_instance_id_has_128_bits_hex_and_is_stable_in_a_process():
     iid = identity.process_instance_id()
     assert len(iid) >= 32 and int(iid, 16) >= 0
     assert identity.process_instance_id() == iid
-    assert RFC.instance_id() == iid
+    assert RFC.identity.instance_id() == iid
 
 
 def test_every_process_start_gets_a_new_instance_id():
@@ -46,11 +46,11 @@ def test_a_forked_child_is_a_new_incarnation():
 
 
 def test_legacy_publishes_no_instance_id():
-    assert LEGACY.instance_id() is None
+    assert LEGACY.identity.instance_id() is None
 
 
 def test_rfc_policy_honours_force_and_ttl_legacy_neither():
-    rfc, legacy = RFC.cache_policy(250), LEGACY.cache_policy(250)
+    rfc, legacy = RFC.engine.cache_policy(250), LEGACY.engine.cache_policy(250)
     assert rfc.honours_force and rfc.ttl_ns == 250e6
     assert not legacy.honours_force and legacy.ttl_ns == math.inf
     legacy.set_ttl_ms(1)
@@ -64,11 +64,11 @@ def test_replacement_policies():
     a1 = tcp_descriptor("a", [(4096, 10)], "127.0.0.1", 1, "id-1")
     a2 = tcp_descriptor("a", [(4096, 10)], "127.0.0.1", 1, "id-2")
     old = tcp_descriptor("a", [(4096, 10)], "127.0.0.1", 1, None)
-    assert RFC.replacement.observe("a", a1, a2, seen.append)
-    assert not RFC.replacement.observe("a", a1, a1, seen.append)
-    assert not RFC.replacement.observe("a", a1, old, seen.append)
+    assert RFC.engine.replacement.observe("a", a1, a2, seen.append)
+    assert not RFC.engine.replacement.observe("a", a1, a1, seen.append)
+    assert not RFC.engine.replacement.observe("a", a1, old, seen.append)
     assert seen == ["replacements", "legacy_peers"]
-    assert not LEGACY.replacement.observe("a", a1, a2, seen.append)
+    assert not LEGACY.engine.replacement.observe("a", a1, a2, seen.append)
     assert len(seen) == 2
 
 

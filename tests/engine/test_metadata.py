@@ -16,10 +16,10 @@ from reference_engine.metadata import (
     open_store,
     parse_uri,
 )
-from reference_engine.metadata.etcd import EtcdStore
-from reference_engine.metadata.http import HttpStore
+from reference_engine.metadata.etcd_store import EtcdStore
 from reference_engine.metadata.http_server import MetadataHttpServer
-from reference_engine.metadata.memory import MemoryStore
+from reference_engine.metadata.http_store import HttpStore
+from reference_engine.metadata.memory_store import MemoryStore
 
 
 @pytest.mark.parametrize("uri, kind, detail", [

@@ -122,7 +122,7 @@ def test_another_process_under_the_key_cannot_reach_memory_the_owner_never_regis
     assert not result.ok, (
         "a write addressed with another process's buffers was accepted by A's process; MR-18 "
         "requires the owner to reject transfers outside the buffers it registered itself")
-    assert result.retries <= RFC.retry_budget, f"{result.retries} retries (MR-12: bounded)"
+    assert result.retries <= RFC.engine.retry_budget, f"{result.retries} retries (MR-12: bounded)"
     assert a.local_read(0, 16) == b"before-the-fault", "A's memory changed"
     assert c.local_read(0, 16) == bytes(16), "the write reached C's memory"
     assert a.alive() and b.alive()
@@ -207,7 +207,7 @@ def test_stale_value_of_a_dead_instance_fails_bounded_then_recovers(
     before = b.stats()
     result = within(30.0, b.write, a.segment, 16, b"to-a-dead-proces", what="B's write")
     assert not result.ok, "a write to a dead instance's endpoint succeeded"
-    assert result.retries <= RFC.retry_budget, f"{result.retries} retries (MR-12: bounded)"
+    assert result.retries <= RFC.engine.retry_budget, f"{result.retries} retries (MR-12: bounded)"
     assert b.stats()["retries_exhausted"] > before["retries_exhausted"]
     assert a.local_read(16, 16) == bytes(16), "the live A received the write"
 

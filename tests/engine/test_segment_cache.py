@@ -59,7 +59,8 @@ class Meta:
 
 def make(profile=RFC, ttl=TTL_MS, **kw):
     meta, clock = Meta(), Clock()
-    cache = SegmentCache(meta, profile.cache_policy(ttl), profile.replacement, clock=clock, **kw)
+    cache = SegmentCache(meta, profile.engine.cache_policy(ttl), profile.engine.replacement, clock=clock,
+                         **kw)
     return cache, meta, clock
 
 
@@ -346,7 +347,7 @@ def _consistent(desc) -> bool:
 def test_readers_never_see_a_torn_snapshot_while_it_is_replaced(mc_seed):
     rng = random.Random(mc_seed)
     values = {"a": _version(0)}
-    cache = SegmentCache(lambda name: values[name], RFC.cache_policy(0), RFC.replacement)
+    cache = SegmentCache(lambda name: values[name], RFC.engine.cache_policy(0), RFC.engine.replacement)
     stop = threading.Event()
     torn: list[object] = []
     reads = [0]

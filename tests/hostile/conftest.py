@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_mooncake.processes import log_matches
-from reference_engine.engine.client import ControlClient
+from reference_engine.engine.control_client import ControlClient
 from reference_engine.metadata.http_server import MetadataHttpServer
 
 READY = r'"event": "ready"'

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_mooncake.ports import free_port
 from pytest_mooncake.processes import log_matches
-from reference_engine.engine.client import ControlClient
+from reference_engine.engine.control_client import ControlClient
 
 pytestmark = pytest.mark.interop
 

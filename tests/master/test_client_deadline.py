@@ -14,9 +14,9 @@ import traceback
 import pytest
 
 from pytest_mooncake.waits import wait_until
-from reference_engine.master.client import _Link
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.model import SegmentInfo
+from reference_engine.master.store_client import _Link
 
 REATTACH_TIMEOUT = 1.5
 CALL_TIMEOUT = 1.0

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_mooncake.waits import wait_until
 from reference_engine.master.election import LeaderElection
-from reference_engine.master.etcd import connect
+from reference_engine.master.etcd_client import connect
 from reference_engine.master.oplog import master_view_key
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_mooncake.targets.reference.masters import wait_for
 from pytest_mooncake.waits import holds_for
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.model import SegmentInfo
 
 

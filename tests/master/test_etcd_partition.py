@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_mooncake.waits import wait_until
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.model import SegmentInfo
 from reference_engine.master.protocol import (
     MASTER_VERSION,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reference_engine.master.clients import ClientRegistry, ClientStatus
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.index import ObjectIndex, drained
 from reference_engine.master.model import SegmentInfo
 from reference_engine.master.segments import RangeAllocator, SegmentRegistry, SegmentStatus

@@ -10,7 +10,7 @@ import pytest
 
 from reference_engine.master.applier import OpLogApplier
 from reference_engine.master.election import LeaderElection
-from reference_engine.master.errors import MasterError
+from reference_engine.master.error_codes import MasterError
 from reference_engine.master.oplog import BatchRecord, OpLogEntry, OpType, encode_payload
 from reference_engine.master.oplog_store import Fenced, OpLogInconsistent, OpLogStore
 from reference_engine.master.replicated import ReplicatedState
@@ -116,7 +116,7 @@ def test_writer_group_commits_gap_free_and_fails_waiters_when_fenced(etcd, clust
 
 
 def test_standby_follows_the_state_machine_through_an_etcd_outage(etcd, cluster_id, mc_etcd):
-    from reference_engine.master.profiles import ReplayBaseline
+    from reference_engine.master.master_policies import ReplayBaseline
     from reference_engine.master.standby import HotStandby
     from reference_engine.master.standby_state import StandbyState
 
@@ -146,4 +146,28 @@ def test_standby_follows_the_state_machine_through_an_etcd_outage(etcd, cluster_
         assert events[-2:] == ["DISCONNECTED", "RECOVERY_SUCCESS"]
     finally:
         standby.stop()
+        session.release()
+
+
+def test_baselines_say_how_they_ended_and_the_standby_acts_on_it(etcd, cluster_id, mc_etcd):
+    from reference_engine.master.master_policies import ReplayBaseline, WatchForwardBaseline
+    from reference_engine.master.standby import HotStandby
+    from reference_engine.master.standby_state import BaselineOutcome, StandbyState
+
+    session, store = lead(etcd, cluster_id)
+    store.commit(store.read_prefix(), BatchRecord(1, 1, (entry(1, "a"),)), session.view_version)
+    reader = mc_etcd.client(timeout=1.0)
+    try:
+        for baseline, objects in ((ReplayBaseline(), 1), (WatchForwardBaseline(), 0)):
+            standby = HotStandby(OpLogStore(reader, cluster_id), baseline, poll_interval=3600)
+            assert baseline.bootstrap(standby) is BaselineOutcome.SYNCED
+            assert standby.applier.applied_seq == 1 and len(standby.state.objects) == objects
+            assert not standby.baseline_complete, "the standby marks completion, not the strategy"
+            assert standby.machine.state is StandbyState.STOPPED and not standby.machine.history()
+        stopped = HotStandby(OpLogStore(reader, cluster_id), ReplayBaseline(), poll_interval=3600)
+        stopped.stop()
+        assert ReplayBaseline().bootstrap(stopped) is BaselineOutcome.STOPPED
+        assert stopped.applier.applied_seq == 0
+    finally:
+        reader.close()
         session.release()

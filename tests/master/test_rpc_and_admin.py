@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from pytest_mooncake.targets.reference.masters import wait_for
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.protocol import MAX_FRAME, recv_frame, send_frame
 from reference_engine.master.rpc_server import RpcServer
 

@@ -1,7 +1,7 @@
 import pytest
 
-from reference_engine.rdma.scheduler import RoundRobin, Scheduler
-from reference_engine.rdma.sim_cluster import SimCluster
+from reference_engine.rdma.sim.scheduler import RoundRobin, Scheduler
+from reference_engine.rdma.sim.sim_cluster import SimCluster
 
 
 def _settle(cluster: SimCluster, max_steps: int = 5000):

@@ -2,10 +2,10 @@
 
 import pytest
 
-from reference_engine.rdma.clock import VirtualClock
 from reference_engine.rdma.counters import Counter
 from reference_engine.rdma.endpoint import DESTROYED, DESTROYING, Endpoint
 from reference_engine.rdma.endpoint_store import EndpointStore
+from reference_engine.rdma.sim.virtual_clock import VirtualClock
 
 
 def _store(kind, capacity=3):

@@ -13,7 +13,7 @@ from reference_engine.rdma.handshake_rpc import (
     HandshakeServer,
     send,
 )
-from reference_engine.rdma.sim_cluster import SimCluster
+from reference_engine.rdma.sim.sim_cluster import SimCluster
 from reference_engine.rdma.verbs import Opcode
 
 

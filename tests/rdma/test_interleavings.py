@@ -8,9 +8,9 @@ replay token reproduces the same violation.
 
 import pytest
 
-from reference_engine.rdma.exploration import explore, replay, run_once
-from reference_engine.rdma.scenarios import SCENARIOS
-from reference_engine.rdma.scheduler import RoundRobin
+from reference_engine.rdma.sim.exploration import explore, replay, run_once
+from reference_engine.rdma.sim.scenarios import SCENARIOS
+from reference_engine.rdma.sim.scheduler import RoundRobin
 
 DEDICATED = {"MC_RDMA_DEDICATED_POLLER": "1"}
 MODELS = [pytest.param({}, id="shared"), pytest.param(DEDICATED, id="dedicated")]

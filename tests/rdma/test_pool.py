@@ -4,12 +4,13 @@ import time
 
 import pytest
 
+from reference_engine.profiles import LEGACY, RFC
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.counters import Counter
-from reference_engine.rdma.profiles import LEGACY, RFC, DedicatedPollerModel, SharedModel
 from reference_engine.rdma.rail_state import RailTable
-from reference_engine.rdma.sim_cluster import SimCluster
-from reference_engine.rdma.sim_verbs import FAIL_POST, Fault
+from reference_engine.rdma.rdma_policies import DedicatedPollerModel, SharedModel
+from reference_engine.rdma.sim.sim_cluster import SimCluster
+from reference_engine.rdma.sim.sim_verbs import FAIL_POST, Fault
 from reference_engine.rdma.tokens import TokenPool
 from reference_engine.rdma.verbs import AsyncEventType, Opcode
 
@@ -92,14 +93,14 @@ def test_token_release_is_exactly_once_and_old_wr_ids_die():
 
 def test_shared_model_is_default_and_dedicated_poller_only_on_request():
     cfg = dict(workers=2, shards=8, cqs=1)
-    assert isinstance(RFC.worker_model({}, **cfg), SharedModel)
-    assert not isinstance(RFC.worker_model({}, **cfg), DedicatedPollerModel)
-    assert isinstance(RFC.worker_model({"MC_RDMA_DEDICATED_POLLER": "1"}, **cfg),
+    assert isinstance(RFC.rdma.worker_model({}, **cfg), SharedModel)
+    assert not isinstance(RFC.rdma.worker_model({}, **cfg), DedicatedPollerModel)
+    assert isinstance(RFC.rdma.worker_model({"MC_RDMA_DEDICATED_POLLER": "1"}, **cfg),
                       DedicatedPollerModel)
-    assert not isinstance(RFC.worker_model({"MC_RDMA_DEDICATED_POLLER": "0"}, **cfg),
+    assert not isinstance(RFC.rdma.worker_model({"MC_RDMA_DEDICATED_POLLER": "0"}, **cfg),
                           DedicatedPollerModel)
-    assert isinstance(LEGACY.worker_model({}, **cfg), DedicatedPollerModel)
-    shared = RFC.worker_model({}, **cfg)
+    assert isinstance(LEGACY.rdma.worker_model({}, **cfg), DedicatedPollerModel)
+    shared = RFC.rdma.worker_model({}, **cfg)
     assert shared.post_shards(1) == [1, 3, 5, 7] and shared.poll_cqs(0) == [0]
     ded = DedicatedPollerModel(3, 8, 2)
     assert ded.post_shards(0) == [] and ded.poll_cqs(0) == [0, 1]

@@ -139,8 +139,8 @@ def test_endpoints_are_retired_outside_the_target_state_mutex(controlled, settle
 
 def test_works_over_the_metadata_segment_cache_and_detects_restart_after_ttl(settle):
     from reference_engine.cache import SegmentCache
-    from reference_engine.profiles import TtlPolicy
-    from reference_engine.rdma.sim_cluster import SimCluster
+    from reference_engine.cache_policies import TtlPolicy
+    from reference_engine.rdma.sim.sim_cluster import SimCluster
 
     now = [0]
     caches = {}

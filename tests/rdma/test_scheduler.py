@@ -3,7 +3,7 @@
 import pytest
 
 from reference_engine.rdma import points as P
-from reference_engine.rdma.scheduler import (
+from reference_engine.rdma.sim.scheduler import (
     PCT,
     RandomWalk,
     Replay,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from reference_engine.rdma.sim_verbs import DROP, ERROR, FAIL_POST, HOLD, Fault, SimFabric
+from reference_engine.rdma.sim.sim_verbs import DROP, ERROR, FAIL_POST, HOLD, Fault, SimFabric
 from reference_engine.rdma.verbs import (
     ACCESS_LOCAL_WRITE,
     AsyncEventType,
@@ -156,7 +156,7 @@ def test_destroyed_qp_completes_nothing_but_queued_cqes_stay():
 
 
 def test_delay_completes_after_later_posts_in_free_running_mode():
-    from reference_engine.rdma.sim_verbs import DELAY
+    from reference_engine.rdma.sim.sim_verbs import DELAY
     fabric, a, b, qa, _, mra, mrb = _pair()
     fabric.inject(Fault(DELAY, local_addr=mra.addr, delay=2))
     qa.post_send([_write(mra, mrb, 1)])
@@ -167,7 +167,7 @@ def test_delay_completes_after_later_posts_in_free_running_mode():
 
 
 def test_delay_reorders_delivery_in_controlled_mode():
-    from reference_engine.rdma.sim_verbs import DELAY
+    from reference_engine.rdma.sim.sim_verbs import DELAY
     fabric, a, b, qa, _, mra, mrb = _pair(auto=False)
     fabric.inject(Fault(DELAY, local_addr=mra.addr, delay=1))
     qa.post_send([_write(mra, mrb, 1), _write(mra, mrb, 2, off=16)])

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from reference_engine.rdma.invariants import InvariantChecker
-from reference_engine.rdma.sim_cluster import SimCluster
-from reference_engine.rdma.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
+from reference_engine.rdma.sim.invariants import InvariantChecker
+from reference_engine.rdma.sim.sim_cluster import SimCluster
+from reference_engine.rdma.sim.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
 from reference_engine.rdma.verbs import Opcode, WcStatus
 
 ERRORS = [WcStatus.REM_ACCESS_ERR, WcStatus.RETRY_EXC_ERR, WcStatus.LOC_PROT_ERR,

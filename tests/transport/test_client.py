@@ -231,7 +231,7 @@ def test_batches_of_small_requests_stay_on_one_lane_big_ones_split(server_peer, 
                                                                    monkeypatch):
     # which parts the batch runs as, not how many connections it opened: a fast lane may finish
     # and return its connection to the pool before the other lane asks for one
-    from reference_engine.transport.client import TcpClient
+    from reference_engine.transport.tcp_client import TcpClient
 
     parts = []
     run_lane = TcpClient._run_lane

@@ -1,6 +1,6 @@
 """One exception for a batch: which class it is and what it carries."""
 
-from reference_engine.transport.errors import (
+from reference_engine.transport.transfer_errors import (
     PeerRejectedError,
     ProtocolError,
     TransferConnectionError,

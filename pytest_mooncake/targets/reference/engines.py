@@ -20,7 +20,7 @@ from typing import Any
 from pytest_mooncake.processes import ManagedProcess, Supervisor
 from pytest_mooncake.targets.base import LookupResult, TargetError, TransferResult
 from reference_engine.descriptor import DescriptorError, decode, to_json
-from reference_engine.engine.client import ControlClient, ControlError
+from reference_engine.engine.control_client import ControlClient, ControlError
 from reference_engine.metadata import KeyLayout, MetadataError, open_store
 
 READY = '"event": "ready"'

@@ -403,7 +403,7 @@ class ReferenceMasterCluster:
 
     def library_client(self, **options: Any) -> Any:
         """An in-process ``StoreClient`` (closed with the cluster)."""
-        from reference_engine.master.client import StoreClient
+        from reference_engine.master.store_client import StoreClient
 
         options.setdefault("profile", self.profile)
         options.setdefault("reattach_timeout", self.reattach_timeout)
@@ -437,7 +437,7 @@ class ReferenceMasterCluster:
 
     def segment_status(self, segment: str) -> str | None:
         """OK, DRAINING, DRAINED, UNMOUNTING, ... or None once the segment is gone."""
-        from reference_engine.master.errors import ErrorCode, MasterError
+        from reference_engine.master.error_codes import ErrorCode, MasterError
 
         try:
             return self._operator().call("segment_status", {"endpoint": segment})["status"]

@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference_engine.rdma import exploration
-from reference_engine.rdma.invariants import InvariantChecker
-from reference_engine.rdma.scenarios import SCENARIOS
-from reference_engine.rdma.scheduler import RoundRobin, ScheduleError, Scheduler
-from reference_engine.rdma.sim_cluster import SimCluster
-from reference_engine.rdma.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
+from reference_engine.rdma.sim import exploration
+from reference_engine.rdma.sim.invariants import InvariantChecker
+from reference_engine.rdma.sim.scenarios import SCENARIOS
+from reference_engine.rdma.sim.scheduler import RoundRobin, ScheduleError, Scheduler
+from reference_engine.rdma.sim.sim_cluster import SimCluster
+from reference_engine.rdma.sim.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
 from reference_engine.rdma.slices import STATUS_NAMES
 from reference_engine.rdma.verbs import Opcode, WcStatus
 

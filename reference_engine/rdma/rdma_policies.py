@@ -1,4 +1,5 @@
-"""The RDMA path's two profiles as strategy objects chosen at construction.
+"""The RDMA path's strategies, handed to the transport at construction by the profile registry
+(``reference_engine.profiles``).
 
 ``rfc``: per-post tokens as wr_id, slice attempt ids, endpoint generations, one retire path for
 every cause, shared worker model unless ``MC_RDMA_DEDICATED_POLLER`` is set, replacement
@@ -19,7 +20,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reference_engine.rdma.peer_state import InstanceTracking, NoTracking
 from reference_engine.rdma.slices import SliceTable
 from reference_engine.rdma.tokens import TokenPool
 from reference_engine.rdma.verbs import WcStatus
@@ -282,10 +282,12 @@ def _truthy(value: Any) -> bool | None:
     return str(value).strip().lower() not in ("", "0", "false", "no", "off")
 
 
-# ---------------------------------------------------------------------- profiles
+# ---------------------------------------------------------------------- bundle
 @dataclass(frozen=True)
-class RdmaProfile:
-    name: str
+class RdmaPolicies:
+    """One transport's strategies: who owns a completion, how endpoints retire, which worker
+    polls which CQ by default, and whether peers are tracked by ``instance_id``."""
+
     dedicated_poller_default: bool
     make_ownership: type
     retire: Any
@@ -296,15 +298,3 @@ class RdmaProfile:
         dedicated = self.dedicated_poller_default if flag is None else flag
         cls = DedicatedPollerModel if dedicated and workers > 1 else SharedModel
         return cls(workers, shards, cqs)
-
-
-RFC = RdmaProfile("rfc", False, TokenOwnership, UnifiedRetire(), InstanceTracking)
-LEGACY = RdmaProfile("legacy", True, SliceOwnership, ScatteredDeletion(), NoTracking)
-PROFILES = {"rfc": RFC, "legacy": LEGACY}
-
-
-def rdma_profile(name: str) -> RdmaProfile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown RDMA profile {name!r}; known: rfc, legacy") from None

@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from reference_engine.rdma import points as P
-from reference_engine.rdma.invariants import InvariantChecker
-from reference_engine.rdma.sim_cluster import SimCluster
-from reference_engine.rdma.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
+from reference_engine.rdma.sim.invariants import InvariantChecker
+from reference_engine.rdma.sim.sim_cluster import SimCluster
+from reference_engine.rdma.sim.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
 from reference_engine.rdma.slices import POSTED, Slice
 from reference_engine.rdma.verbs import Opcode, QPState, WcStatus
 from reference_engine.rdma.worker_pool import shard_of

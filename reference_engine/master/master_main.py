@@ -9,8 +9,8 @@ import sys
 import threading
 
 from reference_engine.hub import BINARY_LIMITS, HTTP_LIMITS, add_limit_flags, limits_from
-from reference_engine.master.etcd import parse_endpoints
-from reference_engine.master.profiles import PROFILES
+from reference_engine.master.etcd_client import parse_endpoints
+from reference_engine.profiles import PROFILES
 
 
 def host_port(value: str) -> tuple[str, int]:
@@ -27,7 +27,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-id", required=True)
     p.add_argument("--rpc", type=host_port, default=("127.0.0.1", 0), help="RPC listen HOST:PORT")
     p.add_argument("--admin", type=host_port, default=("127.0.0.1", 0), help="admin HTTP HOST:PORT")
-    p.add_argument("--profile", choices=PROFILES, default="rfc")
+    p.add_argument("--profile", choices=tuple(PROFILES), default="rfc")
     p.add_argument("--lease-ttl", type=int, default=2, help="leader lease TTL, seconds")
     p.add_argument("--poll-interval", type=float, default=0.1, help="OpLog/election poll, seconds")
     p.add_argument("--client-ttl", type=float, default=10.0, help="client heartbeat TTL, seconds")

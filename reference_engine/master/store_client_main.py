@@ -17,12 +17,12 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from reference_engine.master.client import StoreClient
-from reference_engine.master.errors import MasterError
-from reference_engine.master.main import host_port
+from reference_engine.master.error_codes import MasterError
+from reference_engine.master.master_main import host_port
 from reference_engine.master.model import SegmentInfo
-from reference_engine.master.profiles import PROFILES
 from reference_engine.master.protocol import MASTER_VERSION
+from reference_engine.master.store_client import StoreClient
+from reference_engine.profiles import PROFILES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-id", required=True)
     p.add_argument("--client-id", required=True)
     p.add_argument("--control", type=host_port, default=("127.0.0.1", 0))
-    p.add_argument("--profile", choices=PROFILES, default="rfc")
+    p.add_argument("--profile", choices=tuple(PROFILES), default="rfc")
     p.add_argument("--version", default=MASTER_VERSION, help="protocol version to announce")
     p.add_argument("--segment-size", type=int, default=64 << 20)
     p.add_argument("--reattach-timeout", type=float, default=3.0)

@@ -1,4 +1,5 @@
-"""Profiles as strategy objects: ``rfc`` (every MP requirement) and ``legacy`` (0.3.13).
+"""The master's and the store client's strategies: ``rfc`` (every MP requirement) and ``legacy``
+(0.3.13) pick one of each in the profile registry (``reference_engine.profiles``).
 
 Each concern where the two differ is one strategy:
 
@@ -23,7 +24,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reference_engine.master.errors import ErrorCode, MasterError
+from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.index import ObjectIndex
 from reference_engine.master.promotion import (
     PromotionContext,
@@ -33,14 +34,13 @@ from reference_engine.master.promotion import (
     validate,
 )
 from reference_engine.master.segments import SegmentRegistry
-from reference_engine.master.standby_state import StandbyEvent
+from reference_engine.master.standby_state import BaselineOutcome
 
 if TYPE_CHECKING:
     from reference_engine.master.standby import HotStandby
 
 log = logging.getLogger("reference_engine.master")
 
-PROFILES = ("rfc", "legacy")
 OBJECT_WRITE_OPS = frozenset({"put_start", "put_end", "put_revoke", "remove"})
 """The write path 0.3.13 rejected from a skewed client (mounting and reads kept working)."""
 
@@ -49,14 +49,17 @@ OBJECT_WRITE_OPS = frozenset({"put_start", "put_end", "put_revoke", "remove"})
 
 
 class StandbyBaseline:
-    def bootstrap(self, standby: HotStandby) -> None:
+    """Builds a fresh standby's state through the standby's own operations (snapshot install,
+    polling, jumping to the durable prefix) and says how it ended; the standby acts on that."""
+
+    def bootstrap(self, standby: HotStandby) -> BaselineOutcome:
         raise NotImplementedError
 
 
 class ReplayBaseline(StandbyBaseline):
     """Latest valid snapshot, then every OpLog batch after it; synced only when caught up."""
 
-    def bootstrap(self, standby: HotStandby) -> None:
+    def bootstrap(self, standby: HotStandby) -> BaselineOutcome:
         snap = standby.snapshots.load_latest() if standby.snapshots else None
         if snap is not None:
             standby.install_snapshot(snap, keep_objects=True)
@@ -68,17 +71,16 @@ class ReplayBaseline(StandbyBaseline):
                 break
             standby.wait(standby.poll_interval)
         if standby.stopping:
-            return
-        standby.baseline_complete = True
+            return BaselineOutcome.STOPPED
         log.info("standby caught up: applied seq %d of %d (%d objects)",
                  standby.applier.applied_seq, standby.primary_seq, len(standby.state.objects))
-        standby.machine.fire(StandbyEvent.SYNC_COMPLETE)
+        return BaselineOutcome.SYNCED
 
 
 class WatchForwardBaseline(StandbyBaseline):
     """0.3.13: no replay of history; a snapshot restore keeps segments only, yet says success."""
 
-    def bootstrap(self, standby: HotStandby) -> None:
+    def bootstrap(self, standby: HotStandby) -> BaselineOutcome:
         snap = standby.snapshots.load_latest() if standby.snapshots else None
         if snap is not None:
             standby.install_snapshot(snap, keep_objects=False)
@@ -88,8 +90,7 @@ class WatchForwardBaseline(StandbyBaseline):
             standby.jump_to_prefix()
         log.info("OpLogApplier: recovered from sequence_id=%d; SYNCING -> WATCHING (SYNC_COMPLETE)",
                  standby.applier.applied_seq)
-        standby.baseline_complete = True
-        standby.machine.fire(StandbyEvent.SYNC_COMPLETE)
+        return BaselineOutcome.SYNCED
 
 
 # ------------------------------------------------------------------------------ promotability
@@ -303,35 +304,15 @@ class StalledReattach(ReattachPolicy):
         wait(self.stall_seconds)
 
 
-# ------------------------------------------------------------------------------ bundles
+# ------------------------------------------------------------------------------ bundle
 
 
-@dataclass
-class MasterProfile:
-    name: str
+@dataclass(frozen=True)
+class MasterPolicies:
+    """One master's strategies, built per process from its options (``Profile.master_policies``)."""
+
     baseline: StandbyBaseline
     promotability: PromotabilityPolicy
     promotion: PromotionPolicy
     versions: VersionGate
     lag: LagMetric
-
-
-def master_profile(name: str, partial_restore: bool = False, warmup_seconds: float | None = None,
-                   lease_ttl: float = 2.0) -> MasterProfile:
-    if name == "rfc":
-        return MasterProfile("rfc", ReplayBaseline(), HonestPromotability(),
-                             ValidateBeforePromotion(partial_restore), CompatibleVersionGate(),
-                             LagMetric())
-    if name == "legacy":
-        warmup = lease_ttl if warmup_seconds is None else warmup_seconds
-        return MasterProfile("legacy", WatchForwardBaseline(), WatchingPromotability(),
-                             PromoteThenValidate(warmup), ExactVersionOnWrites(), ZeroLagMetric())
-    raise ValueError(f"profile {name!r}: use one of {', '.join(PROFILES)}")
-
-
-def reattach_policy(name: str, stall_seconds: float = 121.0) -> ReattachPolicy:
-    if name == "rfc":
-        return BoundedReattach()
-    if name == "legacy":
-        return StalledReattach(stall_seconds)
-    raise ValueError(f"profile {name!r}: use one of {', '.join(PROFILES)}")

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from reference_engine.descriptor import Buffer, Device, SegmentDescriptor
 from reference_engine.rdma import points as P
-from reference_engine.rdma.clock import RealClock, VirtualClock
+from reference_engine.rdma.clock import RealClock
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.context import LocalContext
 from reference_engine.rdma.endpoint import UNCONNECTED, Rpc, device_of
-from reference_engine.rdma.profiles import RFC, RdmaProfile
 from reference_engine.rdma.rail_state import RailTable
+from reference_engine.rdma.rdma_policies import RdmaPolicies
 from reference_engine.rdma.slices import PENDING, Slice, Task
 from reference_engine.rdma.verbs import CONTEXT_FATAL_EVENTS, AsyncEventType, Opcode
 from reference_engine.rdma.worker_pool import WorkerPool, shard_of
@@ -43,19 +43,19 @@ class LocalBuffer:
 
 class RdmaTransport:
     def __init__(self, server_name: str, verbs_contexts: Sequence, *, lookup: Lookup, rpc: Rpc,
-                 profile: RdmaProfile = RFC, config: RdmaConfig | None = None,
+                 policies: RdmaPolicies, config: RdmaConfig | None = None,
                  clock=None, instance_id: str | None = None, observer=None):
         self.server_name = server_name
-        self.profile = profile
+        self.policies = policies
         self.config = config or RdmaConfig()
         self.clock = clock or RealClock()
-        self.virtual_time = isinstance(self.clock, VirtualClock)
+        self.virtual_time = self.clock.virtual
         self.lookup_fn = lookup
         self.rpc = rpc
         self.instance_id = instance_id
         self.observer = observer
-        self.ownership = profile.make_ownership()
-        self.peers = profile.make_peer_tracking()
+        self.ownership = policies.make_ownership()
+        self.peers = policies.make_peer_tracking()
         self.rails = RailTable(self.clock, self.config.rail_pause_seconds)
         self.stats: collections.Counter[str] = collections.Counter()
         self.stopped = False
@@ -68,7 +68,7 @@ class RdmaTransport:
         self._path_cache: dict[str, tuple[SegmentDescriptor, list[str]]] = {}
         self._threads: list[threading.Thread] = []
         self.contexts = [LocalContext(self, i, v, self.config) for i, v in enumerate(verbs_contexts)]
-        self.model = profile.worker_model(self.config.env, self.config.workers_per_ctx,
+        self.model = policies.worker_model(self.config.env, self.config.workers_per_ctx,
                                           self.config.shards, self.config.num_cq_per_ctx)
         for ctx in self.contexts:
             ctx.pool = WorkerPool(ctx, self, self.model)
@@ -203,7 +203,7 @@ class RdmaTransport:
         self.stats["replacements"] += 1
         log.warning("%s: replacement of %s detected (instance %s); retiring %d path(s)",
                     self.server_name, target, desc.instance_id, len(old_paths))
-        self.stats["endpoints_retired_by_replacement"] += self.profile.retire.replacement(
+        self.stats["endpoints_retired_by_replacement"] += self.policies.retire.replacement(
             self, old_paths)
         self.rails.clear(old_paths)
         for ctx in self.contexts:
@@ -288,7 +288,7 @@ class RdmaTransport:
             return {"reply_msg": "Invalid argument: peer nic path inconsistency"}
         ep = ctx.store.get(requester)
         if ep is not None and ep.state != UNCONNECTED:
-            self.profile.retire.passive_stale(self, ep)
+            self.policies.retire.passive_stale(self, ep)
             self.stats["passive_stale"] += 1
         ep = ctx.endpoint(requester)
         if ep is None:
@@ -298,12 +298,12 @@ class RdmaTransport:
     # ------------------------------------------------------------------ monitor
     def disconnect_all(self, cause: str = "disconnect_all") -> None:
         for ctx in self.contexts:
-            for _ in self.profile.retire.disconnect_all(self, ctx, cause):
+            for _ in self.policies.retire.disconnect_all(self, ctx, cause):
                 pass
 
     def _on_async(self, ctx: LocalContext, ev):
         self.stats["async_events"] += 1
-        retire = self.profile.retire
+        retire = self.policies.retire
         if ev.type == AsyncEventType.QP_FATAL and ev.qp_num is not None:
             yield from retire.for_qp_fatal(self, ctx, ev.qp_num)
         elif ev.type in CONTEXT_FATAL_EVENTS:

@@ -20,11 +20,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference_engine.master.errors import ErrorCode, MasterError
-from reference_engine.master.etcd import connect, is_etcd_failure, parse_endpoints
+from reference_engine.master.error_codes import ErrorCode, MasterError
+from reference_engine.master.etcd_client import connect, is_etcd_failure, parse_endpoints
+from reference_engine.master.master_policies import ReattachPolicy
 from reference_engine.master.model import SegmentInfo
 from reference_engine.master.oplog import master_view_key
-from reference_engine.master.profiles import ReattachPolicy, reattach_policy
 from reference_engine.master.protocol import (
     MASTER_VERSION,
     ConnectionClosed,
@@ -32,6 +32,7 @@ from reference_engine.master.protocol import (
     recv_frame,
     send_frame,
 )
+from reference_engine.profiles import Profile, resolve_profile
 
 log = logging.getLogger("reference_engine.master.client")
 
@@ -101,7 +102,7 @@ class StoreClient:
         etcd: str | list[str],
         cluster_id: str,
         client_id: str | None = None,
-        profile: str = "rfc",
+        profile: str | Profile = "rfc",
         version: str = MASTER_VERSION,
         segment: SegmentInfo | None = None,
         reattach_timeout: float = 3.0,
@@ -121,7 +122,7 @@ class StoreClient:
         self.reattach_timeout = reattach_timeout
         self.call_timeout = call_timeout
         self.heartbeat_interval = heartbeat_interval
-        self.policy = policy or reattach_policy(profile, stall_seconds)
+        self.policy = policy or resolve_profile(profile).reattach_policy(stall_seconds)
         self.etcd = connect(self.endpoints, timeout=etcd_timeout)
         self.leader_key = master_view_key(cluster_id)
         self.stats = ClientStats()

@@ -24,15 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from . import wire
-from .errors import (
+from .pool import Connection, ConnectionPool
+from .sockio import RecvInterrupted, recv_all_into, send_all, set_kernel_timeouts
+from .transfer_errors import (
     PeerRejectedError,
     ProtocolError,
     TransferConnectionError,
     TransferError,
     batch_error,
 )
-from .pool import Connection, ConnectionPool
-from .sockio import RecvInterrupted, recv_all_into, send_all, set_kernel_timeouts
 
 _REJECTED = "rejected"
 _CONNECTION = "connection"

@@ -6,9 +6,9 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from reference_engine.rdma.invariants import Violation
-from reference_engine.rdma.scenarios import build
-from reference_engine.rdma.scheduler import (
+from reference_engine.rdma.sim.invariants import Violation
+from reference_engine.rdma.sim.scenarios import build
+from reference_engine.rdma.sim.scheduler import (
     PCT,
     RandomWalk,
     Replay,

@@ -13,13 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from reference_engine.descriptor import SegmentDescriptor, encode
+from reference_engine.profiles import Profile, resolve_profile
 from reference_engine.rdma import points as P
-from reference_engine.rdma.clock import RealClock, VirtualClock
+from reference_engine.rdma.clock import RealClock
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.handshake_rpc import HandshakeServer, tcp_rpc
-from reference_engine.rdma.profiles import RdmaProfile, rdma_profile
-from reference_engine.rdma.sim_verbs import SimFabric, SimNode
-from reference_engine.rdma.transport import RdmaTransport
+from reference_engine.rdma.rdma_transport import RdmaTransport
+from reference_engine.rdma.sim.sim_verbs import SimFabric, SimNode
+from reference_engine.rdma.sim.virtual_clock import VirtualClock
 
 
 class SimDirectory:
@@ -77,10 +78,10 @@ class SimPeer:
 
 
 class SimCluster:
-    def __init__(self, profile: str | RdmaProfile = "rfc", *, controlled: bool = False,
+    def __init__(self, profile: str | Profile = "rfc", *, controlled: bool = False,
                  seed: int = 0, env: Mapping[str, str] | None = None, observer=None,
                  lookup_for=None, tcp_handshake: bool = False, **config):
-        self.profile = profile if isinstance(profile, RdmaProfile) else rdma_profile(profile)
+        self.profile = resolve_profile(profile)
         self.controlled = controlled
         self.fabric = SimFabric(auto_deliver=not controlled)
         self.clock = VirtualClock() if controlled else RealClock()
@@ -115,8 +116,9 @@ class SimCluster:
         addr = node.memory.alloc(buffer_len, buffer_addr)
         tr = RdmaTransport(
             name, [node.open(nic) for nic in nics], lookup=self.lookup_for(name),
-            rpc=self._tcp_rpc if self.tcp_handshake else self.rpc, profile=self.profile, config=self.config, clock=self.clock,
-            instance_id=self._instance_id() if self.profile.name == "rfc" else None,
+            rpc=self._tcp_rpc if self.tcp_handshake else self.rpc, policies=self.profile.rdma,
+            config=self.config, clock=self.clock,
+            instance_id=self.profile.identity.instance_id(self._instance_id),
             observer=self.observer)
         tr.register_buffer(addr, buffer_len)
         if self.tcp_handshake:
