@@ -22,7 +22,9 @@ Wiring a target takes a client and faults; e.g. engines of the current target::
 
 Modules: ``history`` (ops, JSON lines), ``generator`` (workloads), ``nemesis`` (faults and
 their schedule), ``runner`` (``run_chaos``), ``checkers``, ``clients`` (adapters over the
-Target API), ``fixtures`` (``mc_chaos``).
+Target API), ``fixtures`` (``mc_chaos``); the report of a run: ``report`` (files beside the
+history), ``timeline`` (HTML), ``plot`` (PNG), ``recovery`` (heal to first ok), ``windows``
+(fault windows), ``lanes``.
 """
 
 from pytest_mooncake.chaos.checkers import (
@@ -50,6 +52,8 @@ from pytest_mooncake.chaos.nemesis import (
     process_kill,
     process_pause,
 )
+from pytest_mooncake.chaos.recovery import RecoveryTimes, recovery_times
+from pytest_mooncake.chaos.report import write_report
 from pytest_mooncake.chaos.runner import ChaosResult, ChaosRunError, fail, info, ok, run_chaos
 
 __all__ = [
@@ -58,5 +62,6 @@ __all__ = [
     "EngineTransferClient", "OpSpec", "Workload", "History", "Op",
     "Fault", "Nemesis", "engine_kill", "etcd_outage", "kill_restart", "latency", "partition",
     "process_kill", "process_pause",
+    "RecoveryTimes", "recovery_times", "write_report",
     "ChaosResult", "ChaosRunError", "fail", "info", "ok", "run_chaos",
 ]

@@ -9,7 +9,9 @@ Example::
         result.check(no_lost_acks, no_phantom_reads).assert_valid()
 
 The history of every run is written as JSON lines under the test's temp dir and shown (tail)
-and attached to allure when the test fails; progress lines go to the log (live with ``-v``).
+and attached to allure when the test fails; beside it an HTML timeline and a latency/throughput
+plot (``report``), redrawn whenever the test checks the run, attached to allure, and their
+paths printed when the test fails. Progress lines go to the log (live with ``-v``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import pytest
 from pytest_mooncake.chaos.generator import Generator, Workload
 from pytest_mooncake.chaos.history import History
 from pytest_mooncake.chaos.nemesis import Fault, Nemesis
-from pytest_mooncake.chaos.runner import ChaosResult, run_chaos
+from pytest_mooncake.chaos.report import RunReport
+from pytest_mooncake.chaos.runner import ChaosResult, ChaosRunError, run_chaos
 from pytest_mooncake.logs import attach_log
 
 log = logging.getLogger("pytest_mooncake.chaos")
@@ -40,6 +43,7 @@ class ChaosFixture:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.runs = 0
+        self.reports: list[RunReport] = []
 
     def run(self, client_for: Callable[[int], Any], workload: Generator,
             faults: Sequence[Fault] = (), *, seconds: float | None = None, workers: int = 3,
@@ -54,16 +58,26 @@ class ChaosFixture:
         path = self.workdir / f"history-{self.runs}.jsonl"
         history = History()
         attach_log(self.request, f"chaos history {self.runs} ({path.name}, seed {seed})", path)
+        report = RunReport(path, f"chaos run {self.runs}",
+                           [("test", self.request.node.nodeid), ("seed", str(seed))])
+        self.reports.append(report)
+        attach_log(self.request, f"chaos report {self.runs}", report.text)
         nemesis = Nemesis(faults, seed, quiet=quiet, hold=hold) if faults else None
+        result: ChaosResult | None = None
         try:
-            return run_chaos(
+            result = run_chaos(
                 client_for, Workload(workload, seed), seconds=seconds or self.seconds,
                 workers=workers, max_ops=max_ops, nemesis=nemesis, final=final,
                 final_timeout=final_timeout, join_timeout=join_timeout, history=history,
                 progress=self._progress, recovery=recovery,
             )
+            return result
+        except ChaosRunError as exc:
+            result = exc.result
+            raise
         finally:
             history.to_jsonl(path)
+            report.follow(result, history, workers)
 
     def _progress(self, line: str) -> None:
         log.info(line)
@@ -82,4 +96,7 @@ class ChaosFixture:
 def mc_chaos(request: pytest.FixtureRequest, mc_config: Any, mc_seed: int,
              tmp_path: Path) -> Iterator[ChaosFixture]:
     """Chaos runs for this test: ``mc_chaos.run(client_for, workload, faults, final=...)``."""
-    yield ChaosFixture(request, mc_seed, mc_config.chaos_seconds, tmp_path / "chaos")
+    fixture = ChaosFixture(request, mc_seed, mc_config.chaos_seconds, tmp_path / "chaos")
+    yield fixture
+    for report in fixture.reports:
+        report.attach()  # a version no check attached (the run was never judged, or failed)

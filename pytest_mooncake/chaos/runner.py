@@ -32,6 +32,7 @@ from pytest_mooncake.chaos.checkers import Checker, Verdict, check
 from pytest_mooncake.chaos.generator import Generator, OpSpec, Workload
 from pytest_mooncake.chaos.history import FAIL, INFO, OK, History, Op
 from pytest_mooncake.chaos.nemesis import Fault, Nemesis
+from pytest_mooncake.chaos.recovery import RecoveryTimes, recovery_times
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,29 @@ class ChaosResult:
     faults_injected: int
     errors: list[str] = field(default_factory=list)
     seed: int | None = None
+    workers: int | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    """Every verdict ``check`` returned, in order (the report shows them)."""
+    on_check: list[Callable[[ChaosResult], None]] = field(default_factory=list, repr=False)
+    """Called after each ``check`` (``mc_chaos`` redraws the run's report)."""
+    report: Any = None
+    """The run's ``RunReport`` (timeline and plot paths) when ``mc_chaos`` ran it."""
 
     @property
     def counts(self) -> dict[str, int]:
         return self.history.counts()
 
+    @property
+    def recovery(self) -> RecoveryTimes:
+        """Per fault: heal to the first ok operation, per scope (``to_json()`` for reports)."""
+        return recovery_times(self.history, self.workers)
+
     def check(self, *checkers: Checker) -> Verdict:
-        return check(self.history, *checkers)
+        verdict = check(self.history, *checkers)
+        self.verdicts.append(verdict)
+        for listener in self.on_check:
+            listener(self)
+        return verdict
 
     def summary(self) -> str:
         c = self.counts
@@ -264,7 +281,7 @@ def run_chaos(
         for c in clients:
             _close(c)
     result = ChaosResult(history, chaos_seconds, nemesis.injected if nemesis else 0, errors,
-                         workload.seed)
+                         workload.seed, workers)
     if progress is not None:
         progress("chaos done: " + result.summary())
     if errors:

@@ -1,13 +1,20 @@
-"""mc_chaos in a pytest session: --mc-chaos-seconds, history shown on failure, allure steps."""
+"""mc_chaos in a pytest session: --mc-chaos-seconds, history and report paths shown on failure,
+allure steps and the report's attachments."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+# pytester's inline runs drop the modules they imported, and numpy (under the report's
+# matplotlib) cannot be loaded twice in one process: load the plotting stack here, once.
+import matplotlib.backends.backend_agg  # noqa: F401
+import matplotlib.figure  # noqa: F401
 import pytest
 
 SUITE = """
 from pytest_mooncake.chaos import generator as gen
+from pytest_mooncake.chaos.checkers import bounded_recovery
 from pytest_mooncake.chaos.nemesis import Fault
 
 class Echo:
@@ -19,6 +26,7 @@ def test_run(mc_chaos):
     result = mc_chaos.run(lambda w: Echo(), gen.kv(keys=2).stagger(0.02), [fault],
                           quiet=(0.01, 0.05), hold=(0.01, 0.05))
     print("SECONDS", round(result.seconds, 1), "FAULTS", result.faults_injected)
+    result.check(bounded_recovery(5.0)).assert_valid()
     assert FAIL is False, "made to fail"
 """
 
@@ -31,6 +39,13 @@ def test_chaos_seconds_option_and_history_on_failure(pytester: pytest.Pytester) 
     assert "SECONDS 0.4 FAULTS" in out
     result.stdout.fnmatch_lines(["*Captured chaos history 1 (history-1.jsonl, seed *)*",
                                  '*"process": "nemesis"*'])
+    result.stdout.fnmatch_lines(["*Captured chaos report 1*", "timeline: */history-1.timeline.html",
+                                 "plot: */history-1.plot.png", "verdict: *valid",
+                                 "recovery (heal -> first ok operation):", "fault * any worker *",
+                                 "blink:thing *"])
+    shown = next(line.split(": ", 1)[1].strip() for line in out.splitlines()
+                 if line.startswith("timeline: "))
+    assert "blink:thing" in Path(shown).read_text()
 
 
 def test_fault_injections_are_allure_steps(pytester: pytest.Pytester) -> None:
@@ -41,3 +56,8 @@ def test_fault_injections_are_allure_steps(pytester: pytest.Pytester) -> None:
     docs = [json.loads(p.read_text()) for p in (pytester.path / "allure").glob("*-result.json")]
     steps = [s["name"] for d in docs for s in d.get("steps", [])]
     assert "nemesis: inject blink:thing" in steps and "nemesis: heal blink:thing" in steps
+    attached = {a["type"]: a for d in docs for a in d.get("attachments", [])}
+    assert attached["text/html"]["name"] == "chaos run 1: timeline"
+    assert attached["image/png"]["name"] == "chaos run 1: latency and throughput"
+    html = (pytester.path / "allure" / attached["text/html"]["source"]).read_text()
+    assert "bounded-recovery" in html and "blink:thing" in html
