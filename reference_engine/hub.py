@@ -336,8 +336,14 @@ class ConnectionHub:
     def _park(self, conn: _Conn) -> None:
         session_idle = getattr(conn.session, "idle_since", None)
         conn.idle_since = session_idle if session_idle is not None else time.monotonic()
+        try:
+            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+        except (OSError, ValueError, KeyError) as exc:  # closed under us: drop it, keep serving
+            log.info("%s: cannot park the connection of %s: %s", self.name,
+                     _peer_text(conn.peer), exc)
+            self._drop(conn)
+            return
         self._parked[conn] = None
-        self._sel.register(conn.sock, selectors.EVENT_READ, conn)
 
     def _unpark(self, conn: _Conn) -> None:
         self._parked.pop(conn, None)

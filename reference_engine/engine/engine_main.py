@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 
@@ -24,6 +23,7 @@ from reference_engine.engine.core import Engine
 from reference_engine.hub import BINARY_LIMITS, add_limit_flags, limits_from
 from reference_engine.metadata import MetadataUriError, open_store
 from reference_engine.profiles import PROFILES, get_profile
+from reference_engine.stop_signals import stop_on_signals, wait_until_stopped
 from reference_engine.transport import TcpTransport
 
 
@@ -90,16 +90,14 @@ def main(argv: list[str]) -> int:
               f"{args.control_port}: {exc}", file=sys.stderr, flush=True)
         engine.stop()
         return 1
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopped.set())
+    stop_on_signals(stopped)
     print(json.dumps({
         "event": "ready", "segment": args.name, "control_port": control.port,
         "data_port": desc.tcp_data_port, "instance_id": desc.instance_id,
         "buffers": [[engine.region.addr, engine.region.length]], "pid": os.getpid(),
         "profile": args.profile,
     }), flush=True)
-    while not stopped.wait(3600):
-        pass
+    wait_until_stopped(stopped)
     log.info("stopping segment %s", args.name)
     control.stop()
     engine.stop()

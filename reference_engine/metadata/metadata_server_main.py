@@ -11,12 +11,12 @@ import argparse
 import ipaddress
 import json
 import logging
-import signal
 import sys
 import threading
 
 from reference_engine.hub import HTTP_LIMITS, add_limit_flags, limits_from
 from reference_engine.metadata.http_server import MAX_BODY_BYTES, MetadataHttpServer, parse_listen
+from reference_engine.stop_signals import stop_on_signals, wait_until_stopped
 
 
 def is_loopback(host: str) -> bool:
@@ -64,11 +64,9 @@ def main(argv: list[str]) -> int:
         print(f"metadata-server: cannot bind {args.listen}: {exc}", file=sys.stderr)
         return 1
     stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    stop_on_signals(stopping)
     server.start()
     print(json.dumps({"event": "ready", "url": server.url, "port": server.port}), flush=True)
-    while not stopping.wait(3600):
-        pass
+    wait_until_stopped(stopping)
     server.stop()
     return 0

@@ -175,3 +175,10 @@ def parse_http(data: bytes) -> HttpReply:
         headers[name.strip().lower()] = value.strip()
     length = int(headers.get("content-length", len(rest)))
     return HttpReply(status, headers, rest[:length])
+
+
+def html_page(reply: HttpReply) -> bool:
+    """An HTML error page (the stdlib's), not a short reason; a reason may quote the request."""
+    start = reply.body.lstrip()[:20].lower()
+    return reply.headers.get("content-type", "").startswith("text/html") or \
+        start.startswith((b"<!doctype", b"<html"))

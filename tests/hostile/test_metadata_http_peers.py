@@ -12,6 +12,7 @@ from hostile import (
     crowd_is_dropped,
     footprint,
     fuzz,
+    html_page,
     http_request,
     http_requests,
     parse_http,
@@ -46,7 +47,7 @@ def _check_reply(request: bytes, data: bytes) -> None:
     assert reply.status < 500 or reply.status in UNSUPPORTED, (request[:200], data[:300])
     if reply.status >= 400:
         assert reply.headers.get("content-type", "").startswith("text/plain"), data[:300]
-        assert len(reply.body) < 300 and not _html(reply.body), data[:300]
+        assert len(reply.body) < 300 and not html_page(reply), data[:300]
 
 
 def test_fuzzed_requests_get_plain_4xx_and_lose_nothing(start_metadata_server, mc_seed):
@@ -97,7 +98,7 @@ def test_garbage_gets_a_short_plain_error(start_metadata_server):
         answer = parse_http(exchange(server.address, garbage).data)
         assert 400 <= answer.status < 500 or answer.status == 505, answer
         assert answer.headers["content-type"].startswith("text/plain"), answer
-        assert len(answer.body) < 300 and not _html(answer.body), answer
+        assert len(answer.body) < 300 and not html_page(answer), answer
 
 
 def test_non_loopback_listen_needs_the_flag(mc_processes):
@@ -115,7 +116,3 @@ def test_idle_and_stalled_peers_are_dropped_at_the_receive_timeout(start_metadat
         http_request("PUT", "/metadata?key=slow", {"Content-Length": "100"}, b"{"),
         lambda: parse_http(exchange(server.address, health).data).status == 200))
 
-
-def _html(body: bytes) -> bool:
-    text = body.lower()
-    return b"<html" in text or b"<!doctype" in text or b"<body" in text
