@@ -358,7 +358,13 @@ class ConnectionHub:
                              name=f"{self.name}-{_peer_text(conn.peer)}")
         with self._lock:
             self._workers.add(t)
-        t.start()
+        try:
+            t.start()
+        except RuntimeError as exc:  # no thread to be had: this peer goes, the others stay
+            with self._lock:
+                self._workers.discard(t)
+            log.warning("%s: cannot serve %s: %s", self.name, _peer_text(conn.peer), exc)
+            self._drop(conn)
 
     def _park_returned(self) -> None:
         while self._returned:
