@@ -105,8 +105,8 @@ class Children:
         if self.nice:
             os.setpriority(os.PRIO_PROCESS, 0, self.nice)
 
-    def start(self, argv, **kw) -> subprocess.Popen:
-        env = dict(os.environ, MC_TCP_BIND_ADDRESS="127.0.0.1")
+    def start(self, argv, env=None, **kw) -> subprocess.Popen:
+        env = dict(os.environ if env is None else env, MC_TCP_BIND_ADDRESS="127.0.0.1")
         p = subprocess.Popen(  # noqa: S603
             argv, start_new_session=True, env=env, preexec_fn=self._setup, **kw
         )
@@ -159,10 +159,13 @@ while the etcd3 channel was busy could abort before exec: see README "gRPC and f
 
 
 def run_real(children: Children, exe: Path, etcd: str, target: str, op: str, block: int,
-             duration: float, log: Path):
+             duration: float, log: Path, protocol: str = "tcp", env=None, extra=()):
+    """One initiator run of the real bench; ``protocol``, ``env`` and ``extra`` flags let
+    bench_verbs.py run the same workload over (emulated) RDMA."""
     for attempt in range(1, REAL_ATTEMPTS + 1):
         try:
-            return _run_real_once(children, exe, etcd, target, op, block, duration, log)
+            return _run_real_once(children, exe, etcd, target, op, block, duration, log,
+                                  protocol, env, extra)
         except RuntimeError as exc:
             real_crashes.append(f"{op} {block}: {exc}")
             if attempt == REAL_ATTEMPTS:
@@ -170,14 +173,15 @@ def run_real(children: Children, exe: Path, etcd: str, target: str, op: str, blo
 
 
 def _run_real_once(children: Children, exe: Path, etcd: str, target: str, op: str, block: int,
-                   duration: float, log: Path):
+                   duration: float, log: Path, protocol: str, env, extra):
     with open(log, "wb") as f:
         p = children.start(
-            [str(exe), "--mode=initiator", "--protocol=tcp", f"--metadata_server={etcd}",
+            [str(exe), "--mode=initiator", f"--protocol={protocol}", *extra,
+             f"--metadata_server={etcd}",
              f"--local_server_name=127.0.0.1:{free_port()}", f"--segment_id={target}",
              f"--operation={op}", f"--block_size={block}", f"--batch_size={BATCH}",
              "--threads=1", f"--duration={max(1, round(duration))}", f"--buffer_size={BUFFER}"],
-            stdout=f, stderr=subprocess.STDOUT,
+            env=env, stdout=f, stderr=subprocess.STDOUT,
         )
         p.wait(timeout=duration + 60)
     found = _DONE.findall(log.read_text(errors="replace"))

@@ -1,6 +1,7 @@
 """Drive one real Mooncake TransferEngine (the pip wheel) from a parent test over stdin/stdout.
 
-Usage: python real_engine_driver.py SEGMENT_NAME METADATA_URI BUFFER_BYTES
+Usage: python real_engine_driver.py SEGMENT_NAME METADATA_URI BUFFER_BYTES [PROTOCOL [DEVICE]]
+(PROTOCOL defaults to tcp; DEVICE, for rdma, to "" = auto-discovery)
 
 Replies are single lines ``@@ {json}`` on stdout (the library logs to stderr). Commands, one
 JSON object per line: ``write``/``read``/``write_batch``/``read_batch`` (towards a target
@@ -21,10 +22,12 @@ def reply(**fields) -> None:
 
 def main() -> int:
     name, metadata, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    protocol = sys.argv[4] if len(sys.argv) > 4 else "tcp"
+    device = sys.argv[5] if len(sys.argv) > 5 else ""
     from mooncake.engine import TransferEngine
 
     te = TransferEngine()
-    rc = te.initialize(name, metadata, "tcp", "")
+    rc = te.initialize(name, metadata, protocol, device)
     if rc != 0:
         reply(event="error", what="initialize", rc=rc)
         return 1

@@ -36,14 +36,19 @@ class RealEngine:
         log_path: Path,
         size: int = 64 << 20,
         timeout: float = 30.0,
+        protocol: str = "tcp",
+        device: str = "",
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``protocol``/``device`` go to TransferEngine.initialize; ``env`` replaces this
+        process's environment (e.g. an emulated-RDMA fabric's)."""
         self.name = name
         self.timeout = timeout
         self.log_path = log_path
-        env = dict(os.environ, MC_TCP_BIND_ADDRESS="127.0.0.1")
+        env = dict(os.environ if env is None else env, MC_TCP_BIND_ADDRESS="127.0.0.1")
         self._log = open(log_path, "wb")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(  # noqa: S603
-            [sys.executable, str(DRIVER), name, metadata_uri, str(size)],
+            [sys.executable, str(DRIVER), name, metadata_uri, str(size), protocol, device],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
