@@ -19,11 +19,12 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 pytest_plugins = [
     "pytest_mooncake.plugin",
-    "pytest_mooncake.etcd",
-    "pytest_mooncake.faults",
-    "pytest_mooncake.engines",
-    "pytest_mooncake.masters",
-    "pytest_mooncake.completions",
-    "pytest_mooncake.chaos.fixtures",
-    "pytest_mooncake.skew",
+    "pytest_mooncake.fixtures.target_session",
+    "pytest_mooncake.fixtures.etcd_store",
+    "pytest_mooncake.fixtures.network_faults",
+    "pytest_mooncake.fixtures.engine_factories",
+    "pytest_mooncake.fixtures.master_clusters",
+    "pytest_mooncake.fixtures.rdma_completions",
+    "pytest_mooncake.fixtures.chaos_runs",
+    "pytest_mooncake.fixtures.version_skew",
 ]

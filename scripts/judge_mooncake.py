@@ -304,7 +304,7 @@ def replace_region(readme: str, region: str) -> str:
 
 def load_titles() -> dict[str, str]:
     sys.path.insert(0, str(ROOT))
-    from pytest_mooncake.catalogue import load_catalogue  # noqa: PLC0415
+    from pytest_mooncake.report.catalogue import load_catalogue  # noqa: PLC0415
 
     catalogue = load_catalogue()
     ids = sorted((r for r in catalogue.requirements), key=catalogue.order)

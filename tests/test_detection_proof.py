@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mooncake.catalogue import load_catalogue, tomllib
+from pytest_mooncake.report.catalogue import load_catalogue, tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = tomllib.loads((ROOT / "fixtures" / "verdicts" / "reference.toml").read_text())

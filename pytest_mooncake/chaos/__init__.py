@@ -21,10 +21,10 @@ Wiring a target takes a client and faults; e.g. engines of the current target::
                      ).assert_valid()
 
 Modules: ``history`` (ops, JSON lines), ``generator`` (workloads), ``nemesis`` (faults and
-their schedule), ``runner`` (``run_chaos``), ``checkers``, ``clients`` (adapters over the
-Target API), ``fixtures`` (``mc_chaos``); the report of a run: ``report`` (files beside the
-history), ``timeline`` (HTML), ``plot`` (PNG), ``recovery`` (heal to first ok), ``windows``
-(fault windows), ``lanes``.
+their schedule), ``runner`` (``run_chaos``), ``checkers``, ``target_clients`` (adapters over the
+Target API); the report of a run: ``run_report`` (files beside the history), ``timeline`` (HTML),
+``plot`` (PNG), ``recovery`` (heal to first ok), ``windows`` (fault windows), ``lanes``. The
+``mc_chaos`` fixture is in ``pytest_mooncake/fixtures/chaos_runs.py``.
 """
 
 from pytest_mooncake.chaos.checkers import (
@@ -38,7 +38,6 @@ from pytest_mooncake.chaos.checkers import (
     no_torn_descriptors,
     transfers_reach_new_instance,
 )
-from pytest_mooncake.chaos.clients import EngineTransferClient
 from pytest_mooncake.chaos.generator import OpSpec, Workload
 from pytest_mooncake.chaos.history import History, Op
 from pytest_mooncake.chaos.nemesis import (
@@ -53,8 +52,9 @@ from pytest_mooncake.chaos.nemesis import (
     process_pause,
 )
 from pytest_mooncake.chaos.recovery import RecoveryTimes, recovery_times
-from pytest_mooncake.chaos.report import write_report
+from pytest_mooncake.chaos.run_report import write_report
 from pytest_mooncake.chaos.runner import ChaosResult, ChaosRunError, fail, info, ok, run_chaos
+from pytest_mooncake.chaos.target_clients import EngineTransferClient
 
 __all__ = [
     "CheckResult", "Verdict", "bounded_recovery", "check", "no_lost_acks", "no_phantom_reads",

@@ -33,6 +33,7 @@ from pytest_mooncake.chaos.generator import Generator, OpSpec, Workload
 from pytest_mooncake.chaos.history import FAIL, INFO, OK, History, Op
 from pytest_mooncake.chaos.nemesis import Fault, Nemesis
 from pytest_mooncake.chaos.recovery import RecoveryTimes, recovery_times
+from pytest_mooncake.runtime.deadlines import Timeout, wait_until
 
 
 @dataclass(frozen=True)
@@ -309,23 +310,28 @@ def _recovery_phase(work: Callable[..., None], clients: list[Any], workers: int,
 
 def _final_phase(history: History, client: Any, workload: Workload, process: int,
                  timeout: float, errors: list[str]) -> None:
+    """Each final op retried until it succeeds, all of them within one ``timeout``."""
     deadline = time.monotonic() + timeout
     for spec in workload.for_worker(0):
-        delay = 0.01
-        while True:
+        last: list[Outcome] = []
+
+        def attempt(spec: OpSpec = spec, last: list[Outcome] = last) -> bool:
+            nonlocal process
             op = history.invoke(process, spec.f, spec.key, spec.value, final=True)
             out = _call(client, spec)
             _record(history, op, out)
-            if out.type == OK:
-                break
+            last[:] = [out]
             if out.type == INFO:
                 process += 1
-            if time.monotonic() >= deadline:
-                errors.append(f"final {spec.f} {spec.key} did not succeed within {timeout}s "
-                              f"(last: {out.error})")
-                return
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+            return out.type == OK
+
+        try:
+            wait_until(attempt, max(0.0, deadline - time.monotonic()),
+                       f"final {spec.f} {spec.key}", interval=0.01, max_interval=0.2)
+        except Timeout:
+            errors.append(f"final {spec.f} {spec.key} did not succeed within {timeout}s "
+                          f"(last: {last[0].error})")
+            return
 
 
 def _progress_line(history: History, elapsed: float, seconds: float,

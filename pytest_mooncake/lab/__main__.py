@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any
 
-from pytest_mooncake.lab import lab as labs
+from pytest_mooncake.lab import netns_lab as labs
 from pytest_mooncake.lab.host import LabError
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_mooncake.lab.host import LabError, probe
-from pytest_mooncake.lab.lab import Lab, sweep_stale, unused_name
+from pytest_mooncake.lab.netns_lab import Lab, sweep_stale, unused_name
 from pytest_mooncake.nodes.fleet import Fleet
 
 

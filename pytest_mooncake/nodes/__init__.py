@@ -7,7 +7,11 @@ before it is applied). ``schema`` holds the cluster file's node tables as pydant
 Nothing here imports pytest; the remote side needs only sshd and POSIX shell tools.
 """
 
-from pytest_mooncake.nodes.errors import (
+from pytest_mooncake.nodes.faults import Fault, Faults, HealOutcome
+from pytest_mooncake.nodes.fleet import Fleet
+from pytest_mooncake.nodes.ledger import Ledger
+from pytest_mooncake.nodes.node import Node
+from pytest_mooncake.nodes.node_errors import (
     CommandFailed,
     CommandTimeout,
     ComponentError,
@@ -16,10 +20,6 @@ from pytest_mooncake.nodes.errors import (
     NodesFileError,
     NodeUnreachable,
 )
-from pytest_mooncake.nodes.faults import Fault, Faults, HealOutcome
-from pytest_mooncake.nodes.fleet import Fleet
-from pytest_mooncake.nodes.ledger import Ledger
-from pytest_mooncake.nodes.node import Node
 from pytest_mooncake.nodes.schema import ComponentSpec, FaultsSpec, NodesFile, NodeSpec, load_nodes
 
 __all__ = [

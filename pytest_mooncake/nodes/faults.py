@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_mooncake.nodes import firewall
-from pytest_mooncake.nodes.errors import FaultNotAllowed, NodeError
 from pytest_mooncake.nodes.firewall import Direction, Peer
 from pytest_mooncake.nodes.ledger import Entry, Ledger
+from pytest_mooncake.nodes.node_errors import FaultNotAllowed, NodeError
 from pytest_mooncake.nodes.schema import NodesFile
 
 if TYPE_CHECKING:

@@ -14,16 +14,25 @@ import math
 import shlex
 import socket
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from pytest_mooncake.nodes import scripts
-from pytest_mooncake.nodes.errors import CommandFailed, ComponentError
+from pytest_mooncake.nodes.node_errors import CommandFailed, ComponentError
 from pytest_mooncake.nodes.schema import ComponentSpec, NodeSpec
 from pytest_mooncake.nodes.ssh import RemoteResult, SshSessions
 
-if TYPE_CHECKING:
-    from pytest_mooncake.nodes.faults import Faults
+
+class FaultGuard(Protocol):
+    """What a node asks of the fleet's fault guard (``faults.Faults``, which holds the nodes):
+    permission, a ledger record around a fault, word that a component runs again. A protocol,
+    so that node and guard do not import each other."""
+
+    def require(self, action: str, kind: str | None, what: str) -> None: ...
+    def recording(self, kind: str, **detail: Any) -> AbstractContextManager[Any]: ...
+    def came_back(self, node: str, component: str,
+                  kinds: Sequence[str] = ("down", "pause")) -> None: ...
 
 #: slack added to a script's own wait for the SSH round trips around it
 _SSH_SLACK = 10.0
@@ -33,7 +42,7 @@ class Node:
     """A node of the cluster file, driven over SSH."""
 
     def __init__(self, spec: NodeSpec, components: Mapping[str, ComponentSpec],
-                 ssh: SshSessions, faults: Faults):
+                 ssh: SshSessions, faults: FaultGuard):
         self.spec = spec
         self.components = dict(components)
         self._ssh = ssh

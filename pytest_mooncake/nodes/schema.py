@@ -59,7 +59,7 @@ from pydantic import (
     model_validator,
 )
 
-from pytest_mooncake.nodes.errors import NodesFileError
+from pytest_mooncake.nodes.node_errors import NodesFileError
 
 KINDS = ("etcd", "master", "engine", "client", "other")
 #: permissions the node layer adds to the cluster target's [faults].allow vocabulary

@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncssh
 
-from pytest_mooncake.nodes.errors import CommandFailed, CommandTimeout, NodeUnreachable
+from pytest_mooncake.nodes.node_errors import CommandFailed, CommandTimeout, NodeUnreachable
 from pytest_mooncake.nodes.schema import NodeSpec
 
 #: slack on top of a command's own deadline before the facade gives up on the loop itself

@@ -1,1 +1,3 @@
-"""Runtime services of the plugin: processes, ports, logs, waits, caches and native builds."""
+"""What the framework runs on, without pytest: processes, ports, deadlines, the etcd and
+Toxiproxy server processes, native builds. New packages (verbs, releases, nodes) build on this
+layer only."""

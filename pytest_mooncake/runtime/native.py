@@ -20,6 +20,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_mooncake.runtime.deadlines import Timeout, wait_until
+
 CACHE_ENV = "MC_CACHE_DIR"
 COMPILER_HINT = "install a C compiler (apt-get install -y gcc) or set CC"
 
@@ -89,16 +91,21 @@ def build_shared_library(
         return target
     deadline = time.monotonic() + timeout
     with open(out_dir / ".lock", "w") as lock:
-        while True:
+
+        def locked() -> bool:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise NativeBuildError(
-                        f"another process held the build lock of {target} for {timeout:.0f} s; "
-                        f"remove {out_dir} if no build is running") from None
-                time.sleep(0.05)
+                return False
+            return True
+
+        try:
+            wait_until(locked, timeout, f"the build lock of {target}", interval=0.05,
+                       max_interval=0.05)
+        except Timeout:
+            raise NativeBuildError(
+                f"another process held the build lock of {target} for {timeout:.0f} s; "
+                f"remove {out_dir} if no build is running") from None
         if target.is_file():  # built by whoever held the lock
             return target
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out_dir)

@@ -35,16 +35,16 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
         "the Python reference engine; variants: rfc (default), legacy",
     ),
     "mooncake": (
-        "pytest_mooncake.targets.mooncake:MooncakeTarget",
+        "pytest_mooncake.targets.mooncake.local_placement:MooncakeTarget",
         "a real Mooncake build: mooncake (the installed wheel), mooncake:DIR (an install "
         "directory), mooncake:REQUIREMENT (must be satisfied by the installed wheel)",
     ),
     "docker": (
-        "pytest_mooncake.targets.docker:DockerTarget",
+        "pytest_mooncake.targets.mooncake.docker_placement:DockerTarget",
         "Mooncake in containers through the docker SDK: docker:IMAGE",
     ),
     "cluster": (
-        "pytest_mooncake.targets.cluster:ClusterTarget",
+        "pytest_mooncake.targets.mooncake.deployment_placement:ClusterTarget",
         "an existing deployment described by a TOML manifest: cluster:FILE",
     ),
 }

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from pytest_mooncake.report.not_applicable import NotApplicable
+
 
 class Capability(str, enum.Enum):
     """The means a target may have. ``mc_requires`` takes these values."""
@@ -55,12 +57,17 @@ class Capability(str, enum.Enum):
 
 
 class TargetLacks(Exception):
-    """Raised by a target asked for something it has no means to do."""
+    """Raised by a target asked for something it has no means to do: the test is n/a. It
+    carries its ``NotApplicable`` (capability + reason) to the report as it is."""
 
     def __init__(self, capability: Capability | str, reason: str):
         self.capability = Capability(capability)
         self.reason = reason
         super().__init__(f"{self.capability.value}: {reason}")
+
+    @property
+    def not_applicable(self) -> NotApplicable:
+        return NotApplicable(self.capability.value, self.reason)
 
 
 class TargetError(Exception):
@@ -284,7 +291,7 @@ class MasterClusterHandle(Protocol):
 
 class RdmaHandle(Protocol):
     """An RDMA worker pool on a verbs layer under the test's control (``mc_completions``).
-    The reference target's ``pytest_mooncake/targets/reference/rdma.py`` documents the API:
+    The reference target's ``pytest_mooncake/targets/reference/rdma_handle.py`` documents the API:
     ``scenarios()``, ``run_interleaving(name)``, ``explore(name, ...)``, ``replay(token)`` and
     ``cluster(...)`` for hand-built scenarios (hold/release completions, force retry or
     handoff, error completions, bad_wr, QP-fatal, device-fatal, GID change, peer restart,

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_mooncake.chaos import EngineTransferClient
 from pytest_mooncake.chaos import generator as gen
 from pytest_mooncake.chaos.checkers import (
     bounded_recovery,
     no_phantom_reads,
     transfers_reach_new_instance,
 )
-from pytest_mooncake.chaos.clients import EngineTransferClient
 from pytest_mooncake.chaos.nemesis import engine_kill, partition
 
 SLOTS = 8

@@ -30,8 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pytest_mooncake.etcd import EtcdServer  # noqa: E402
-from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster, wait_for  # noqa: E402
+from pytest_mooncake.runtime.etcd_process import EtcdServer  # noqa: E402
+from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster  # noqa: E402
+from pytest_mooncake.waits import TRANSIENT, wait_until  # noqa: E402
 from reference_engine.master.applier import OpLogApplier  # noqa: E402
 from reference_engine.master.etcd_client import connect  # noqa: E402
 from reference_engine.master.master_policies import ReplayBaseline  # noqa: E402
@@ -75,12 +76,12 @@ def failover_round(etcd: list[str], workdir: Path, profile: str, keys: int, leas
             assert client.put(f"k{i}", 64)["ok"]
         old = cluster.leader()
         (standby,) = cluster.standbys()
-        wait_for(lambda: cluster.key_count(standby) == keys, 20, "standby caught up")
+        wait_until(lambda: cluster.key_count(standby) == keys, 20, "standby caught up", ignore=TRANSIENT)
         killed_wall, killed = time.time(), time.monotonic()
         cluster.kill_master(old)
         failover = serving_since(cluster.masters[standby].admin + "/health", killed + 60) - killed
-        status = wait_for(lambda: (lambda s: s if s["reattaches"] else None)(client.status()),
-                          stall + 60, "client reattached")
+        status = wait_until(lambda: (lambda s: s if s["reattaches"] else None)(client.status()),
+                          stall + 60, "client reattached", ignore=TRANSIENT)
         reattach = status["reattaches"][-1]["attached_at"] - killed_wall
         assert cluster.key_count(standby) == keys
         return failover, reattach

@@ -194,17 +194,9 @@ def _run_real_once(children: Children, exe: Path, etcd: str, target: str, op: st
 
 
 def free_port() -> int:
-    from pytest_mooncake.ports import free_port as fp
+    from pytest_mooncake.runtime.ports import free_port as fp
 
     return fp()
-
-
-def wait_for(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def main(argv: list[str]) -> int:
@@ -235,7 +227,8 @@ def main(argv: list[str]) -> int:
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         ref_port = int(ref.stdout.readline())
         if exe is not None:
-            from pytest_mooncake.etcd import EtcdServer
+            from pytest_mooncake.runtime.etcd_process import EtcdServer
+            from pytest_mooncake.waits import wait_until
 
             etcd = EtcdServer(tmp / "etcd", tmp / "etcd.log").start()
             target = f"127.0.0.1:{free_port()}"
@@ -247,7 +240,7 @@ def main(argv: list[str]) -> int:
                 )
             key = f"mooncake/ram/{target}".encode()
             client = etcd.client()
-            wait_for(lambda: client.get(key)[0] is not None, 30, "the real target's descriptor")
+            wait_until(lambda: client.get(key)[0] is not None, 30, "the real target's descriptor")
         for r in range(args.rounds):
             for op, block in cells:
                 if exe is not None:

@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     if exe is None:
         print("n/a: the Mooncake wheel (mooncake-transfer-engine-non-cuda) is not installed")
         return 1
-    from pytest_mooncake.etcd import EtcdServer
+    from pytest_mooncake.runtime.etcd_process import EtcdServer
     from pytest_mooncake.verbs import EmulatedFabric
 
     sizes = [int(s) for s in args.sizes.split(",")]

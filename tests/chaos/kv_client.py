@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pytest_mooncake.chaos.generator import OpSpec
 from pytest_mooncake.chaos.runner import Outcome, fail, info, ok
-from pytest_mooncake.ports import free_port
-from pytest_mooncake.processes import ManagedProcess, Supervisor, port_open
+from pytest_mooncake.runtime.ports import free_port
+from pytest_mooncake.runtime.processes import ManagedProcess, Supervisor, port_open
 
 SERVER = Path(__file__).with_name("kvserver.py")
 

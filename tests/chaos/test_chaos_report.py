@@ -16,7 +16,7 @@ from pytest_mooncake.chaos.checkers import bounded_recovery, check, no_phantom_r
 from pytest_mooncake.chaos.history import NEMESIS, History, Op
 from pytest_mooncake.chaos.nemesis import process_kill
 from pytest_mooncake.chaos.recovery import recovery_times
-from pytest_mooncake.chaos.report import report_paths, write_report
+from pytest_mooncake.chaos.run_report import report_paths, write_report
 
 
 class Script:

@@ -19,7 +19,7 @@ from pytest_mooncake.chaos.checkers import (
 )
 from pytest_mooncake.chaos.history import NEMESIS
 from pytest_mooncake.chaos.nemesis import Nemesis, process_kill
-from pytest_mooncake.processes import live_processes
+from pytest_mooncake.runtime.processes import live_processes
 
 KEYS = 24
 SECONDS = 2.5

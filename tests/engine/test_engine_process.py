@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pytest_mooncake.processes import log_matches
+from pytest_mooncake.runtime.processes import log_matches
 from reference_engine.descriptor import decode
 from reference_engine.engine.control_client import ControlClient, ControlError
 from reference_engine.metadata import KeyLayout, open_store

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pytest_mooncake.processes import log_matches
+from pytest_mooncake.runtime.processes import log_matches
 from reference_engine.metadata import (
     KeyLayout,
     MetadataError,
@@ -129,7 +129,7 @@ def test_keys_with_odd_characters_survive_http(http_server):
 
 
 def test_etcd_fails_over_to_the_next_endpoint(mc_etcd):
-    from pytest_mooncake.ports import free_port
+    from pytest_mooncake.runtime.ports import free_port
 
     dead = ("127.0.0.1", free_port())
     live = tuple(parse_uri(mc_etcd.uri).endpoints)
@@ -141,7 +141,7 @@ def test_etcd_fails_over_to_the_next_endpoint(mc_etcd):
 
 
 def test_unreachable_stores_raise_metadata_error_naming_the_key():
-    from pytest_mooncake.ports import free_port
+    from pytest_mooncake.runtime.ports import free_port
 
     port = free_port()
     for s in (EtcdStore([("127.0.0.1", port)], timeout=1),

@@ -48,7 +48,7 @@ def test_unknown_engine_options_are_named(mc_engine):
 
 @pytest.mark.parametrize("mc_metadata", ["etcd", "http"], indirect=True)
 def test_metadata_through_a_proxy_address_keeps_raw_access_on_the_store(mc_metadata):
-    from pytest_mooncake.ports import free_port
+    from pytest_mooncake.runtime.ports import free_port
 
     proxy = f"127.0.0.1:{free_port()}"
     via = mc_metadata.through(proxy)

@@ -22,8 +22,8 @@ pytest.importorskip(
 
 from realengine import RealEngine  # noqa: E402
 
-from pytest_mooncake.ports import free_port  # noqa: E402
-from pytest_mooncake.processes import Supervisor, port_open  # noqa: E402
+from pytest_mooncake.runtime.ports import free_port  # noqa: E402
+from pytest_mooncake.runtime.processes import Supervisor, port_open  # noqa: E402
 from reference_engine import descriptor  # noqa: E402
 from reference_engine.metadata import KeyLayout, open_store  # noqa: E402
 from reference_engine.transport import TcpTransport  # noqa: E402

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from pytest_mooncake.ports import free_port
-from pytest_mooncake.processes import log_matches
+from pytest_mooncake.runtime.ports import free_port
+from pytest_mooncake.runtime.processes import log_matches
 from reference_engine.engine.control_client import ControlClient
 
 pytestmark = pytest.mark.interop

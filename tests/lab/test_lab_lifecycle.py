@@ -15,8 +15,8 @@ import pytest
 
 from pytest_mooncake.lab import host, network
 from pytest_mooncake.lab.fixture import lab_name
-from pytest_mooncake.lab.lab import Lab, down, known_labs, read_state, sweep_stale
 from pytest_mooncake.lab.layout import state_root
+from pytest_mooncake.lab.netns_lab import Lab, down, known_labs, read_state, sweep_stale
 
 pytestmark = pytest.mark.skipif(bool(host.probe()), reason=host.probe() or "")
 
@@ -115,7 +115,7 @@ def test_an_interrupted_up_removes_what_it_built():
 
 SESSION = """
 import os, sys
-from pytest_mooncake.lab.lab import Lab
+from pytest_mooncake.lab.netns_lab import Lab
 Lab.up(nodes=1, name=sys.argv[1], masters=0, engines=False, owner_pid=os.getpid())
 print("up", flush=True)
 sys.stdin.read()

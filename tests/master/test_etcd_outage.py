@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_mooncake.targets.reference.masters import wait_for
-from pytest_mooncake.waits import holds_for
+from pytest_mooncake.waits import TRANSIENT, holds_for, wait_until
 from reference_engine.master.error_codes import MasterError
 from reference_engine.master.model import SegmentInfo
 
@@ -56,7 +55,7 @@ def test_etcd_restart_loses_no_acknowledged_write_and_never_splits_brain(cluster
         t.start()
     observed_serving: list[list[int]] = []
     try:
-        wait_for(lambda: len(acks) >= 20, 20, "writes before the outage")
+        wait_until(lambda: len(acks) >= 20, 20, "writes before the outage", ignore=TRANSIENT)
         mc_etcd.stop()
         down_at = time.monotonic()
         try:
@@ -64,14 +63,14 @@ def test_etcd_restart_loses_no_acknowledged_write_and_never_splits_brain(cluster
                 observed_serving.append(cluster.serving())
                 return observed_serving[-1] == []
 
-            wait_for(none_serving, cluster.lease_ttl + 5, "every master stops serving without etcd")
+            wait_until(none_serving, cluster.lease_ttl + 5, "every master stops serving without etcd", ignore=TRANSIENT)
             holds_for(none_serving, 0.5, "no master serving while etcd is down")
             up_at = time.monotonic()
         finally:
             mc_etcd.start()
         leader = cluster.leader(timeout=30)
         before = len(acks)
-        wait_for(lambda: len(acks) >= before + 20, 30, "writes after the outage")
+        wait_until(lambda: len(acks) >= before + 20, 30, "writes after the outage", ignore=TRANSIENT)
     finally:
         stop.set()
         for t in threads:

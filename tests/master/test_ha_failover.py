@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from pytest_mooncake.targets.reference.masters import put_keys, wait_for
+from pytest_mooncake.targets.reference.masters import put_keys
+from pytest_mooncake.waits import TRANSIENT, wait_until
 
 
 @pytest.mark.mc_req("MP-6")
@@ -18,14 +19,14 @@ def test_soaked_standby_survives_leader_sigkill_with_every_key(cluster_factory, 
     keys = put_keys(client, 60)
     old = cluster.leader()
     (standby,) = cluster.standbys()
-    wait_for(lambda: cluster.key_count(standby) == 60, 10, "standby applied every put")
+    wait_until(lambda: cluster.key_count(standby) == 60, 10, "standby applied every put", ignore=TRANSIENT)
     cluster.kill_master(old)
     new = cluster.leader(timeout=15)
     assert new == standby
     assert sorted(cluster.keys(new)) == sorted(keys)
     if profile == "rfc":
-        wait_for(lambda: client.exists("k7").get("result", {}).get("exists"), 10,
-                 "client reads on the new leader")
+        wait_until(lambda: client.exists("k7").get("result", {}).get("exists"), 10,
+                 "client reads on the new leader", ignore=TRANSIENT)
 
 
 @pytest.mark.mc_req("MP-4", "MP-5", "MP-3")
@@ -43,7 +44,7 @@ def test_fresh_standby_not_promotable_until_caught_up_then_keeps_every_key(clust
         lags.append(cluster.metrics(fresh)["ha_oplog_standby_lag"])
         return p["promotable"]
 
-    wait_for(caught_up, 30, "fresh standby promotable")
+    wait_until(caught_up, 30, "fresh standby promotable", ignore=TRANSIENT)
     assert not answers[0]["promotable"], answers[0]
     assert answers[0]["keys_restorable"] < 150
     assert max(lags) > 0 and lags[-1] == 0
@@ -62,8 +63,8 @@ def test_legacy_fresh_standby_claims_promotable_at_once_and_promotes_into_an_emp
     cluster = cluster_factory("legacy", masters=1, clients=1, warmup=0)
     put_keys(cluster.client(0), 40)
     fresh = cluster.start_master()
-    p = wait_for(lambda: (lambda a: a if a["promotable"] else None)(cluster.promotable(fresh)),
-                 10, "legacy standby WATCHING")
+    p = wait_until(lambda: (lambda a: a if a["promotable"] else None)(cluster.promotable(fresh)),
+                 10, "legacy standby WATCHING", ignore=TRANSIENT)
     assert p["keys_restorable"] == 0 and p["primary_seq"] > 0
     assert cluster.metrics(fresh)["ha_oplog_standby_lag"] == 0
     cluster.kill_master(0)
@@ -81,8 +82,8 @@ def test_clients_reattach_within_the_bound_after_failover(cluster_factory):
     new = cluster.leader(timeout=15)
     bound = cluster.lease_ttl + cluster.reattach_timeout + 2.0
     for c in cluster.clients:
-        status = wait_for(lambda c=c: (lambda s: s if s["attached"] and s["reattaches"] else None)(c.status()),
-                          bound, f"{c.client_id} reattached")
+        status = wait_until(lambda c=c: (lambda s: s if s["attached"] and s["reattaches"] else None)(c.status()),
+                          bound, f"{c.client_id} reattached", ignore=TRANSIENT)
         assert status["leader"] == cluster.masters[new].address
         assert status["reattaches"][-1]["attached_at"] - killed_at < bound
     assert cluster.metrics(new)["master_active_clients"] == 2

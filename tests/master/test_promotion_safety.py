@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_mooncake.targets.reference.masters import put_keys, wait_for
+from pytest_mooncake.targets.reference.masters import put_keys
+from pytest_mooncake.waits import TRANSIENT, wait_until
 
 
 def planted_cluster(cluster_factory, profile, **options):
@@ -13,7 +14,7 @@ def planted_cluster(cluster_factory, profile, **options):
     leader = cluster.leader()
     (standby,) = cluster.standbys()
     seq = cluster.plant_bad_descriptor("k3")
-    wait_for(lambda: cluster.promotable(standby)["applied_seq"] >= seq, 10, "standby applied the plant")
+    wait_until(lambda: cluster.promotable(standby)["applied_seq"] >= seq, 10, "standby applied the plant", ignore=TRANSIENT)
     return cluster, keys, leader, standby
 
 
@@ -60,7 +61,7 @@ def test_snapshot_restore_after_recreating_every_master(cluster_factory, profile
                               trim_oplog_after_snapshot=True)
     keys = put_keys(cluster.client(0), 50)
     (standby,) = cluster.standbys()
-    wait_for(lambda: cluster.key_count(standby) == 50, 10, "standby caught up")
+    wait_until(lambda: cluster.key_count(standby) == 50, 10, "standby caught up", ignore=TRANSIENT)
     snap = cluster.snapshot(standby)
     assert snap["objects"] == 50 and snap["trimmed_batches"] > 0
     for i in range(2):
@@ -80,12 +81,12 @@ def test_trimmed_history_without_snapshot_is_not_promotable(cluster_factory, tmp
                               trim_oplog_after_snapshot=True)
     put_keys(cluster.client(0), 10)
     (standby,) = cluster.standbys()
-    wait_for(lambda: cluster.key_count(standby) == 10, 10, "standby caught up")
+    wait_until(lambda: cluster.key_count(standby) == 10, 10, "standby caught up", ignore=TRANSIENT)
     cluster.snapshot(standby)
     cluster.snapshot_dir = None
     blind = cluster.start_master()
-    p = wait_for(lambda: (lambda a: a if "missing" in a["reason"] else None)(cluster.promotable(blind)),
-                 10, "blind standby reports the gap")
+    p = wait_until(lambda: (lambda a: a if "missing" in a["reason"] else None)(cluster.promotable(blind)),
+                 10, "blind standby reports the gap", ignore=TRANSIENT)
     assert p["promotable"] is False and p["keys_restorable"] == 0
 
 
@@ -93,8 +94,8 @@ def test_trimmed_history_without_snapshot_is_not_promotable(cluster_factory, tmp
 def test_leader_crash_with_a_bad_context_leaves_no_master_serving_an_empty_index(cluster_factory):
     cluster, keys, leader, standby = planted_cluster(cluster_factory, "rfc")
     cluster.kill_master(leader)
-    wait_for(lambda: cluster.metrics(standby)["ha_promotions_refused_total"] >= 1, 15,
-             "standby refuses to campaign")
+    wait_until(lambda: cluster.metrics(standby)["ha_promotions_refused_total"] >= 1, 15,
+             "standby refuses to campaign", ignore=TRANSIENT)
     assert cluster.serving() == []
     assert cluster.promotable(standby)["promotable"] is False
     assert "refusing to campaign" in cluster.master_log(standby)

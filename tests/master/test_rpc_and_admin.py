@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from pytest_mooncake.targets.reference.masters import wait_for
+from pytest_mooncake.waits import TRANSIENT, wait_until
 from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.protocol import MAX_FRAME, recv_frame, send_frame
 from reference_engine.master.rpc_server import RpcServer
@@ -120,12 +120,12 @@ def test_drain_lifecycle_and_force_killed_client_segment(cluster_factory):
     for i in range(6):
         assert cluster.client(1).put(f"new{i}")["ok"]
         assert admin.get(f"new{i}")["replicas"][0]["descriptors"][0][0] != source
-    wait_for(lambda: admin.call("segment_status", {"endpoint": source})["status"] == "DRAINED",
-             10, "segment drained")
+    wait_until(lambda: admin.call("segment_status", {"endpoint": source})["status"] == "DRAINED",
+             10, "segment drained", ignore=TRANSIENT)
     assert all(admin.exists(f"k{i}") for i in range(12))
     cluster.client(2).kill()
     victim = "client-2@127.0.0.1"
-    wait_for(lambda: _gone(admin, victim), 10, "killed client's segment unmounted")
+    wait_until(lambda: _gone(admin, victim), 10, "killed client's segment unmounted", ignore=TRANSIENT)
     assert cluster.metrics(0)["master_active_clients"] == 3  # client-0, client-1, operator
 
 

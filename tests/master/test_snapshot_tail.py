@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_mooncake.targets.reference.masters import wait_for
+from pytest_mooncake.waits import TRANSIENT, wait_until
 
 
 def put_keys(client, keys):
@@ -22,7 +22,7 @@ def test_new_standby_loads_the_snapshot_and_replays_only_the_tail(cluster_factor
     client = cluster.client(0)
     early = put_keys(client, [f"early-{i}" for i in range(40)])
     (standby,) = cluster.standbys()
-    wait_for(lambda: cluster.key_count(standby) == 40, 10, "standby caught up")
+    wait_until(lambda: cluster.key_count(standby) == 40, 10, "standby caught up", ignore=TRANSIENT)
     snap = cluster.snapshot(standby)
     snap_seq = snap["last_included_seq"]
     assert snap["objects"] == 40 and snap["trimmed_batches"] == 0

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_mooncake.targets.reference.masters import wait_for
+from pytest_mooncake.waits import TRANSIENT, wait_until
 
 
 @pytest.mark.mc_req("MP-8")
 def test_incompatible_client_is_rejected_and_the_master_logs_its_version(cluster_factory):
     cluster = cluster_factory("rfc", masters=1)
     bad = cluster.start_client("old-client", version="9.0.0", wait_attached=False)
-    status = wait_for(lambda: (lambda s: s if "INVALID_VERSION" in (s["last_error"] or "") else None)(
-        bad.status()), 10, "rejection reaches the client")
+    status = wait_until(lambda: (lambda s: s if "INVALID_VERSION" in (s["last_error"] or "") else None)(
+        bad.status()), 10, "rejection reaches the client", ignore=TRANSIENT)
     assert not status["attached"]
     assert "9.0.0" in status["last_error"]
     log = cluster.master_log(0)

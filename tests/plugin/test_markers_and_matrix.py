@@ -194,7 +194,9 @@ def test_matrix_run_has_a_column_per_target(pytester: pytest.Pytester) -> None:
 
 @pytest.mark.parametrize(("content", "message"), [
     (None, "*--mc-matrix=nosuch.toml: no such file*"),
-    ("[[column]]\nname = 1\n", "*column 1 has no target string*"),
+    ("[[column]]\nname = 1\n", "*--mc-matrix=*nosuch.toml: field 'column[[]0[]].target': missing*"),
+    ("[[column]]\ntarget = 3\n", "*nosuch.toml: field 'column[[]0[]].target': expected a string, got 3*"),
+    ("column = []\n", "*nosuch.toml: field 'column': must not be empty*"),
     ("[[column]]\ntarget = \"bogus\"\n", "*unknown target 'bogus'*"),
     ("not toml [", "*not valid TOML*"),
 ])

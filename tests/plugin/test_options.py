@@ -65,7 +65,7 @@ def test_bad_values_are_one_line_usage_errors(pytester: pytest.Pytester, args, m
 
 
 def test_help_documents_every_option(pytester: pytest.Pytester) -> None:
-    from pytest_mooncake.options import OPTIONS
+    from pytest_mooncake.config.options import OPTIONS
 
     result = pytester.runpytest("--help")
     text = result.stdout.str()

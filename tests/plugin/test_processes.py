@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pytest_mooncake.ports import free_port
-from pytest_mooncake.processes import (
+from pytest_mooncake.runtime.ports import free_port
+from pytest_mooncake.runtime.processes import (
     ManagedProcess,
     ProcessStartError,
     Supervisor,
@@ -114,7 +114,7 @@ def test_processes_are_reaped_after_a_failing_test(pytester: pytest.Pytester) ->
 
 def test_leaked_process_is_an_error_at_session_end(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
-        from pytest_mooncake.processes import Supervisor
+        from pytest_mooncake.runtime.processes import Supervisor
         LEAK = []
         def test_leaks(tmp_path):
             LEAK.append(Supervisor(tmp_path).start("leaky", ["sleep", "60"]))

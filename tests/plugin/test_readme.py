@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pytest_mooncake.options import OPTIONS
+from pytest_mooncake.config.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ import pytest
 
 from pytest_mooncake.targets.base import Capability, TargetLacks
 from pytest_mooncake.targets.reference import ReferenceTarget
-from pytest_mooncake.targets.reference.rdma import RdmaExploration, RdmaRun, RdmaViolation
+from pytest_mooncake.targets.reference.rdma_handle import RdmaExploration, RdmaRun, RdmaViolation
 
 
 def _handle(profile, **kw):
@@ -19,7 +19,7 @@ def _plain(value):
         return all(_plain(v) for v in value)
     if isinstance(value, dict):
         return all(_plain(k) and _plain(v) for k, v in value.items())
-    return type(value).__module__ == "pytest_mooncake.targets.reference.rdma" and all(
+    return type(value).__module__ == "pytest_mooncake.targets.reference.rdma_handle" and all(
         _plain(getattr(value, f)) for f in value.__dataclass_fields__)
 
 

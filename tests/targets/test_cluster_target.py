@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_mooncake.schemas.cluster_manifest import load_manifest
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetLacks
-from pytest_mooncake.targets.cluster import ClusterTarget, load_manifest
+from pytest_mooncake.targets.mooncake.deployment_placement import ClusterTarget
 
 EXAMPLE = Path(__file__).parents[2] / "fixtures" / "clusters" / "example.toml"
 
@@ -36,21 +37,21 @@ def test_example_manifest_is_valid():
 
 
 @pytest.mark.parametrize("text, field", [
-    ('[etcd]\nendpoints = "127.0.0.1:2379"\n', "[etcd].endpoints: expected an array"),
-    ('[etcd]\nendpoints = ["nohost"]\n', "[etcd].endpoints[0]: expected host:port, got 'nohost'"),
-    ('[etcd]\nendpoints = ["h:99999"]\n', "[etcd].endpoints[0]: expected host:port"),
-    ('[[masters]]\nadmin = "ftp://x"\n', "[[masters]][0].admin: expected an http:// or https:// URL"),
-    ('[[masters]]\nrpc = "h:1"\n', "[[masters]][0]: missing key admin"),
-    ('[[masters]]\nadmin = "http://h:1"\nport = 3\n', "[[masters]][0]: unknown key(s) port"),
-    ('[[engines]]\nsegment = "a"\n', "[[engines]][0]: missing key control"),
-    ('[[engines]]\nsegment = ""\ncontrol = "h:1"\n', "[[engines]][0].segment: expected a non-empty"),
+    ('[etcd]\nendpoints = "127.0.0.1:2379"\n', "field 'etcd.endpoints': expected an array, got a string"),
+    ('[etcd]\nendpoints = ["nohost"]\n', "field 'etcd.endpoints[0]': expected host:port, got 'nohost'"),
+    ('[etcd]\nendpoints = ["h:99999"]\n', "field 'etcd.endpoints[0]': expected host:port, got 'h:99999'"),
+    ('[[masters]]\nadmin = "ftp://x"\n', "field 'masters[0].admin': expected an http:// or https:// URL"),
+    ('[[masters]]\nrpc = "h:1"\n', "field 'masters[0].admin': missing: the master's admin/metrics URL"),
+    ('[[masters]]\nadmin = "http://h:1"\nport = 3\n', "field 'masters[0].port': unknown field (known: admin, rpc)"),
+    ('[[engines]]\nsegment = "a"\n', "field 'engines[0].control': missing"),
+    ('[[engines]]\nsegment = ""\ncontrol = "h:1"\n', "field 'engines[0].segment': expected a non-empty"),
     ('[[engines]]\nsegment = "a"\ncontrol = "h:1"\n[[engines]]\nsegment = "b"\ncontrol = "h:2"\n'
-     'aliases = ["a"]\n', "[[engines]]: segment name(s) listed twice: a"),
+     'aliases = ["a"]\n', "field 'engines': segment name(s) listed twice: a"),
     ('[faults]\nallow = ["observe", "kill_everything"]\n',
-     "[faults].allow[1]: unknown permission 'kill_everything'"),
-    ('[faults]\nallow = ["metadata_faults"]\n', "[faults].allow: metadata_faults needs [toxiproxy].url"),
-    ('[toxiproxy]\nurl = "localhost:8474"\n', "[toxiproxy].url: expected an http"),
-    ('[fault]\nallow = []\n', "top level: unknown key(s) fault"),
+     "field 'faults.allow[1]': unknown permission 'kill_everything'"),
+    ('[faults]\nallow = ["metadata_faults"]\n', "field 'faults.allow': metadata_faults needs toxiproxy.url"),
+    ('[toxiproxy]\nurl = "localhost:8474"\n', "field 'toxiproxy.url': expected an http"),
+    ('[fault]\nallow = []\n', "field 'fault': unknown field (known: cluster, engines, etcd, faults, masters"),
     ('[etcd\nendpoints = 3\n', "not valid TOML"),
 ])
 def test_invalid_manifests_name_the_file_and_the_field(tmp_path, text, field):
@@ -110,7 +111,7 @@ def test_faults():
     result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{bad}",
                                            timeout=60)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"{bad}: [[masters]][0].admin: expected an http" in result.stderr.str()
+    assert f"{bad}: field 'masters[0].admin': expected an http" in result.stderr.str()
 
 
 # ------------------------------------------------------------------ against real 0.3.13 processes
@@ -177,8 +178,12 @@ def test_observed_masters_report_a_leader_and_are_never_killed(mooncake_target, 
         assert observed.standbys() == [1 - leader]
         assert observed.key_count(leader) == 0
         assert observed.keys(leader) == []
-        with pytest.raises(TargetLacks, match="answered 503"):
+        with pytest.raises(TargetLacks, match="no key list on a master that is not serving"):
             observed.keys(1 - leader)
+        with pytest.raises(TargetLacks, match="no key count on a master that is not serving"):
+            observed.key_count(1 - leader)
+        with pytest.raises(TargetLacks, match="never drains segments"):
+            observed.drain_segment("any")
         with pytest.raises(TargetLacks, match="never kills masters"):
             observed.kill_master(leader)
         with pytest.raises(TargetLacks, match="exposes no promotability endpoint"):

@@ -10,13 +10,13 @@ import threading
 
 import pytest
 
-from pytest_mooncake.processes import ProcessStartError
+from pytest_mooncake.runtime.processes import ProcessStartError
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetContext, TargetLacks
-from pytest_mooncake.targets.docker import (
+from pytest_mooncake.targets.mooncake.docker_placement import (
     API_TIMEOUT,
     CONTROL_PORT,
-    ContainerPlacement,
+    ContainerLauncher,
     ContainerProcess,
     DockerLab,
     DockerTarget,
@@ -291,21 +291,21 @@ def test_close_removes_every_container_and_the_network_even_if_one_fails(lab):
     assert lab.client.networks.created[0].removed and lab.containers == []
 
 
-def test_placement_runs_the_driver_and_master_inside_the_image(lab):
-    placement = ContainerPlacement(lab, IMAGE)
-    assert placement.driver_argv("engine", "--segment", "s") == [
+def test_launcher_runs_the_driver_and_master_inside_the_image(lab):
+    launcher = ContainerLauncher(lab, IMAGE)
+    assert launcher.driver_argv("engine", "--segment", "s") == [
         "python3", "/mc-driver/driver.py", "engine", "--segment", "s"]
-    assert placement.master_binary() == "mooncake_master"
-    assert "--rpc_interface=eth0" in placement.master_rpc_flags
-    assert placement.host_name("client-0") == "mc-s1-client-0"
-    assert placement.port() != placement.port()
+    assert launcher.master_binary() == "mooncake_master"
+    assert "--rpc_interface=eth0" in launcher.master_rpc_flags
+    assert launcher.host_name("client-0") == "mc-s1-client-0"
+    assert launcher.port() != launcher.port()
 
 
 def test_target_session_tears_down_its_lab(tmp_path):
     fake = FakeDockerClient()
     target = DockerTarget(IMAGE, client_factory=lambda timeout: fake)
     target.open(TargetContext(seed=5, workdir=tmp_path))
-    lab = target._lab()
+    lab = target.placement.lab()
     ContainerProcess(lab, "x", ["x"], {}, None, 5).start()
     target.close()
     assert fake.containers.created[0].removed and fake.networks.created[0].removed
@@ -324,7 +324,7 @@ class LocalProcessContainers(FakeContainers):
         import subprocess
         import sys
 
-        from pytest_mooncake.ports import free_port
+        from pytest_mooncake.runtime.ports import free_port
         from pytest_mooncake.targets.mooncake.install import DRIVER
 
         container = super().run(image, command, **kwargs)
@@ -384,16 +384,16 @@ def local_docker(monkeypatch):
             container.popen.wait(10)
 
 
-def test_engine_handles_over_container_placement(local_docker, mooncake_target, mc_etcd, tmp_path):
-    from pytest_mooncake.targets.mooncake.engines import MooncakeEngine
-    from pytest_mooncake.targets.mooncake.metadata import EtcdMetadata
+def test_engine_handles_over_container_launcher(local_docker, mooncake_target, mc_etcd, tmp_path):
+    from pytest_mooncake.targets.mooncake.driver_engines import MooncakeEngine
+    from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 
     lab = DockerLab(local_docker, IMAGE, "s2", tmp_path)
-    placement = ContainerPlacement(lab, IMAGE)
+    launcher = ContainerLauncher(lab, IMAGE)
     meta = EtcdMetadata(list(mc_etcd.endpoints))
     tag = os.getpid()
-    a = MooncakeEngine(placement, tmp_path, f"dk-a-{tag}", meta, {})
-    b = MooncakeEngine(placement, tmp_path, f"dk-b-{tag}", meta, {})
+    a = MooncakeEngine(launcher, tmp_path, f"dk-a-{tag}", meta, {})
+    b = MooncakeEngine(launcher, tmp_path, f"dk-b-{tag}", meta, {})
     try:
         run = local_docker.containers.created[0]
         assert run.command[:2] == ["python3", "/mc-driver/driver.py"]

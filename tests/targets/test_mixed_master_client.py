@@ -15,8 +15,8 @@ from pytest_mooncake.targets import (
     TargetLacks,
     resolve_target,
 )
-from pytest_mooncake.targets.mooncake.masters import PROTOCOL as MOONCAKE_PROTOCOL
-from pytest_mooncake.targets.mooncake.masters import payload
+from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL as MOONCAKE_PROTOCOL
+from pytest_mooncake.targets.mooncake.store_clients import payload
 from pytest_mooncake.targets.reference.masters import PROTOCOL as REFERENCE_PROTOCOL
 
 MOONCAKE_MASTERS = MasterEndpoint(MOONCAKE_PROTOCOL, ("127.0.0.1:1",), "c", "0.3.13.post1",

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from pytest_mooncake.processes import live_processes
+from pytest_mooncake.runtime.processes import live_processes
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.targets.base import Capability, EngineHandle
-from pytest_mooncake.targets.mooncake.engines import EngineRestartFailed
+from pytest_mooncake.targets.mooncake.driver_engines import EngineRestartFailed
 
 
 @pytest.fixture

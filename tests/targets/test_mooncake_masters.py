@@ -7,9 +7,11 @@ import time
 
 import pytest
 
+from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.targets.base import Capability
-from pytest_mooncake.targets.mooncake.masters import parse_metrics, payload, wait_for
+from pytest_mooncake.targets.mooncake.store_clients import payload
+from pytest_mooncake.waits import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,7 @@ def test_sigkill_of_the_leader_observed(mooncake_target, request):
     client = cluster.client()
     key = f"failover-{os.getpid()}"
     assert client.put(key, 256)["ok"]
-    wait_for(lambda: cluster.metrics(1 - old).get("ha_oplog_applied_sequence_id", 0) >= 1,
+    wait_until(lambda: cluster.metrics(1 - old).get("ha_oplog_applied_sequence_id", 0) >= 1,
              30, "OpLog entry applied by the standby")
     started = time.monotonic()
     cluster.kill_master(old)
@@ -79,10 +81,10 @@ def test_sigkill_of_the_leader_observed(mooncake_target, request):
     assert new == 1 - old
     assert cluster.leader_view()["view_version"] > before
     assert cluster.key_count(new) >= 1
-    got = wait_for(lambda: (r := client.get(key))["ok"] and r, 30, f"get {key} after failover")
+    got = wait_until(lambda: (r := client.get(key))["ok"] and r, 30, f"get {key} after failover")
     assert got["result"]["data"] == payload(key, 256)
     cluster.start_master(old)
-    wait_for(lambda: cluster.health(old).get("role") == "standby", 30, "old leader as standby")
+    wait_until(lambda: cluster.health(old).get("role") == "standby", 30, "old leader as standby")
     assert cluster.serving() == [new]
     print(f"0.3.13 failover after SIGKILL of the leader: serving again after {took:.1f}s")
 

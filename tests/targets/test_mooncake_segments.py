@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_mooncake.targets.base import Capability, TargetError
-from pytest_mooncake.targets.mooncake.masters import wait_for, whole_seconds
+from pytest_mooncake.targets.mooncake.option_rules import whole_seconds
+from pytest_mooncake.waits import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def test_drain_moves_objects_off_and_refusals_carry_the_masters_error(cluster):
     assert on_source, "precondition: some object on the source segment"
     cluster.drain_segment(source)
     assert cluster.segment_status(source) in ("DRAINING", "DRAINED")
-    wait_for(lambda: cluster.segment_status(source) == "DRAINED", 30, "DRAINED")
+    wait_until(lambda: cluster.segment_status(source) == "DRAINED", 30, "DRAINED")
     assert all(cluster.replica_segments(k) == [other] for k in on_source)
     job = cluster.drain_job(source)
     assert job["status_name"] == "SUCCEEDED" and job["succeeded_units"] >= len(on_source)

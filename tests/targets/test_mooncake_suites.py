@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mooncake.catalogue import load_catalogue, tomllib
+from pytest_mooncake.report.catalogue import load_catalogue, tomllib
 from pytest_mooncake.targets import resolve_target
 
 ROOT = Path(__file__).resolve().parents[2]

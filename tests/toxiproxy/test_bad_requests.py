@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_mooncake.faults import api_request
+from pytest_mooncake.runtime.toxiproxy_process import api_request
 
 UP = {"type": "latency", "stream": "upstream"}  # the victim already has latency_downstream
 PROXY = {"name": "victim", "upstream": "127.0.0.1:9", "listen": "127.0.0.1:0"}

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from pytest_mooncake.faults import api_request, toxiproxy_version
-from pytest_mooncake.ports import free_port
-from pytest_mooncake.processes import log_matches
+from pytest_mooncake.runtime.ports import free_port
+from pytest_mooncake.runtime.processes import log_matches
+from pytest_mooncake.runtime.toxiproxy_process import api_request, toxiproxy_version
 
 SERVER = ["-m", "pytest_mooncake.toxiproxy", "--listen", "127.0.0.1:0"]
 

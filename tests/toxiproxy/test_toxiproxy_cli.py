@@ -12,8 +12,8 @@ import sys
 import pytest
 from toxi_net import connect, recv_exact, recv_to_eof
 
-from pytest_mooncake.faults import api_request, toxiproxy_version
-from pytest_mooncake.processes import log_matches
+from pytest_mooncake.runtime.processes import log_matches
+from pytest_mooncake.runtime.toxiproxy_process import api_request, toxiproxy_version
 
 MODULE = [sys.executable, "-m", "pytest_mooncake.toxiproxy"]
 READY = r"mc-toxiproxy ready: url=(http://127\.0\.0\.1:\d+) seed=(\d+)"

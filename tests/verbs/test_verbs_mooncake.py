@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.ports import free_port
+from pytest_mooncake.runtime.ports import free_port
 from pytest_mooncake.verbs import EmulatedFabric
 from pytest_mooncake.waits import wait_until
 

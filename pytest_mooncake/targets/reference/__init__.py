@@ -100,7 +100,7 @@ class ReferenceTarget(Target):
         return client
 
     def rdma(self, **options: Any) -> Any:
-        """The RDMA handle (see targets/reference/rdma.py); options: seed, schedules, strategy,
+        """The RDMA handle (see targets/reference/rdma_handle.py); options: seed, schedules, strategy,
         replay, verbs (only ``sim`` is driven here)."""
         verbs = options.get("verbs") or "sim"
         if verbs != "sim":
@@ -108,7 +108,7 @@ class ReferenceTarget(Target):
 
             raise TargetLacks(Capability.RDMA_CONTROL, f"the reference RDMA handle drives simulated "
                               f"verbs only (--mc-verbs={verbs} asked for a real device)")
-        from pytest_mooncake.targets.reference.rdma import ReferenceRdma
+        from pytest_mooncake.targets.reference.rdma_handle import ReferenceRdma
 
         return ReferenceRdma(self.profile, **{**options, "verbs": verbs})
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.processes import ManagedProcess, Supervisor
+from pytest_mooncake.runtime.processes import ManagedProcess, Supervisor
 from pytest_mooncake.targets.base import LookupResult, TargetError, TransferResult
 from reference_engine.descriptor import DescriptorError, decode, to_json
 from reference_engine.engine.control_client import ControlClient, ControlError

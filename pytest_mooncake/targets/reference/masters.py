@@ -5,36 +5,30 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.ports import free_port, release_port
-from pytest_mooncake.processes import ManagedProcess, ProcessStartError, http_ok
+from pytest_mooncake.runtime.deadlines import TRANSIENT, wait_until
+from pytest_mooncake.runtime.loopback_http import http_request, json_body
+from pytest_mooncake.runtime.ports import free_port, release_port
+from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError, http_ok
+from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets.base import MasterEndpoint, TargetError
+from pytest_mooncake.targets.process_masters import ProcessMasters
 
 PLANT_OP_PUT_END = 1
 
 
 def _http(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (loopback)
-            raw, status, ctype = resp.read(), resp.status, resp.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as exc:
-        raw, status, ctype = exc.read(), exc.code, exc.headers.get("Content-Type", "")
-    if "json" in ctype:
-        return status, json.loads(raw or b"null")
-    return status, raw.decode(errors="replace")
+    answer = http_request(method, url, json_body(body), timeout=timeout)
+    if "json" in answer.content_type:
+        return answer.status, json.loads(answer.body or b"null")
+    return answer.status, answer.text
 
 
 def _endpoints(spec: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -44,19 +38,6 @@ def _endpoints(spec: str | list[str] | tuple[str, ...]) -> list[str]:
     return endpoints
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name, _, value = line.rpartition(" ")
-        try:
-            out[name] = float(value)
-        except ValueError:
-            continue
-    return out
-
-
 def put_keys(client: Any, n: int, prefix: str = "k", size: int = 64) -> list[str]:
     """Put ``n`` objects ``prefix0..`` through a store client, each acknowledged; their keys."""
     keys = [f"{prefix}{i}" for i in range(n)]
@@ -64,23 +45,6 @@ def put_keys(client: Any, n: int, prefix: str = "k", size: int = 64) -> list[str
         result = client.put(key, size)
         assert result["ok"], f"put {key}: {result}"
     return keys
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something truthy; TimeoutError naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except (OSError, ValueError) as exc:
-            last_exc = exc
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.1f}s"
-                               + (f" (last error: {last_exc})" if last_exc else ""))
-        time.sleep(interval)
 
 
 @dataclass
@@ -180,14 +144,15 @@ def start_client_process(etcd: list[str], cluster_id: str, workdir: Path, index:
         raise TargetError(str(exc)) from None
     if wait_attached:
         try:
-            wait_for(lambda: handle.status()["attached"], timeout, f"client {client_id} attached")
+            wait_until(lambda: handle.status()["attached"], timeout,
+                       f"client {client_id} attached", ignore=TRANSIENT)
         except TimeoutError:
             handle.stop()
             raise
     return handle
 
 
-class ReferenceMasterCluster:
+class ReferenceMasterCluster(ProcessMasters):
     """N reference masters and M store-client processes of one profile on one etcd.
 
     Options: ``profile`` (rfc/legacy), ``lease_ttl`` (s, etcd minimum 2), ``poll_interval``,
@@ -288,17 +253,6 @@ class ReferenceMasterCluster:
             raise TargetError(str(exc)) from None
         return index
 
-    def kill_master(self, index: int) -> None:
-        """SIGKILL: no lease release, no flush."""
-        self.masters[index].process.kill(signal.SIGKILL)
-
-    def stop_master(self, index: int) -> None:
-        """SIGTERM: the master releases its lease and exits."""
-        self.masters[index].process.terminate()
-
-    def alive(self, index: int) -> bool:
-        return self.masters[index].process.alive()
-
     def health(self, index: int) -> dict[str, Any]:
         return _http("GET", self.masters[index].admin + "/health", timeout=2.0)[1]
 
@@ -315,7 +269,8 @@ class ReferenceMasterCluster:
 
     def leader(self, timeout: float = 10.0) -> int:
         """The index of the serving leader; waits up to ``timeout`` for one."""
-        return wait_for(self._serving, timeout, f"a serving leader in cluster {self.cluster_id}")[0]
+        return wait_until(self._serving, timeout, f"a serving leader in cluster {self.cluster_id}",
+                          ignore=TRANSIENT)[0]
 
     def serving(self) -> list[int]:
         """Indices of masters that say they serve now (more than one would be split brain)."""
@@ -365,7 +320,7 @@ class ReferenceMasterCluster:
         def done() -> Any:
             p = self.promotable(index)
             return p if p["applied_seq"] >= p["primary_seq"] and p.get("state") == "WATCHING" else None
-        return wait_for(done, timeout, f"master {index} caught up")
+        return wait_until(done, timeout, f"master {index} caught up", ignore=TRANSIENT)
 
     def master_log(self, index: int) -> str:
         return self.masters[index].process.log_text()
@@ -385,7 +340,8 @@ class ReferenceMasterCluster:
             wait_attached=False)
         self.clients.append(handle)
         if wait_attached:
-            wait_for(lambda: handle.status()["attached"], timeout, f"client {client_id} attached")
+            wait_until(lambda: handle.status()["attached"], timeout,
+                       f"client {client_id} attached", ignore=TRANSIENT)
         return handle
 
     def endpoint(self) -> MasterEndpoint:

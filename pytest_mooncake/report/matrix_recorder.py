@@ -1,0 +1,85 @@
+"""Test reports into the conformance matrix, and the matrix onto the terminal and into JSON.
+
+Every phase report of a requirement test carries, as user properties, the requirement IDs,
+its column (target label), its version-skew pair and, when it is n/a, the ``NotApplicable``;
+user properties cross xdist, so the recorder runs on the controller only and reads nothing
+else from the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
+from pytest_mooncake.report.json_report import write_json
+from pytest_mooncake.report.not_applicable import NotApplicable
+
+REQ_PROPERTY = "mc_req"
+COLUMN_PROPERTY = "mc_column"
+PAIR_PROPERTY = "mc_skew_pair"
+MESSAGE_LIMIT = 600
+
+
+def label_report(report: pytest.TestReport, requirements: list[str], column: str,
+                 pair: str | None, not_applicable: NotApplicable | None) -> None:
+    """Give one phase report what the recorder needs (each phase carries its own copy)."""
+    for req in requirements:
+        report.user_properties.append((REQ_PROPERTY, req))
+    report.user_properties.append((COLUMN_PROPERTY, column))
+    if pair:
+        report.user_properties.append((PAIR_PROPERTY, pair))
+    if not_applicable is not None:
+        report.user_properties.append(not_applicable.as_property())
+
+
+def _skip_of(report: pytest.TestReport) -> NotApplicable | None:
+    """Why a skipped report did not run: its ``NotApplicable``, or a plain skip's text."""
+    carried = NotApplicable.from_properties(report.user_properties)
+    if carried is not None:
+        return carried
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        return NotApplicable(None, str(report.longrepr[2]).removeprefix("Skipped: "))
+    return None
+
+
+def failure_message(report: pytest.TestReport) -> str | None:
+    """The exception message of a failed phase (what the JSON report says went wrong)."""
+    if not report.failed:
+        return None
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "")
+    text = text.strip()
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 3] + "..."
+
+
+class MatrixRecorder:
+    """Folds test reports into the matrix and prints it at the end (controller only)."""
+
+    def __init__(self, matrix: ConformanceMatrix, default_column: str,
+                 header: Callable[[], list[str]], report_path: str | None, seed: int):
+        self.matrix = matrix
+        self.default_column = default_column
+        self.header = header
+        self.report_path = report_path
+        self.seed = seed
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = report.user_properties
+        reqs = [v for k, v in props if k == REQ_PROPERTY]
+        if not reqs:
+            return
+        column = next((v for k, v in props if k == COLUMN_PROPERTY), self.default_column)
+        pair = next((v for k, v in props if k == PAIR_PROPERTY), None)
+        self.matrix.record(reqs, column, report.nodeid, report.when, report.outcome,
+                           _skip_of(report) if report.skipped else None,
+                           failure_message(report), pair)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        terminalreporter.section("mooncake conformance matrix")
+        for line in self.matrix.render(self.header()):
+            terminalreporter.write_line(line)
+        if self.report_path:
+            write_json(self.matrix, self.report_path, self.seed)
+            terminalreporter.write_line(f"JSON report written to {self.report_path}")

@@ -1,0 +1,41 @@
+"""The verdict rule: from the outcomes of the tests naming a requirement to one verdict.
+
+Per requirement and column: FAIL if any test naming the ID failed; error if none failed but
+one could not be judged (a setup or teardown error); n/a if every test was skipped (the target
+lacked the means); pass if every test that ran passed and at least one ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
+VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR = "pass", "FAIL", "n/a", "error"
+VERDICTS = (VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR)
+
+
+def verdict(outcomes: Iterable[str]) -> str | None:
+    """The verdict of one requirement in one column; None when no test named it."""
+    outcomes = list(outcomes)
+    if not outcomes:
+        return None
+    if FAILED in outcomes:
+        return VERDICT_FAIL
+    if ERROR in outcomes:
+        return VERDICT_ERROR
+    if all(o == SKIPPED for o in outcomes):
+        return VERDICT_NA
+    return VERDICT_PASS
+
+
+def fold_phase(prev: str | None, phase: str, outcome: str) -> str | None:
+    """A test's outcome after one more pytest phase report (setup/call/teardown); None when
+    the phase changes nothing."""
+    if phase == "setup":
+        return {PASSED: None, FAILED: ERROR, SKIPPED: SKIPPED}.get(outcome)
+    if phase == "call":
+        return outcome
+    # teardown: an error after a pass means the test could not be judged cleanly
+    if outcome == FAILED and prev in (PASSED, None):
+        return ERROR
+    return None

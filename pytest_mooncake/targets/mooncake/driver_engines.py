@@ -1,0 +1,249 @@
+"""``EngineHandle`` over a driver process running a real ``mooncake.engine.TransferEngine``."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_mooncake.runtime.processes import ManagedProcess
+from pytest_mooncake.targets.base import (
+    Capability,
+    LookupResult,
+    MetadataHandle,
+    TargetError,
+    TargetLacks,
+    TransferResult,
+)
+from pytest_mooncake.targets.mooncake.driver_control import (
+    ControlClient,
+    ControlError,
+    b64,
+    read_ready_file,
+    unb64,
+)
+from pytest_mooncake.targets.mooncake.launchers import Launcher
+
+
+class EngineRestartFailed(AssertionError):
+    """An engine that started once refused to start again under its name: a verdict on the
+    implementation (e.g. 0.3.13 with an HTTP metadata server), not a setup problem."""
+
+
+class DriverCommands:
+    """Observation and transfer commands over a driver's control channel; shared by engines this
+    package starts and engines of an existing deployment (the cluster target)."""
+
+    segment: str
+    metadata: MetadataHandle
+    lacks: dict[Capability, str]
+    info: dict[str, Any]
+    control: ControlClient | None
+
+    def raw_descriptor(self) -> bytes | None:
+        return self.metadata.get(self.metadata.segment_key(self.segment))
+
+    def descriptor(self) -> Mapping[str, Any]:
+        raw = self.raw_descriptor()
+        if raw is None:
+            raise LookupError(f"no descriptor under {self.metadata.segment_key(self.segment)!r} "
+                              f"in {self.metadata.uri}")
+        return json.loads(raw)
+
+    def buffers(self) -> list[tuple[int, int]]:
+        return [(int(a), int(n)) for a, n in self.info.get("buffers", [])]
+
+    def _call(self, op: str, **args: Any) -> dict[str, Any]:
+        if self.control is None:
+            raise ControlError(f"engine {self.segment!r} was never started")
+        return self.control.call(op, **args)
+
+    @staticmethod
+    def _result(reply: Mapping[str, Any]) -> TransferResult:
+        data = unb64(reply["data"]) if reply.get("data") is not None else None
+        return TransferResult(ok=bool(reply.get("ok")), data=data, error=reply.get("error"))
+
+    def write(self, peer: str, offset: int, data: bytes) -> TransferResult:
+        return self._result(self._call("write", peer=peer, offset=offset, data=b64(data)))
+
+    def read(self, peer: str, offset: int, length: int) -> TransferResult:
+        return self._result(self._call("read", peer=peer, offset=offset, length=length))
+
+    def write_at(self, peer: str, address: int, data: bytes) -> TransferResult:
+        return self._result(self._call("write_at", peer=peer, address=address, data=b64(data)))
+
+    def read_at(self, peer: str, address: int, length: int) -> TransferResult:
+        return self._result(self._call("read_at", peer=peer, address=address, length=length))
+
+    def lookup(self, peer: str, force: bool = False) -> LookupResult:
+        if force:
+            raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
+                Capability.CACHE_CONTROL, "the engine offers no forced metadata refresh"))
+        reply = self._call("lookup", peer=peer)
+        if not reply.get("ok"):
+            return LookupResult(ok=False, error=reply.get("error"))
+        addr = int(reply["first_buffer_address"])
+        return LookupResult(ok=True, descriptor={"name": peer, "buffers": [{"addr": addr}]})
+
+    def set_ttl_ms(self, ttl_ms: int) -> None:
+        raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
+            Capability.CACHE_CONTROL, "the engine has no metadata cache TTL setting"))
+
+    def stats(self) -> Mapping[str, int]:
+        raise TargetLacks(Capability.ENGINE_COUNTERS, self.lacks.get(
+            Capability.ENGINE_COUNTERS, "the engine exposes no counters"))
+
+    def driver_stats(self) -> Mapping[str, int]:
+        """What the driver itself counted (transfers and lookups it issued and their outcome);
+        not engine counters."""
+        return self._call("stats")["counts"]
+
+    def local_read(self, offset: int, length: int) -> bytes:
+        """Bytes of this engine's own registered buffer (read in its process)."""
+        reply = self._call("peek", offset=offset, length=length)
+        if not reply.get("ok"):
+            raise ValueError(reply.get("error"))
+        return unb64(reply["data"])
+
+    def local_write(self, offset: int, data: bytes) -> None:
+        """Write into this engine's own registered buffer (in its process)."""
+        reply = self._call("poke", offset=offset, data=b64(data))
+        if not reply.get("ok"):
+            raise ValueError(reply.get("error"))
+
+
+class MooncakeEngine(DriverCommands):
+    """One real TransferEngine (tcp) publishing ``segment`` with one registered buffer.
+
+    ``lookup`` asks the engine for the peer's first buffer address (``get_first_buffer_address``,
+    which opens the segment through the engine's metadata cache): that address is all the wheel's
+    Python API reveals of the cached descriptor. Forced refreshes, TTLs and counters are absent in
+    the wheel, so those calls raise ``TargetLacks`` with the reason the target probed; except a
+    forced lookup of another peer this process never opened: nothing of it is cached, so the
+    plain lookup is itself a fetch from the store, which is what the force asks for."""
+
+    def __init__(self, launcher: Launcher, workdir: Path,
+                 segment: str, metadata: MetadataHandle, lacks: Mapping[Capability, str],
+                 buffer_size: int = 1 << 20, fixed_address: int = 0, ready_timeout: float = 30.0):
+        self.launcher = launcher
+        self.segment = segment
+        self.metadata = metadata
+        self.lacks = dict(lacks)
+        self.buffer_size = buffer_size
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", segment)
+        self.ready_file = Path(workdir) / f"engine-{safe}.ready"
+        self.ready_timeout = ready_timeout
+        self.info: dict[str, Any] = {}
+        self._control_port = launcher.control_port
+        self.process: ManagedProcess | None = None
+        self.control: ControlClient | None = None
+        self.left_behind: list[str] = []
+        self.opened: set[str] = set()
+        """Peers this process has opened (so the engine may hold their descriptor)."""
+        self._start(address=fixed_address, avoid=0)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _argv(self, address: int, avoid: int) -> list[str]:
+        argv = self.launcher.driver_argv(
+            "engine", "--segment", self.segment, "--metadata", self.metadata.uri,
+            "--ready-file", str(self.ready_file), "--buffer-size", str(self.buffer_size),
+            "--control-host", self.launcher.bind_host, "--control-port", str(self._control_port))
+        if address:
+            argv += ["--address", hex(address)]
+        if avoid:
+            argv += ["--avoid", hex(avoid)]
+        return argv
+
+    def _start(self, address: int, avoid: int) -> None:
+        self.opened = set()
+        self.ready_file.unlink(missing_ok=True)
+        argv = self._argv(address, avoid)
+        try:
+            if self.process is None:
+                self.process = self.launcher.start(
+                    f"mooncake-engine-{self.segment}", argv, None, self._ready,
+                    self.ready_timeout, publish=[self._control_port] if self._control_port else [])
+            else:
+                self.process.argv = argv
+                self.process.start()
+        except Exception as exc:
+            raise TargetError(f"real Mooncake engine {self.segment!r} did not start: {exc}") from None
+        self.info = read_ready_file(self.ready_file) or {}
+        inside = self._control_port or int(self.info["control_port"])
+        port = self.launcher.host_port(self.process, inside)
+        self.control = ControlClient(self.process, port)
+
+    def _ready(self, _: ManagedProcess) -> bool:
+        return self.ready_file.exists()
+
+    def _call(self, op: str, **args: Any) -> dict[str, Any]:
+        if "peer" in args:
+            self.opened.add(str(args["peer"]))
+        return super()._call(op, **args)
+
+    def lookup(self, peer: str, force: bool = False) -> LookupResult:
+        if force and peer not in self.opened and peer != self.segment:
+            return super().lookup(peer)
+        return super().lookup(peer, force)
+
+    _ready.__doc__ = "the driver wrote its ready file (engine initialised, buffer registered)"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def restart(self, keep_addresses: bool = False) -> None:
+        """A new process under the same segment name. With ``keep_addresses`` its buffer is
+        mapped at the old address (MAP_FIXED_NOREPLACE); without, never at the old one."""
+        old = self.buffers()[0][0] if self.info else 0
+        self.kill()
+        try:
+            self._start(address=old if keep_addresses else 0, avoid=0 if keep_addresses else old)
+        except TargetError as exc:
+            raise EngineRestartFailed(
+                f"engine {self.segment!r} started once but did not come back after a restart "
+                f"under the same name: {exc}") from None
+
+    def kill(self) -> None:
+        """SIGKILL the driver's process group: the engine gets no chance to unpublish."""
+        if self.control is not None:
+            self.control.close()
+        if self.process is not None:
+            self.process.kill(signal.SIGKILL)
+
+    def stop(self) -> None:
+        """Ask the driver to exit (the engine's destructor runs), then reap; SIGKILL if stuck.
+
+        Then remove what the engine left in the shared metadata store (its descriptor and RPC
+        entry; ``left_behind`` lists them): 0.3.13 merges a stale descriptor into the next
+        engine under the same name, so a later test must not inherit this one's."""
+        if self.alive() and self.control is not None:
+            try:
+                self.control.call("stop")
+            except ControlError:
+                pass
+            self.control.close()
+            self.process.wait_exit(10)
+        if self.process is not None:
+            self.process.terminate()
+        self.left_behind = []
+        for key in (self.metadata.segment_key(self.segment), f"mooncake/rpc_meta/{self.segment}"):
+            try:
+                if self.metadata.get(key) is not None:
+                    self.left_behind.append(key)
+                    self.metadata.delete(key)
+            except Exception:  # noqa: BLE001 (a closed or unreachable store: nothing to clean)
+                break
+
+    def logs(self) -> str:
+        return self.process.log_text() if self.process is not None else ""
+
+    def __repr__(self) -> str:
+        return f"<MooncakeEngine {self.segment} pid={self.pid} alive={self.alive()}>"

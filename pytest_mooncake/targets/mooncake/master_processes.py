@@ -1,0 +1,226 @@
+"""``MasterClusterHandle`` over real ``mooncake_master`` processes in HA mode on one etcd, with
+real ``mooncake.store`` clients in driver processes, started through a launcher (this host or a
+container). What the handle reads from the masters' admin services is ``master_admins``'s."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_mooncake.runtime.processes import ManagedProcess, http_ok
+from pytest_mooncake.targets.base import Capability, MasterEndpoint, TargetError, TargetLacks
+from pytest_mooncake.targets.mooncake.launchers import Launcher
+from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
+from pytest_mooncake.targets.mooncake.option_rules import (
+    MOONCAKE_ETCD_ROUTING,
+    check_master_options,
+    lacks_etcd_routing,
+    whole_seconds,
+)
+from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL, StoreClient, start_store_client
+from pytest_mooncake.targets.process_masters import ProcessMasters
+
+
+@dataclass
+class _Master:
+    index: int
+    rpc_port: int
+    metrics_port: int
+    process: ManagedProcess | None = None
+    admin_port: int = 0
+    """Where this host reaches ``metrics_port`` (the same port unless published by docker)."""
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port or self.metrics_port}"
+
+    def serves(self, address: str) -> bool:
+        """Whether ``address`` (a leader address from /health or /leader) is this master's."""
+        return address.rpartition(":")[2] == str(self.rpc_port)
+
+
+class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
+    """N ``mooncake_master --enable_ha`` processes (OpLog on by default) and M store clients.
+
+    Options: ``oplog`` (default True: standbys follow the leader through the batch OpLog in
+    etcd; without it 0.3.13 still elects a leader, observed),
+    ``client_ttl`` (s; ``--client_ttl`` takes whole seconds, so a fraction is rounded up, and
+    the value the master echoes in its config line is checked), ``flags`` (extra ``{name: value}`` master flags), ``env`` (extra
+    environment, e.g. ``MOONCAKE_SNAPSHOT_LOCAL_PATH``), ``cluster_id``, ``ready_timeout``."""
+
+    def __init__(self, launcher: Launcher, workdir: Path, etcd_endpoints: list[str],
+                 masters: int = 2, clients: int = 1, **options: Any):
+        options = check_master_options(options, launcher.version)
+        self.launcher = launcher
+        self.build = launcher.version
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.etcd = list(etcd_endpoints)
+        self.cluster_id = options.get("cluster_id") or f"mc_{os.getpid()}_{self.workdir.name}"
+        self.options = options
+        self.ready_timeout = float(options.get("ready_timeout") or 30.0)
+        self.client_ttl = (None if options.get("client_ttl") is None
+                           else whole_seconds(options["client_ttl"], "client_ttl"))
+        self.masters: list[_Master] = []
+        self.clients: list[StoreClient] = []
+        self.drain_jobs: dict[str, str] = {}
+        self.where = f"cluster {self.cluster_id}"
+        try:
+            for _ in range(masters):
+                self.start_master()
+            if clients:
+                self.leader(timeout=self.ready_timeout)
+            for _ in range(clients):
+                self.start_client()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ masters
+
+    def _argv(self, m: _Master) -> list[str]:
+        argv = [
+            self.launcher.master_binary(), "--enable_ha=true",
+            f"--etcd_endpoints={';'.join(self.etcd)}", f"--cluster_id={self.cluster_id}",
+            *self.launcher.master_rpc_flags, f"--rpc_port={m.rpc_port}",
+            f"--metrics_host={self.launcher.bind_host}", f"--metrics_port={m.metrics_port}",
+            f"--enable_oplog={'true' if self.options.get('oplog', True) else 'false'}",
+        ]
+        if self.client_ttl is not None:
+            argv.append(f"--client_ttl={self.client_ttl}")
+        for name, value in (self.options.get("flags") or {}).items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            argv.append(f"--{name}={value}")
+        return argv
+
+    def _env(self) -> dict[str, str]:
+        return dict(self.options.get("env") or {})
+
+    def start_master(self, index: int | None = None,
+                     etcd: str | list[str] | None = None) -> int:
+        """Start master ``index`` again (same ports), or a new one; returns its index.
+        ``etcd`` (per-master etcd routing) is refused with ``TargetLacks``."""
+        if etcd is not None:
+            raise lacks_etcd_routing("start_master(etcd=...)", MOONCAKE_ETCD_ROUTING)
+        if index is None:
+            m = _Master(len(self.masters), self.launcher.port(), self.launcher.port())
+            self.masters.append(m)
+        else:
+            m = self.masters[index]
+            if m.process is not None and m.process.alive():
+                raise TargetError(f"master {index} is already running (pid {m.process.pid})")
+        if m.process is None:
+            m.process = self.launcher.start(
+                f"mooncake-master-{self.cluster_id}-{m.index}", self._argv(m), self._env(),
+                self._admin_ready(m), self.ready_timeout, publish=[m.metrics_port])
+        else:
+            m.process.start()
+        m.admin_port = self.launcher.host_port(m.process, m.metrics_port)
+        self._check_client_ttl(m)
+        return m.index
+
+    def _check_client_ttl(self, m: _Master) -> None:
+        """The master logs its config (``client_ttl=N``) at start; a different N means the flag
+        was not honoured, which would silently change what a liveness test judges."""
+        if self.client_ttl is None:
+            return
+        echoed = re.findall(r"client_ttl=(-?\d+)", m.process.log_text())
+        if echoed and int(echoed[-1]) != self.client_ttl:
+            raise TargetError(f"master {m.index} was started with --client_ttl={self.client_ttl} "
+                              f"but its config line says client_ttl={echoed[-1]}")
+
+    def _admin_ready(self, m: _Master) -> Any:
+        def ready(proc: ManagedProcess) -> bool:
+            port = self.launcher.host_port(proc, m.metrics_port)
+            return http_ok(f"http://127.0.0.1:{port}/health")(proc)
+
+        ready.__doc__ = f"master {m.index} answers GET /health on its admin port"
+        return ready
+
+    def admin_url(self, index: int) -> str:
+        return self.masters[index].admin
+
+    def observed(self) -> list[int]:
+        return [m.index for m in self.masters if self.alive(m.index)]
+
+    def index_of(self, address: str) -> int | None:
+        return next((m.index for m in self.masters if m.serves(address)), None)
+
+    def master_log(self, index: int) -> str:
+        proc = self.masters[index].process
+        return proc.log_text() if proc is not None else ""
+
+    # ------------------------------------------------------------------ clients
+
+    def start_client(self, client_id: str | None = None, version: str | None = None,
+                     profile: str | None = None, wait_attached: bool = True,
+                     timeout: float | None = None) -> StoreClient:
+        """A store client that finds the leader through etcd (``MC_STORE_CLUSTER_ID``); it is
+        attached once ``setup`` returned, so ``wait_attached`` changes nothing. A ``version`` or
+        ``profile`` other than the build's own is version skew this target cannot produce."""
+        if version or profile:
+            raise TargetLacks(Capability.CLIENT_VERSION, (
+                f"mooncake.store of {self.build} announces its own build; it has no "
+                f"means to announce version {version or profile!r}"))
+        client = start_store_client(self.launcher, self.workdir, self.etcd, self.cluster_id,
+                                    len(self.clients), client_id, timeout or self.ready_timeout)
+        self.clients.append(client)
+        return client
+
+    def endpoint(self) -> MasterEndpoint:
+        """Where store clients of another Mooncake target (another build) find these masters:
+        the cluster's etcd and ``MC_STORE_CLUSTER_ID``; they speak mooncake_master's RPC."""
+        install = getattr(self.launcher, "install", None)
+        return MasterEndpoint(PROTOCOL, tuple(self.etcd), self.cluster_id,
+                              getattr(install, "dist_version", None) or "", self.launcher.version,
+                              host_reachable=self.launcher.bind_host == "127.0.0.1")
+
+    def client(self, index: int = 0) -> StoreClient:
+        return self.clients[index]
+
+    def client_segment(self, index: int) -> str:
+        """The segment store client ``index`` mounted: its ``get_hostname()``, which 0.3.13
+        uses as both segment name and TE endpoint, confirmed against the leader's list."""
+        client = self.clients[index]
+        names = {s.get("segment_name"): s for s in self.segments_detail()}
+        if client.hostname in names:
+            return client.hostname
+        by_endpoint = [n for n, s in names.items() if s.get("te_endpoint") == client.hostname]
+        if by_endpoint:
+            return by_endpoint[0]
+        raise TargetError(f"store client {index} ({client.hostname}) has no segment in the "
+                          f"leader's /get_segments_detail (segments: {sorted(map(str, names))})")
+
+    # ------------------------------------------------------------------ teardown
+
+    def logs(self) -> str:
+        parts = []
+        for m in self.masters:
+            if m.process is not None:
+                parts.append(f"== master {m.index} (rpc port {m.rpc_port}, admin {m.admin})\n"
+                             f"{m.process.log_tail(60)}")
+        for c in self.clients:
+            parts.append(f"== client {c.index} ({c.hostname})\n{c.process.log_tail(30)}")
+        if self.drain_jobs:
+            parts.append("== drain jobs and segments, as the leader reports them")
+            try:
+                parts += [f"{seg}: {json.dumps(self.drain_job(seg))}" for seg in self.drain_jobs]
+                parts += [json.dumps(s) for s in self.segments_detail()]
+            except (TargetError, TimeoutError) as exc:
+                parts.append(f"(not available: {exc})")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.control.close()
+            c.process.terminate(timeout=3)
+        for m in self.masters:
+            if m.process is not None:
+                m.process.terminate(timeout=3)
+            self.launcher.release(m.rpc_port)
+            self.launcher.release(m.metrics_port)

@@ -1,0 +1,77 @@
+"""The shared part of the placements that start the family's processes themselves (on this
+host, in containers): engines in driver processes, HA masters and store clients, all started
+through the placement's launcher."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_mooncake.targets.base import (
+    Capability,
+    MasterEndpoint,
+    MetadataHandle,
+    StoreClientHandle,
+    TargetContext,
+    TargetError,
+)
+from pytest_mooncake.targets.mooncake.driver_engines import MooncakeEngine
+from pytest_mooncake.targets.mooncake.launchers import Launcher
+from pytest_mooncake.targets.mooncake.master_processes import MooncakeMasterCluster
+from pytest_mooncake.targets.mooncake.option_rules import ENGINE_OPTIONS, MASTER_OPTIONS
+from pytest_mooncake.targets.mooncake.store_clients import start_store_client
+
+_counter = itertools.count(1)
+
+
+class ProcessPlacement:
+    """A placement that starts the family's processes itself, through a launcher: engines in
+    driver processes, HA masters, store clients. Subclasses give the launcher, the etcd the
+    masters use, and the engine readiness bound."""
+
+    kind: str
+    engine_options = frozenset(ENGINE_OPTIONS)
+    master_options = frozenset(MASTER_OPTIONS)
+    engine_ready_timeout = 30.0
+    fixed = ""
+    ctx: TargetContext | None = None
+
+    def launcher(self) -> Launcher:
+        raise NotImplementedError
+
+    def master_etcd(self) -> list[str]:
+        """Endpoints of the etcd masters and store clients elect and find a leader on."""
+        raise NotImplementedError
+
+    @property
+    def workdir(self) -> Path:
+        if self.ctx is None:
+            raise TargetError(f"the {self.kind} target was not opened (no session context)")
+        return Path(self.ctx.workdir)
+
+    def open(self, ctx: TargetContext) -> None:
+        self.ctx = ctx
+
+    def engine(self, segment: str, metadata: MetadataHandle, options: Mapping[str, Any],
+               lacks: Mapping[Capability, str]) -> MooncakeEngine:
+        return MooncakeEngine(
+            self.launcher(), self.workdir, segment, metadata, lacks,
+            buffer_size=int(options.get("buffer_size") or 1 << 20),
+            fixed_address=int(options.get("fixed_address") or 0),
+            ready_timeout=float(options.get("ready_timeout") or self.engine_ready_timeout))
+
+    def master_cluster(self, masters: int, clients: int,
+                       options: Mapping[str, Any]) -> MooncakeMasterCluster:
+        launcher = self.launcher()
+        return MooncakeMasterCluster(launcher, self.workdir / f"cluster-{next(_counter)}",
+                                     self.master_etcd(), masters=masters, clients=clients,
+                                     **options)
+
+    def store_client(self, master: MasterEndpoint, client_id: str | None) -> StoreClientHandle:
+        n = next(_counter)
+        workdir = self.workdir / f"store-client-{n}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        return start_store_client(self.launcher(), workdir, list(master.etcd), master.cluster_id,
+                                  n, client_id, 30.0)

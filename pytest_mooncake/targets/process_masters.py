@@ -1,0 +1,26 @@
+"""Signals to HA masters that are processes a target started itself (the reference target's and
+the Mooncake family's): the kill, stop and liveness part of ``MasterClusterHandle``, the same
+for every target whose masters are ``self.masters[i].process``."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+
+class ProcessMasters:
+    masters: list[Any]
+    """Per master index, an object whose ``process`` is its ``ManagedProcess`` (or a container
+    behaving like one), None before its first start."""
+
+    def kill_master(self, index: int) -> None:
+        """SIGKILL: no lease release, no flush; a standby waits for the lease to expire."""
+        self.masters[index].process.kill(signal.SIGKILL)
+
+    def stop_master(self, index: int) -> None:
+        """SIGTERM: the master releases its lease and exits; ``start_master(index)`` restarts it."""
+        self.masters[index].process.terminate()
+
+    def alive(self, index: int) -> bool:
+        proc = self.masters[index].process
+        return proc is not None and proc.alive()

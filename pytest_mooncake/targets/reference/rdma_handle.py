@@ -1,0 +1,343 @@
+"""The reference target's RDMA handle: the reference engine's RDMA path on simulated verbs,
+under the controlled scheduler or free-running.
+
+What a suite can do with it (every return value is a plain dataclass or dict of this module;
+nothing of reference_engine leaks out, so suites stay target-agnostic):
+
+- ``scenarios()``: names of the RFC testing-plan interleavings.
+- ``run_interleaving(name)``: run one by name, pinned to the interleaving the RFC describes,
+  and report the CO-9 invariants (``RdmaRun``).
+- ``explore(name, schedules, strategy, seed, depth)``: many schedules; the first failing one's
+  replay token and violation (``RdmaExploration``). With ``replay=TOKEN`` given at
+  construction (``--mc-replay``), ``explore`` runs exactly that schedule.
+- ``replay(token)``: run one recorded schedule again (``RdmaRun``).
+- ``cluster(...)``: build a scenario by hand (``RdmaCluster``): nodes with NICs, transfers,
+  held/released completions, forced retry/handoff, error completions, bad_wr, QP-fatal,
+  device-fatal and GID-change events, peer restarts keeping names/addresses/rkeys (or not the
+  rkeys); ``settle()`` runs it to quiescence; ``check()`` returns the CO-9 violations.
+  Observations: ``status``, ``slices`` (path, remote address and rkey per slice), ``posts``,
+  ``queued``, ``endpoints`` (active), ``retired``, ``rails`` (error/pause state per peer NIC
+  path), ``descriptor`` (what a node published), ``counters``, ``token_pool``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_mooncake.runtime.deadlines import Timeout, wait_until
+from reference_engine.rdma.sim import exploration
+from reference_engine.rdma.sim.invariants import InvariantChecker
+from reference_engine.rdma.sim.scenarios import SCENARIOS
+from reference_engine.rdma.sim.scheduler import RoundRobin, ScheduleError, Scheduler
+from reference_engine.rdma.sim.sim_cluster import SimCluster
+from reference_engine.rdma.sim.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
+from reference_engine.rdma.slices import STATUS_NAMES
+from reference_engine.rdma.verbs import Opcode, WcStatus
+
+DEDICATED = {"MC_RDMA_DEDICATED_POLLER": "1"}
+
+
+@dataclass(frozen=True)
+class RdmaViolation:
+    kind: str
+    """stale_mutation, double_completion, success_and_failed, stuck_slice, stale_retire,
+    post_to_retired, negative_counter, counter_leak, not_reclaimed, token_leak, no_quiescence,
+    retry_after_end, actor_crashed."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class RdmaRun:
+    scenario: str
+    profile: str
+    violations: list[RdmaViolation]
+    steps: int
+    token: str
+    """Replays this run (seed and strategy parameters)."""
+    exact_token: str
+    """Replays this run from its recorded choice sequence."""
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclass(frozen=True)
+class RdmaExploration:
+    scenario: str
+    profile: str
+    schedules_run: int
+    failure: RdmaRun | None
+
+    @property
+    def found(self) -> bool:
+        return self.failure is not None
+
+    @property
+    def token(self) -> str | None:
+        return self.failure.token if self.failure else None
+
+    @property
+    def violation(self) -> RdmaViolation | None:
+        return self.failure.violations[0] if self.failure else None
+
+
+def _violations(items) -> list[RdmaViolation]:
+    return [RdmaViolation(v.kind, v.detail) for v in items]
+
+
+def _run(outcome) -> RdmaRun:
+    return RdmaRun(outcome.scenario, outcome.profile, _violations(outcome.violations),
+                   outcome.steps, outcome.token, outcome.exact_token, dict(outcome.stats))
+
+
+class ReferenceRdma:
+    """The RDMA handle of ``ReferenceTarget``; one per test (``mc_completions``)."""
+
+    def __init__(self, profile: str = "rfc", seed: int = 0, schedules: int = 200,
+                 strategy: str = "pct", replay: str | None = None, verbs: str = "sim",
+                 **_: Any):
+        self.profile = profile
+        self.seed = seed
+        self.schedules = schedules
+        self.strategy = strategy
+        self.replay_token = replay
+        self.verbs = verbs
+        self._clusters: list[RdmaCluster] = []
+
+    def scenarios(self) -> list[str]:
+        return sorted(SCENARIOS)
+
+    def run_interleaving(self, name: str, dedicated_poller: bool = False) -> RdmaRun:
+        return _run(exploration.run_once(name, self.profile, RoundRobin(),
+                                         DEDICATED if dedicated_poller else {}, pinned=True))
+
+    def explore(self, name: str, schedules: int | None = None, strategy: str | None = None,
+                seed: int | None = None, depth: int = 3,
+                dedicated_poller: bool = False) -> RdmaExploration:
+        if self.replay_token:
+            run = self.replay(self.replay_token)
+            return RdmaExploration(run.scenario, run.profile, 1, None if run.ok else run)
+        result = exploration.explore(
+            name, self.profile, schedules or self.schedules, strategy or self.strategy,
+            self.seed if seed is None else seed, depth, env=DEDICATED if dedicated_poller else {})
+        return RdmaExploration(name, self.profile, result.schedules,
+                               _run(result.failure) if result.failure else None)
+
+    def replay(self, token: str) -> RdmaRun:
+        try:
+            return _run(exploration.replay(token))
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
+
+    def cluster(self, controlled: bool = True, dedicated_poller: bool = False,
+                **config: Any) -> RdmaCluster:
+        """A hand-built scenario. ``config``: RdmaConfig fields (slice_size, num_qp_per_ep,
+        workers_per_ctx, max_ep_per_ctx, retry_cnt, destroy_timeout, ...) and
+        ``tcp_handshake=True`` (handshakes over loopback sockets in Mooncake's framing)."""
+        c = RdmaCluster(self.profile, controlled, DEDICATED if dedicated_poller else {},
+                        self.seed, config)
+        self._clusters.append(c)
+        return c
+
+    def close(self) -> None:
+        for c in self._clusters:
+            c.close()
+        self._clusters = []
+
+
+class RdmaCluster:
+    """Simulated nodes and transfers under the test's control. Transfers are named by the id
+    ``submit`` returns; slices by their index within the transfer."""
+
+    def __init__(self, profile: str, controlled: bool, env: dict, seed: int, config: dict):
+        config.setdefault("slice_size", 4096)
+        self.checker = InvariantChecker()
+        self.sim = SimCluster(profile, controlled=controlled, seed=seed, env=env,
+                              observer=self.checker, **config)
+        self.controlled = controlled
+        self.transfers: list = []
+        self._started = False
+
+    # ------------------------------------------------------------------ building
+    def add_node(self, name: str, nics: tuple[str, ...] | list[str] = ("mlx5_0",),
+                 buffer_len: int = 1 << 20) -> str:
+        self.sim.add_node(name, list(nics), buffer_len=buffer_len)
+        if self._started:
+            self.sim.peers[name].transport.start()
+        return name
+
+    def write_local(self, node: str, offset: int, data: bytes) -> None:
+        self.sim.peers[node].write(offset, data)
+
+    def read(self, node: str, offset: int, length: int) -> bytes:
+        return self.sim.peers[node].read(offset, length)
+
+    def submit(self, src: str, dst: str, length: int, src_offset: int = 0,
+               dst_offset: int = 0, op: str = "write") -> int:
+        a, b = self.sim.peers[src], self.sim.peers[dst]
+        opcode = {"write": Opcode.RDMA_WRITE, "read": Opcode.RDMA_READ}.get(op)
+        if opcode is None:
+            raise ValueError(f"op must be 'write' or 'read', got {op!r}")
+        task = a.transport.submit(dst, [(opcode, a.buffer_addr + src_offset, length,
+                                         b.buffer_addr + dst_offset)])
+        self.checker.track(task.slices)
+        self.transfers.append((src, task))
+        return len(self.transfers) - 1
+
+    def status(self, transfer: int) -> str:
+        """WAITING, COMPLETED or FAILED."""
+        return self.transfers[transfer][1].status()
+
+    def slices(self, transfer: int) -> list[dict[str, Any]]:
+        """Per slice: status, retry_cnt, attempt, the peer NIC path, remote address and rkey
+        it is (or was last) bound to, successes and failures."""
+        return [{"status": STATUS_NAMES[s.status], "retry_cnt": s.retry_cnt,
+                 "attempt": s.attempt, "peer_nic_path": s.peer_nic_path,
+                 "dest_addr": s.dest_addr, "dest_rkey": s.dest_rkey,
+                 "successes": s.n_success, "failures": s.n_failed}
+                for s in self.transfers[transfer][1].slices]
+
+    def queued(self, node: str) -> int:
+        """Slices ``node`` has queued and not yet posted."""
+        return self.sim.peers[node].transport.queued()
+
+    def descriptor(self, node: str) -> dict[str, Any]:
+        """What ``node``'s current process published: instance_id, its NIC paths (in device
+        order) and buffers with one rkey per device."""
+        d = self.sim.directory.published[node]
+        server = d.rdma_server_name or d.name
+        return {"instance_id": d.instance_id,
+                "paths": [f"{server}@{dev.name}" for dev in d.devices or ()],
+                "buffers": [{"addr": b.addr, "length": b.length, "rkey": list(b.rkey)}
+                            for b in d.buffers]}
+
+    def posts(self, transfer: int, index: int = 0) -> list[dict[str, int]]:
+        """Every work request posted for one slice, in post order: its wr_id and QP number."""
+        s = self._slice(transfer, index)
+        return [{"wr_id": wr_id, "qp_num": qp_num}
+                for _, qp_num, wr_id in self.checker.posts.get(s, [])]
+
+    def worker_model(self, node: str) -> str:
+        """``shared`` (each worker posts and polls its own shard) or ``dedicated`` (poller)."""
+        return self.sim.peers[node].transport.model.name
+
+    def _slice(self, transfer: int, index: int):
+        return self.transfers[transfer][1].slices[index]
+
+    # ------------------------------------------------------------------ faults
+    def hold(self, transfer: int, index: int = 0, tag: str = "held", times: int = 1) -> None:
+        """Hold the completion of the slice's next ``times`` posts until ``release(tag)``."""
+        s = self._slice(transfer, index)
+        self.sim.fabric.inject(Fault(HOLD, local_addr=s.source_addr, tag=tag, times=times))
+
+    def release(self, tag: str = "held") -> int:
+        return self.sim.fabric.release(tag)
+
+    def inject_error(self, transfer: int, index: int = 0, status: str = "REM_ACCESS_ERR",
+                     times: int = 1) -> None:
+        """Complete the slice's next post(s) with an error status (a WcStatus name)."""
+        try:
+            code = WcStatus[status]
+        except KeyError:
+            raise ValueError(f"unknown completion status {status!r}") from None
+        s = self._slice(transfer, index)
+        self.sim.fabric.inject(Fault(ERROR, local_addr=s.source_addr, status=code, times=times))
+
+    def fail_post(self, transfer: int, index: int = 0) -> None:
+        """Make post_send return this slice's next WR as bad_wr."""
+        s = self._slice(transfer, index)
+        self.sim.fabric.inject(Fault(FAIL_POST, local_addr=s.source_addr))
+
+    def force_retry(self, transfer: int, index: int = 0, handoff: bool = False) -> None:
+        src, task = self.transfers[transfer]
+        self.sim.peers[src].transport.force_retry(task.slices[index], handoff=handoff)
+
+    def qp_fatal(self, node: str, peer: str) -> int:
+        """QP-fatal on every QP of ``node``'s active endpoints to ``peer``; returns how many."""
+        tr = self.sim.peers[node].transport
+        qps = [qp for ctx in tr.contexts for ep in ctx.store.endpoints()
+               if ep.peer_nic_path.rpartition("@")[0] == peer for qp in ep.qps]
+        for qp in qps:
+            self.sim.fabric.raise_qp_fatal(qp)
+        return len(qps)
+
+    def device_fatal(self, node: str, nic: str) -> None:
+        self.sim.fabric.raise_device_fatal(self.sim.peers[node].node.open(nic))
+
+    def gid_change(self, node: str, nic: str, gid: str) -> None:
+        self.sim.fabric.change_gid(self.sim.peers[node].node.open(nic), gid)
+
+    def restart_peer(self, name: str, same_instance: bool = False,
+                     same_rkeys: bool = True) -> None:
+        """A new process under the same segment name, NIC names, GIDs, addresses and rkeys
+        (with ``same_rkeys=False`` its buffer is registered under other rkeys)."""
+        self.sim.restart_node(name, same_instance=same_instance, same_rkeys=same_rkeys)
+        if self._started:
+            self.sim.peers[name].transport.start()
+
+    def refresh(self, node: str, peer: str) -> bool:
+        """Force a metadata refresh of ``peer`` on ``node``; False if it failed."""
+        return self.sim.peers[node].transport.lookup(peer, True) is not None
+
+    # ------------------------------------------------------------------ running
+    def settle(self, timeout: float = 30.0, max_steps: int = 20000) -> bool:
+        """Run until nothing is left to do (controlled) or every transfer ended (free)."""
+        if self.controlled:
+            return Scheduler(RoundRobin(), max_steps).run(self.sim.actors()).quiescent
+        if not self._started:
+            self.sim.start()
+            self._started = True
+        try:
+            return wait_until(lambda: all(t.done for _, t in self.transfers), timeout,
+                              "every transfer to end", interval=0.001, max_interval=0.001)
+        except Timeout:
+            return False
+
+    def check(self) -> list[RdmaViolation]:
+        """CO-9 violations seen so far plus those of the end state (call after ``settle``)."""
+        return _violations(self.checker.check_final(True))
+
+    def counters(self, node: str) -> dict[str, int]:
+        tr = self.sim.peers[node].transport
+        out = dict(tr.stats)
+        out["endpoints_retired"] = sum(len(c.store.retire_log) for c in tr.contexts)
+        out["cq_outstanding"] = sum(c.cq_outstanding() for c in tr.contexts)
+        out["waiting_endpoints"] = sum(len(c.store.waiting) for c in tr.contexts)
+        return out
+
+    def token_pool(self, node: str) -> dict[str, int]:
+        """``node``'s per-post completion tokens: how many were ever created (a pool keeps this
+        bounded by the posts in flight, not by the posts made) and how many are live now. A
+        path without tokens (the slice as wr_id) reports zeros."""
+        pool = getattr(self.sim.peers[node].transport.ownership, "tokens", None)
+        return {"created": len(pool.tokens) if pool else 0, "live": len(pool.live) if pool else 0}
+
+    def endpoints(self, node: str) -> list[dict[str, Any]]:
+        tr = self.sim.peers[node].transport
+        return [{"nic": ctx.device_name, "peer_nic_path": ep.peer_nic_path,
+                 "generation": ep.generation, "state": ep.state}
+                for ctx in tr.contexts for ep in ctx.store.endpoints()]
+
+    def rails(self, node: str) -> dict[str, dict[str, Any]]:
+        """``node``'s rail health per peer NIC path it has state for: error count and whether
+        the rail is paused now. A path without state is healthy."""
+        rails = self.sim.peers[node].transport.rails
+        now = rails.clock.now()
+        with rails.lock:
+            return {path: {"errors": r.error_count, "paused": r.pause_until > now}
+                    for path, r in rails.rails.items()}
+
+    def retired(self, node: str) -> list[dict[str, Any]]:
+        tr = self.sim.peers[node].transport
+        return [{"cause": c, "peer_nic_path": p, "generation": g}
+                for ctx in tr.contexts for c, p, g in ctx.store.retire_log]
+
+    def close(self) -> None:
+        self.sim.close()
+        self._started = False
+
+
+__all__ = ["ReferenceRdma", "RdmaCluster", "RdmaRun", "RdmaExploration", "RdmaViolation"]

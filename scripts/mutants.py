@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Mutation testing of the conformance suites: does each curated bug of the reference engine die?
+
+The catalogue (``mutants/*.toml``) holds small, plausible patches of the rfc reference engine,
+each naming the requirement it breaks and why an implementer might write it. For every mutant
+this script copies the repository to a scratch directory, applies the patch there, and runs
+
+1. the conformance suites of its requirements (``pytest -p pytest_mooncake suites/
+   --mc-only=ID,...``), then, if they all passed,
+2. the project's own tests of the mutated module (the mutant's ``tests``).
+
+The first failing test kills the mutant; a run that outlives the deadline is a hang, also a kill.
+A mutant that passes both is SURVIVED. The table, the kill rate of the suites alone and of
+suites + project tests, and a JSON result (``--json``) come out at the end.
+
+    python scripts/mutants.py                       # every mutant, 2 at a time (~1 h here)
+    python scripts/mutants.py -j 2 --suites-only    # the suites' own kill rate
+    python scripts/mutants.py --sample 4 --seed 7   # a rotating sample (CI)
+    python scripts/mutants.py --only MR-7-clock-instance-id --keep /tmp/m
+    python scripts/mutants.py --check               # anchors and syntax only, no test runs
+
+A patch is a list of anchored replacements: ``find`` must occur exactly once in its file, else the
+catalogue is reported broken (an edit of the engine moved the code; update the anchor), so the
+catalogue cannot rot silently. The mutated file must still compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
+from mutation.report import summary, table
+from mutation.runner import Config, run_all
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DEADLINE = 420.0
+
+
+def select(mutants: list[Mutant], only: list[str], families: list[str], sample: int | None,
+           seed: int) -> list[Mutant]:
+    chosen = mutants
+    if only:
+        unknown = sorted(set(only) - {m.id for m in mutants})
+        if unknown:
+            raise SystemExit(f"mutants: unknown mutant id(s) {unknown}; --list shows them")
+        chosen = [m for m in chosen if m.id in only]
+    if families:
+        chosen = [m for m in chosen if m.requirements[0].split("-")[0] in families]
+    if sample is not None and sample < len(chosen):
+        chosen = sorted(random.Random(seed).sample(chosen, sample), key=lambda m: m.id)
+    return chosen
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python scripts/mutants.py",
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-j", "--jobs", type=int, default=2, help="mutants run at once (default 2)")
+    p.add_argument("--sample", type=int, default=None, metavar="N",
+                   help="run N mutants drawn with --seed (a rotating sample)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="drives the sample and the suites' --mc-seed (default: random, printed)")
+    p.add_argument("--only", default="", help="comma-separated mutant ids")
+    p.add_argument("--family", default="", help="comma-separated families: MR,CO,MP")
+    p.add_argument("--suites-only", action="store_true",
+                   help="judge with the conformance suites alone (no project tests)")
+    p.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE,
+                   help=f"seconds per mutant before its run counts as a hang "
+                        f"(default {DEFAULT_DEADLINE:.0f}; a mutant may set its own)")
+    p.add_argument("--confirm", action="store_true",
+                   help="re-run each killing test on the unmutated tree; a kill by a test that "
+                        "fails there too is reported UNCONFIRMED")
+    p.add_argument("--json", type=Path, default=Path("mutants-result.json"),
+                   help="where to write the JSON result (default mutants-result.json)")
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="keep each mutant's scratch tree and log under DIR")
+    p.add_argument("--catalogue", type=Path, default=ROOT / "mutants",
+                   help="directory of *.toml mutant files (default mutants/)")
+    p.add_argument("--root", type=Path, default=ROOT, help="repository to mutate (default: this)")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter with the project installed (default: this one)")
+    p.add_argument("--check", action="store_true",
+                   help="only check that every patch applies and compiles")
+    p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    root = args.root.resolve()
+    reqs = known_requirements(root) if (root / "pytest_mooncake").is_dir() else None
+    try:
+        mutants = load_catalogue(args.catalogue, reqs)
+    except CatalogueError as exc:
+        print(f"mutants: {exc}", file=sys.stderr)
+        return 2
+    problems = check(mutants, root)
+    if problems:
+        print("mutants: the catalogue does not apply to this tree:\n  " + "\n  ".join(problems),
+              file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"mutants: {len(mutants)} mutants, every patch applies and compiles")
+        return 0
+    if args.list:
+        for m in mutants:
+            print(f"{m.id:44} {','.join(m.requirements):14} {m.kind:13} {m.breaks[:60]}")
+        return 0
+    seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
+    chosen = select(mutants, [s for s in args.only.split(",") if s],
+                    [s.upper() for s in args.family.split(",") if s], args.sample, seed)
+    if not chosen:
+        print("mutants: nothing selected", file=sys.stderr)
+        return 2
+    cfg = Config(args.python, seed, args.deadline, args.suites_only, args.confirm,
+                 args.keep.resolve() if args.keep else None)
+    print(f"mutants: {len(chosen)} of {len(mutants)} mutants, seed {seed}, {args.jobs} at a time, "
+          f"deadline {args.deadline:.0f}s, judged by the suites"
+          + ("" if args.suites_only else " then the project tests"), flush=True)
+    results = run_all(chosen, cfg, root, args.jobs)
+    print()
+    print(table(results))
+    s = summary(results)
+    print(f"\nsuites alone: {s['killed_by_suites']}/{s['judged']} killed "
+          f"({s['suite_kill_rate']}%)")
+    if not args.suites_only:
+        print(f"suites + project tests: {s['killed']}/{s['judged']} killed ({s['kill_rate']}%)")
+    if s["errors"]:
+        print(f"errors (not judged): {s['errors']}")
+    doc = {"seed": seed, "jobs": args.jobs, "deadline": args.deadline,
+           "suites_only": args.suites_only, "catalogue": str(args.catalogue),
+           "summary": s, "mutants": [asdict(r) for r in results]}
+    args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"JSON result: {args.json}")
+    return 0 if s["survived"] == 0 and s["errors"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Mutation testing of the conformance suites (``python scripts/mutants.py``): the catalogue,\nthe runner, the report."""

@@ -1,0 +1,288 @@
+"""Running one mutant: a hard-linked scratch copy of the repository with the patch applied, the
+suites of its requirements and then its project tests in child pytest runs with a deadline, and
+the verdict (killed by which test, a hang, or survived)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mutation.catalogue import CatalogueError, Mutant, mutated_sources
+
+KILLED, HANG, SURVIVED, ERROR = "killed", "killed (hang)", "SURVIVED", "ERROR"
+TAIL = 3000
+
+
+def tracked_files(root: Path) -> list[str]:
+    """Files of the working tree a run needs: git's tracked and untracked-but-not-ignored."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=root,
+                             capture_output=True, check=True).stdout
+        names = [n for n in out.decode().split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        names = [str(p.relative_to(root)) for p in root.rglob("*")
+                 if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts]
+    return [n for n in names if (root / n).is_file()]
+
+
+def make_base(root: Path, into: Path) -> Path:
+    base = into / "base"
+    for name in tracked_files(root):
+        dest = base / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, dest)
+    return base
+
+
+def make_scratch(base: Path, m: Mutant, into: Path) -> Path:
+    """A hard-linked copy of ``base`` with the mutant's files replaced (never written through)."""
+    work = into / m.id
+    shutil.copytree(base, work, copy_function=os.link)
+    for file, text in mutated_sources(m, lambda f: (base / f).read_text("utf-8")).items():
+        (work / file).unlink()
+        (work / file).write_text(text, "utf-8")
+    return work
+
+
+# ---------------------------------------------------------------------------------- runs
+
+
+@dataclass
+class Result:
+    id: str
+    requirements: list[str]
+    kind: str
+    status: str
+    killed_by: str | None = None
+    phase: str | None = None
+    """``suites`` or ``tests``: which run killed it."""
+    seconds: float = 0.0
+    detail: str = ""
+    confirmed: bool | None = None
+    """With ``--confirm``: whether the killing test passes on the unmutated tree."""
+
+    @property
+    def killed(self) -> bool:
+        return self.status in (KILLED, HANG)
+
+
+@dataclass
+class Config:
+    python: str
+    seed: int
+    deadline: float
+    suites_only: bool = False
+    confirm: bool = False
+    keep: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class Runner:
+    """Runs mutants in scratch copies; ``stop()`` ends every run in progress (Ctrl-C)."""
+
+    def __init__(self, cfg: Config, base: Path, scratch: Path):
+        self.cfg = cfg
+        self.base = base
+        self.scratch = scratch
+        self._procs: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def env(self, tree: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.cfg.extra_env)
+        env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"]
+                                         if env.get("PYTHONPATH") else "")
+        return env
+
+    def verify_imports(self, packages: list[str]) -> None:
+        """The packages the mutants patch must be imported from the scratch tree, not from an
+        installed copy (an editable install, a site-packages wheel): else nothing is tested."""
+        code = ("import importlib, os, sys\n"
+                "for name in sys.argv[1:]:\n"
+                "    print(os.path.dirname(importlib.import_module(name).__file__))")
+        out = subprocess.run([self.cfg.python, "-c", code, *packages], cwd=self.base,
+                             env=self.env(self.base), capture_output=True, text=True, timeout=120)
+        dirs = out.stdout.split()
+        if out.returncode != 0 or len(dirs) != len(packages) or not all(
+                Path(d).resolve().is_relative_to(self.base.resolve()) for d in dirs):
+            raise SystemExit(f"mutants: {self.cfg.python} imports {packages} from {dirs} instead "
+                             f"of the scratch tree {self.base} ({out.stderr.strip()[-500:]}); a "
+                             f"mutant would not be tested. Is PYTHONPATH honoured?")
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            procs = list(self._procs)
+        for p in procs:
+            _kill_group(p)
+
+    def _pytest(self, tree: Path, args: list[str], junit: Path, deadline: float,
+                log: Path) -> tuple[int | None, float]:
+        """Exit status (None on a deadline kill) and seconds."""
+        argv = [self.cfg.python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                f"--junitxml={junit}", "-o", "junit_family=xunit2", *args]
+        start = time.monotonic()
+        with open(log, "ab") as out:
+            out.write(("$ " + " ".join(argv) + "\n").encode())
+            out.flush()
+            with self._lock:
+                if self._stopping:
+                    return None, 0.0
+                proc = subprocess.Popen(argv, cwd=tree, env=self.env(tree), stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+                self._procs.add(proc)
+            try:
+                rc = proc.wait(timeout=max(1.0, deadline))
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                rc = None
+            finally:
+                _kill_group(proc)
+                with self._lock:
+                    self._procs.discard(proc)
+        return rc, time.monotonic() - start
+
+    def suites_args(self, m: Mutant) -> list[str]:
+        return ["-p", "pytest_mooncake", *m.suites, f"--mc-only={','.join(m.requirements)}",
+                f"--mc-seed={self.cfg.seed}"]
+
+    def run(self, m: Mutant) -> Result:
+        res = Result(m.id, list(m.requirements), m.kind, SURVIVED)
+        started = time.monotonic()
+        try:
+            tree = make_scratch(self.base, m, self.scratch)
+        except (CatalogueError, OSError) as exc:
+            res.status, res.detail = ERROR, str(exc)
+            return res
+        log = tree / "mutant-run.log"
+        budget = m.deadline or self.cfg.deadline
+        phases = [("suites", self.suites_args(m))]
+        if m.tests and not self.cfg.suites_only:
+            phases.append(("tests", list(m.tests)))
+        try:
+            for phase, args in phases:
+                left = budget - (time.monotonic() - started)
+                junit = tree / f"junit-{phase}.xml"
+                rc, _ = self._pytest(tree, args, junit, left, log)
+                verdict = judge(rc, junit, budget)
+                if verdict is None:
+                    continue
+                res.status, res.killed_by, res.detail = verdict
+                res.phase = phase
+                break
+            if res.status == KILLED and self.cfg.confirm and res.killed_by and "::" in res.killed_by:
+                res.confirmed = self.confirm(res.killed_by, res.phase)
+        finally:
+            res.seconds = round(time.monotonic() - started, 1)
+            if res.status in (ERROR,) or res.status == SURVIVED or self.cfg.keep:
+                res.detail = (res.detail + "\n" + _tail(log)).strip()
+            if self.cfg.keep:
+                dest = self.cfg.keep / m.id
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(tree, dest, symlinks=True)
+            shutil.rmtree(tree, ignore_errors=True)
+        return res
+
+    def confirm(self, nodeid: str, phase: str | None) -> bool:
+        """Does the killing test pass on the unmutated tree? (A flaky test kills nothing.)"""
+        junit = self.scratch / f"confirm-{time.monotonic_ns()}.xml"
+        log = self.scratch / "confirm.log"
+        args = [nodeid] if phase == "tests" else ["-p", "pytest_mooncake", nodeid,
+                                                  f"--mc-seed={self.cfg.seed}"]
+        rc, _ = self._pytest(self.base, args, junit, self.cfg.deadline, log)
+        return rc == 0
+
+
+def judge(rc: int | None, junit: Path, budget: float) -> tuple[str, str | None, str] | None:
+    """(status, killer, detail) of one pytest run, or None when every selected test passed."""
+    if rc is None:
+        return HANG, None, f"no end within the deadline of {budget:.0f}s: a hang is a kill"
+    if rc == 0:
+        return None
+    if rc in (1, 2):
+        killer = first_failure(junit)
+        if killer is None:
+            return KILLED, f"pytest exit {rc}", "no failing test named in the report"
+        return KILLED, killer, ""
+    if rc == 5:
+        return ERROR, None, "no test selected: the mutant's requirement or test paths are wrong"
+    return ERROR, None, f"pytest exit {rc} (internal or usage error)"
+
+
+def first_failure(junit: Path) -> str | None:
+    try:
+        tree = ET.parse(junit)
+    except (OSError, ET.ParseError):
+        return None
+    for case in tree.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            return nodeid(case.get("classname", ""), case.get("name", ""))
+    return None
+
+
+def nodeid(classname: str, name: str) -> str:
+    """A pytest node id from junit's dotted classname (``suites.metadata.test_cache``)."""
+    parts = classname.split(".")
+    for i in range(len(parts), 0, -1):
+        if parts[i - 1].startswith("test_") or parts[i - 1] == "conftest":
+            module = "/".join(parts[:i]) + ".py"
+            return "::".join([module, *parts[i:], name])
+    return f"{classname}::{name}" if classname else name
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text("utf-8", "replace")[-TAIL:]
+    except OSError:
+        return ""
+
+
+def run_all(chosen: list[Mutant], cfg: Config, root: Path, jobs: int) -> list[Result]:
+    scratch = Path(tempfile.mkdtemp(prefix="mc-mutants-"))
+    runner: Runner | None = None
+    try:
+        base = make_base(root, scratch)
+        runner = Runner(cfg, base, scratch)
+        runner.verify_imports(sorted({f.split("/", 1)[0] for m in chosen for f in m.files
+                                      if "/" in f}))
+        results: dict[str, Result] = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {pool.submit(runner.run, m): m for m in chosen}
+            try:
+                for n, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+                    r = fut.result()
+                    results[r.id] = r
+                    print(f"[{n}/{len(chosen)}] {r.id}: {r.status}"
+                          + (f" by {r.killed_by}" if r.killed_by else "")
+                          + f" ({r.seconds:.0f}s)", flush=True)
+            except KeyboardInterrupt:
+                runner.stop()
+                for f in futures:
+                    f.cancel()
+                raise
+        return [results[m.id] for m in chosen]
+    finally:
+        if runner is not None:
+            runner.stop()
+        shutil.rmtree(scratch, ignore_errors=True)

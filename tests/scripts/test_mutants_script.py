@@ -1,0 +1,211 @@
+"""scripts/mutants.py: the catalogue applies to this tree, broken anchors are reported by name, and
+the runner tells a suite kill, a project-test kill, a hang and a survivor apart (on a toy
+repository, so this runs in seconds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from mutation import catalogue as mutants  # noqa: E402
+
+
+def test_the_catalogue_applies_to_this_tree_and_spans_the_families():
+    catalogue = mutants.load_catalogue(ROOT / "mutants", mutants.known_requirements(ROOT))
+    assert not mutants.check(catalogue, ROOT)
+    assert len(catalogue) >= 60
+    families = {m.requirements[0].split("-")[0] for m in catalogue}
+    assert families == {"MR", "CO", "MP"}
+    assert {m.kind for m in catalogue} == set(mutants.KINDS)
+    assert all(m.why and m.breaks for m in catalogue)
+    for m in catalogue:
+        assert m.id.startswith(m.requirements[0] + "-"), m.id
+        assert all(h.file.startswith("reference_engine/") and "/sim/" not in h.file
+                   for h in m.hunks), f"{m.id}: mutants patch the engine, not its harness"
+
+
+def write_catalogue(directory: Path, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "T.toml").write_text(textwrap.dedent(text))
+    return directory
+
+
+def one_mutant(tmp_path: Path, find: str, source: str) -> tuple[list, Path]:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(source)
+    cat = write_catalogue(tmp_path / "cat", f"""
+        [[mutant]]
+        id = "MR-1-x"
+        requirements = ["MR-1"]
+        kind = "logic"
+        why = "w"
+        breaks = "b"
+        file = "pkg/mod.py"
+        [[mutant.patch]]
+        find = '''
+        {find}
+        '''
+        replace = '''
+        x = 2
+        '''
+        """)
+    return mutants.load_catalogue(cat), tmp_path
+
+
+@pytest.mark.parametrize(("source", "count"), [("y = 1\n", 0), ("x = 1\nx = 1\n", 2)])
+def test_an_anchor_that_does_not_occur_exactly_once_is_named(tmp_path, source, count):
+    catalogue, root = one_mutant(tmp_path, "x = 1", source)
+    [problem] = mutants.check(catalogue, root)
+    assert "MR-1-x" in problem and "pkg/mod.py" in problem and f"occurs {count} times" in problem
+    assert "'x = 1'" in problem
+
+
+def test_an_anchor_inside_a_line_is_refused(tmp_path):
+    catalogue, root = one_mutant(tmp_path, "x = 1", "def f():\n    yx = 1\n")
+    [problem] = mutants.check(catalogue, root)
+    assert "beginning of a line" in problem
+
+
+def test_a_patch_that_does_not_compile_is_refused(tmp_path):
+    catalogue, root = one_mutant(tmp_path, "x = 1", "if True:\nx = 1\n")
+    [problem] = mutants.check(catalogue, root)
+    assert "does not compile" in problem
+
+
+TOY_MODULE = """\
+def add(a, b):
+    return a + b
+
+
+def bounded(n):
+    return min(n, 10)
+
+
+def spin():
+    return 1
+"""
+
+TOY_SUITE = """\
+import pytest
+
+from toy.calc import add, spin
+
+
+@pytest.mark.mc_req("MR-1")
+def test_add():
+    assert add(2, 2) == 4
+
+
+@pytest.mark.mc_req("MR-2")
+def test_spin():
+    assert spin() == 1
+"""
+
+TOY_TESTS = """\
+from toy.calc import bounded
+
+
+def test_bounded():
+    assert bounded(12) == 10
+"""
+
+TOY_CATALOGUE = """\
+[[mutant]]
+id = "MR-1-subtracts"
+requirements = ["MR-1"]
+kind = "logic"
+why = "w"
+breaks = "b"
+file = "toy/calc.py"
+[[mutant.patch]]
+find = '''
+    return a + b
+'''
+replace = '''
+    return a - b
+'''
+
+[[mutant]]
+id = "MR-1-unbounded"
+requirements = ["MR-1"]
+kind = "boundary"
+why = "w"
+breaks = "b"
+file = "toy/calc.py"
+tests = ["tests/test_calc.py"]
+[[mutant.patch]]
+find = '''
+    return min(n, 10)
+'''
+replace = '''
+    return n
+'''
+
+[[mutant]]
+id = "MR-2-spins"
+requirements = ["MR-2"]
+kind = "failure-path"
+why = "w"
+breaks = "b"
+file = "toy/calc.py"
+deadline = 8
+[[mutant.patch]]
+find = '''
+    return 1
+'''
+replace = '''
+    while True:
+        pass
+'''
+
+[[mutant]]
+id = "MR-1-harmless"
+requirements = ["MR-1"]
+kind = "logic"
+why = "w"
+breaks = "b"
+file = "toy/calc.py"
+[[mutant.patch]]
+find = '''
+def spin():
+'''
+replace = '''
+def spin():  # a comment changes nothing
+'''
+"""
+
+
+def test_the_runner_tells_kills_hangs_and_survivors_apart(tmp_path):
+    repo = tmp_path / "repo"
+    for path, text in {"toy/__init__.py": "", "toy/calc.py": TOY_MODULE,
+                       "suites/test_toy.py": TOY_SUITE, "tests/test_calc.py": TOY_TESTS,
+                       "cat/T.toml": TOY_CATALOGUE}.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    result = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "mutants.py"), "--root", str(repo),
+         "--catalogue", str(repo / "cat"), "--json", str(result), "-j", "2", "--seed", "3"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # one survivor
+    doc = json.loads(result.read_text())
+    got = {m["id"]: (m["status"], m["killed_by"], m["phase"]) for m in doc["mutants"]}
+    assert got["MR-1-subtracts"] == ("killed", "suites/test_toy.py::test_add", "suites")
+    assert got["MR-1-unbounded"] == ("killed", "tests/test_calc.py::test_bounded", "tests")
+    assert got["MR-2-spins"][0] == "killed (hang)"
+    assert got["MR-1-harmless"][0] == "SURVIVED"
+    assert doc["summary"]["killed"] == 3 and doc["summary"]["killed_by_suites"] == 2
+    assert doc["summary"]["suite_kill_rate"] == 50.0 and doc["seed"] == 3
+    assert "| MR-1-harmless" in proc.stdout and "SURVIVED" in proc.stdout
+    assert "suites alone: 2/4 killed (50.0%)" in proc.stdout
+    assert (repo / "toy" / "calc.py").read_text() == TOY_MODULE, "the tree itself was touched"
