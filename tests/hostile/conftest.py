@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mooncake.processes import log_matches
+from pytest_mooncake.runtime.processes import log_matches
 from reference_engine.engine.control_client import ControlClient
 from reference_engine.metadata.http_server import MetadataHttpServer
 
