@@ -54,6 +54,7 @@ class LocalPlacement(ProcessPlacement):
         self._caps: frozenset[Capability] | None = None
         self._lacks: dict[Capability, str] = {}
         self._supervisor: Supervisor | None = None
+        self._facts: ReleaseFacts | None = None
         self.verbs: VerbsLayer = verbs_layer("auto")
 
     def use_verbs(self, mode: str) -> None:
@@ -67,7 +68,6 @@ class LocalPlacement(ProcessPlacement):
         _ = self.capabilities
         return MooncakeRdma(self, self.verbs, self._lacks, int(options.get("seed") or 0),
                             self.facts.get("probe", {}).get("package_dir"))
-        self._facts: ReleaseFacts | None = None
 
     @property
     def version(self) -> str:
