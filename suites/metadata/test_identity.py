@@ -40,6 +40,29 @@ def test_instance_id_is_random_per_process_and_stable_within_it(mc_engine, mc_me
     assert again == ids[-1], "instance_id changed within one process lifetime (MR-7)"
 
 
+@pytest.mark.mc_req("MR-7")
+@pytest.mark.mc_requires("register_memory")
+def test_a_republish_within_a_process_keeps_its_instance_id(mc_engine, mc_metadata):
+    """Registering more memory republishes the descriptor (Mooncake's ``register_memory``):
+    the same process, so the same identity, whatever code path builds the new descriptor."""
+    a = mc_engine("seg-a")
+    ids = [published(mc_metadata, "seg-a").get("instance_id")]
+    assert ids[0] is not None, (
+        "A published no instance_id in its descriptor; MR-7 requires every process to publish "
+        "one, made once at its start")
+    for _ in range(2):
+        addr, _length = a.register_buffer(64 << 10)
+        now = published(mc_metadata, "seg-a")
+        assert addr in [b.get("addr") for b in now.get("buffers", [])], (
+            f"A registered a buffer at {addr:#x} but its published descriptor lists only "
+            f"{[hex(b.get('addr', 0)) for b in now.get('buffers', [])]}: it did not republish")
+        ids.append(now.get("instance_id"))
+    assert len(set(ids)) == 1, (
+        f"seg-a's instance_id changed within one process as it republished its descriptor: "
+        f"{[i and i[:8] for i in ids]}; MR-7 requires it be made once at process start and "
+        f"stay constant for the process lifetime")
+
+
 @pytest.mark.mc_req("MR-8")
 def test_descriptor_without_instance_id_is_read_as_a_legacy_peer(mc_engine, mc_metadata):
     a = mc_engine("seg-a")

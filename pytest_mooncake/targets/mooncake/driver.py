@@ -123,6 +123,8 @@ class EngineDriver:
         if rc != 0:
             raise SystemExit(f"TransferEngine.register_memory({self.addr:#x}, {self.size}) "
                              f"returned {rc}")
+        self.more: list[list[int]] = []
+        """Buffers registered after the start (``register``), in order."""
         self.staging_size = args.staging_size
         self.staging = map_buffer(self.staging_size)
         self.counts = {"writes_ok": 0, "writes_failed": 0, "reads_ok": 0, "reads_failed": 0,
@@ -130,7 +132,17 @@ class EngineDriver:
 
     def info(self) -> dict:
         return {"segment": self.segment, "pid": os.getpid(), "rpc_port": self.engine.get_rpc_port(),
-                "buffers": [[self.addr, self.size]]}
+                "buffers": [[self.addr, self.size], *self.more]}
+
+    def register(self, length: int) -> dict:
+        """Map and register another buffer (the engine republishes its descriptor)."""
+        addr = map_buffer(length)
+        rc = self.engine.register_memory(addr, length)
+        if rc != 0:
+            _libc.munmap(addr, length)
+            return {"ok": False, "error": f"register_memory({addr:#x}, {length}) returned {rc}"}
+        self.more.append([addr, length])
+        return {"ok": True, "address": addr, "length": length}
 
     def _check_local(self, offset: int, length: int) -> None:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -183,6 +195,8 @@ class EngineDriver:
             return {"ok": True, **self.info()}
         if op == "stats":
             return {"ok": True, "counts": dict(self.counts)}
+        if op == "register":
+            return self.register(int(cmd["length"]))
         if op == "lookup":
             return self.lookup(str(cmd["peer"]))
         if op in ("write", "read"):
