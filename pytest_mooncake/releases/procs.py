@@ -3,7 +3,8 @@ process group, told to die with its parent, always stopped by the ``running`` co
 
 The parent-death signal is set by a small exec wrapper in the child (``prctl`` then ``exec``),
 not by ``preexec_fn``, which is unsafe in a multithreaded parent. Probes are short, one at a
-time; the supervisor of long-running test processes is ``pytest_mooncake``'s own.
+time, and need their stdin/stdout; the supervisor of long-running test processes is
+``runtime.processes``. Waits are the runtime's one wait loop; ports come from ``runtime.ports``.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+
+from pytest_mooncake.runtime import deadlines
 
 T = TypeVar("T")
 
@@ -77,21 +78,20 @@ def running(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any
 
 def wait_until(check: Callable[[], T], timeout: float, what: str,
                proc: subprocess.Popen | None = None, log: Path | None = None) -> T:
-    """Poll ``check`` (backing off to 0.2 s) until it returns something truthy; TimeoutError
-    naming ``what`` (and the log's tail), or RuntimeError when ``proc`` exits first."""
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while True:
+    """``runtime.deadlines.wait_until`` for a probe's process: ``check`` until truthy; a
+    ``Timeout`` naming ``what`` with the log's tail, or RuntimeError when ``proc`` exits first."""
+
+    def probe() -> T:
         got = check()
-        if got:
-            return got
-        if proc is not None and proc.poll() is not None:
+        if not got and proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{what}: the process exited with {proc.returncode} first"
                                f"{log_tail(log)}")
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout:g} s{log_tail(log)}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+        return got
+
+    try:
+        return deadlines.wait_until(probe, timeout, what, interval=0.02)
+    except deadlines.Timeout as exc:
+        raise deadlines.Timeout(f"{exc}{log_tail(log)}") from None
 
 
 def log_tail(log: Path | None, lines: int = 8) -> str:
@@ -102,10 +102,3 @@ def log_tail(log: Path | None, lines: int = 8) -> str:
     except OSError:
         return ""
     return "; log tail: " + " | ".join(tail) if tail else ""
-
-
-def free_port() -> int:
-    """A free loopback TCP port (the kernel's choice)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
