@@ -28,6 +28,8 @@ class Capability(str, enum.Enum):
     """Restart an engine under the same segment name (a new process)."""
     KEEP_ADDRESSES = "keep_addresses"
     """Restart so that buffer addresses (and keys) equal the old process's."""
+    REGISTER_MEMORY = "register_memory"
+    """Register more memory in a running engine, which republishes its descriptor."""
     CACHE_CONTROL = "cache_control"
     """Set ``metadata_cache_ttl_ms``, look up a peer, force a refresh, read cache counters."""
     ENGINE_COUNTERS = "engine_counters"
@@ -151,6 +153,11 @@ class EngineHandle(Protocol):
     def raw_descriptor(self) -> bytes | None: ...
     def buffers(self) -> list[tuple[int, int]]:
         """(address, length) of each registered buffer."""
+        ...
+
+    def register_buffer(self, length: int) -> tuple[int, int]:
+        """Register another buffer of ``length`` bytes (Mooncake's ``register_memory``); the
+        engine republishes its descriptor. Its (address, length). Needs ``register_memory``."""
         ...
 
     def write(self, peer: str, offset: int, data: bytes) -> TransferResult:

@@ -14,6 +14,7 @@ base64-encoded (``data_b64``). Operations:
 | descriptor | | our published descriptor (JSON object) |
 | info | | {segment, instance_id, buffers, data_port, pid, profile, ttl_ms} |
 | set_ttl | ttl_ms | {} |
+| register_buffer | length | {addr, length}: another buffer, descriptor republished |
 | stop | | {} then the process exits |
 """
 
@@ -143,10 +144,14 @@ class Dispatcher:
     def op_descriptor(self, r):
         return to_json(self.engine.descriptor)
 
+    def op_register_buffer(self, r):
+        addr, length = self.engine.register_buffer(_arg(r, "length", int))
+        return {"addr": addr, "length": length}
+
     def op_info(self, r):
         e = self.engine
         return {"segment": e.name, "instance_id": e.descriptor.instance_id,
-                "buffers": [[e.region.addr, e.region.length]],
+                "buffers": [[x.addr, x.length] for x in (e.region, *e.more_regions)],
                 "data_port": e.descriptor.tcp_data_port, "pid": os.getpid(),
                 "profile": e.profile.name, "ttl_ms": getattr(e.cache.policy, "ttl_ms", None)}
 

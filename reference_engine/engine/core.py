@@ -79,6 +79,8 @@ class Engine:
             counters=self.counters, on_replacement=self._retire_instance,
         )
         self.descriptor: SegmentDescriptor | None = None
+        self.more_regions: list[Region] = []
+        """Buffers registered after the start (``register_buffer``), in order."""
         self._published: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._addressed: dict[tuple[str, int], str] = {}
@@ -104,6 +106,25 @@ class Engine:
                  self.name, desc.instance_id or "(none: legacy)", self.region.addr,
                  self.region.addr + self.region.length, port)
         return desc
+
+    def register_buffer(self, length: int) -> tuple[int, int]:
+        """Register another buffer of our own and republish the descriptor, as Mooncake's
+        ``register_memory`` does: every buffer we hold, under this process's identity."""
+        if self.descriptor is None:
+            raise ValueError("the engine has not started")
+        region = allocate_restartable(length)
+        self.transport.register_buffer(region.addr, region.view)
+        self.more_regions.append(region)
+        regions = [self.region, *self.more_regions]
+        desc = tcp_descriptor(self.name, [(r.addr, r.length) for r in regions], self.data_host,
+                              self.descriptor.tcp_data_port or 0,
+                              self.profile.identity.instance_id())
+        self.descriptor = desc
+        self.cache.set_local(desc)
+        self._publish(self.layout.segment_key(self.name), encode(desc))
+        log.info("segment %s republished: instance %s, %d buffer(s)", self.name,
+                 desc.instance_id or "(none: legacy)", len(regions))
+        return region.addr, region.length
 
     def _publish(self, key: str, value: bytes, replace: bool = False) -> None:
         if replace:

@@ -16,9 +16,11 @@ from pytest_mooncake.planting import (
     buffer_names,
     malformed_values,
     plant,
+    plant_foreign,
     published,
     with_probe_buffer,
 )
+from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.waits import Timeout, holds_for, wait_until, within
 
 WAIT = 10.0
@@ -30,6 +32,29 @@ pytestmark = pytest.mark.mc_requires("engine", "cache_control")
 
 def _names(result):
     return buffer_names(result.descriptor) if result.ok else f"failure: {result.error}"
+
+
+def _snapshot(desc) -> tuple:
+    """What a descriptor says, whole: its name, identity and every buffer's name and range."""
+    return (desc.get("name"), desc.get("instance_id"),
+            sorted((b.get("name"), b.get("addr"), b.get("length")) for b in desc.get("buffers", [])))
+
+
+def _seen(result):
+    return _snapshot(result.descriptor) if result.ok else f"failure: {result.error}"
+
+
+def _counters(engine) -> dict[str, int] | None:
+    """The engine's counters, or None where the target cannot read them."""
+    try:
+        return dict(engine.stats())
+    except TargetLacks:
+        return None
+
+
+POLL = 0.02
+"""A lookup every 20 ms: far more often than the short TTL, so an entry that only expires when
+it is left alone (a TTL counted from the last use) would never expire."""
 
 
 @pytest.mark.mc_req("MR-1", "MR-3")
@@ -68,6 +93,73 @@ def test_local_segment_is_never_refetched(mc_engine, mc_metadata):
               3 * SHORT_TTL_MS / 1000,
               "A serving its own segment from its local snapshot after the store value was "
               "replaced by garbage (MR-1: local segments are never refetched)")
+    forced = a.lookup("seg-a", force=True)
+    assert forced.ok and _seen(forced) == _snapshot(own.descriptor), (
+        f"a forced lookup of A's own segment returned {_seen(forced)} with garbage in the store: "
+        f"it refetched; MR-1 requires local segments always be served from the local snapshot, "
+        f"never refetched")
+
+
+@pytest.mark.mc_req("MR-1")
+def test_frequent_lookups_do_not_keep_a_descriptor_past_its_ttl(mc_engine, mc_metadata):
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    assert b.lookup("seg-a").ok
+    plant(mc_metadata, "seg-a", with_probe_buffer(published(mc_metadata, "seg-a"), "probe-v2"))
+    try:
+        wait_until(lambda: "probe-v2" in _names(b.lookup("seg-a")), WAIT,
+                   "B, looking A up every 20 ms, to pick up A's new descriptor",
+                   interval=POLL, max_interval=POLL)
+    except Timeout:
+        pytest.fail(
+            f"B looked A up every {POLL * 1000:.0f} ms with a TTL of {SHORT_TTL_MS} ms and "
+            f"served the old descriptor for {WAIT:g}s after it changed in the store: its cache "
+            f"entries do not expire while they are in use. MR-1 bounds a remote descriptor to "
+            f"metadata_cache_ttl_ms after its last successful refresh, not after its last "
+            f"use", pytrace=False)
+
+
+@pytest.mark.mc_req("MR-1")
+def test_a_zero_ttl_caches_nothing(mc_engine, mc_metadata):
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=0)
+    assert b.lookup("seg-a").ok
+    doc = published(mc_metadata, "seg-a")
+    for n in range(1, 4):
+        doc = with_probe_buffer(doc, f"zero-ttl-v{n}")
+        plant(mc_metadata, "seg-a", doc)
+        seen = b.lookup("seg-a")
+        assert seen.ok and f"zero-ttl-v{n}" in buffer_names(seen.descriptor), (
+            f"with metadata_cache_ttl_ms = 0, B's next lookup after A's descriptor changed "
+            f"returned {_names(seen)} instead of the stored {buffer_names(doc)}: MR-1 allows a "
+            f"remote descriptor to be served from cache for at most the TTL, here 0 ms")
+
+
+@pytest.mark.mc_req("MR-1")
+@pytest.mark.mc_requires("engine_counters")
+def test_a_failed_refresh_does_not_restart_the_ttl(mc_engine, mc_metadata, proxied_metadata):
+    proxy, via_proxy = proxied_metadata
+    ttl_ms = 1500
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", metadata=via_proxy, ttl_ms=ttl_ms)
+    first = b.lookup("seg-a")
+    assert first.ok, first.error
+    proxy.disable()
+    plant(mc_metadata, "seg-a", with_probe_buffer(published(mc_metadata, "seg-a"), "probe-v2"))
+    failed = b.stats().get("refresh_failed", 0)
+    try:
+        wait_until(lambda: b.lookup("seg-a").ok and b.stats().get("refresh_failed", 0) > failed,
+                   WAIT, "B's refresh of A to fail on the cut metadata network",
+                   interval=POLL, max_interval=POLL)
+    finally:
+        proxy.enable()
+    seen = b.lookup("seg-a")
+    assert seen.ok and "probe-v2" in buffer_names(seen.descriptor), (
+        f"B's refresh of A failed while the metadata network was cut (the previous snapshot was "
+        f"served, as MR-4 requires); right after the network healed B's lookup still returned "
+        f"{_names(seen)}, not the stored new value: the failed refresh was taken as a refresh "
+        f"and restarted the {ttl_ms} ms TTL. MR-1 counts the TTL from the last *successful* "
+        f"refresh, which is long past")
 
 
 @pytest.mark.mc_req("MR-2")
@@ -82,6 +174,26 @@ def test_no_metadata_io_within_the_ttl(mc_engine, mc_metadata, proxied_metadata)
     holds_for(lambda: _names(b.lookup("seg-a")) == buffer_names(first.descriptor), 1.0,
               "B answering lookups of A from its cache with the metadata network cut and a new "
               "value in the store (MR-2: within the TTL a lookup does no metadata-store I/O)")
+
+
+@pytest.mark.mc_req("MR-2")
+def test_a_changed_value_is_not_read_within_the_ttl(mc_engine, mc_metadata):
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=LONG_TTL_MS)
+    first = b.lookup("seg-a")
+    assert first.ok, first.error
+    before = _counters(b)
+    plant(mc_metadata, "seg-a", with_probe_buffer(published(mc_metadata, "seg-a"), "probe-v2"))
+    holds_for(lambda: _seen(b.lookup("seg-a")) == _snapshot(first.descriptor), 1.0,
+              f"B answering lookups of A from its cache (TTL {LONG_TTL_MS} ms) while the store "
+              f"holds a new value and the metadata network works (MR-2: within the TTL a "
+              f"lookup does no metadata-store I/O, so it cannot see the new value)")
+    after = _counters(b)
+    if before is not None and "metadata_fetches" in before:
+        assert after["metadata_fetches"] == before["metadata_fetches"], (
+            f"B's lookups of a cached peer within its TTL made "
+            f"{after['metadata_fetches'] - before['metadata_fetches']} metadata fetch(es) "
+            f"(MR-2: within the TTL a lookup does no metadata-store I/O)")
 
 
 @pytest.mark.mc_req("MR-4")
@@ -110,11 +222,51 @@ def test_malformed_values_never_replace_a_valid_snapshot(mc_engine, mc_metadata)
     good = published(mc_metadata, "seg-a")
     for bad in malformed_values(good):
         plant(mc_metadata, "seg-a", bad.raw)
-        holds_for(lambda: _names(b.lookup("seg-a")) == buffer_names(first.descriptor),
+        holds_for(lambda: _seen(b.lookup("seg-a")) == _snapshot(first.descriptor),
                   2 * SHORT_TTL_MS / 1000,
-                  f"B keeping A's valid descriptor after {bad.why} ({bad.name}) was planted "
-                  f"(MR-4: a malformed refresh never overwrites a valid snapshot)")
+                  f"B keeping A's valid descriptor, every buffer's name and range, after "
+                  f"{bad.why} ({bad.name}) was planted (MR-4: a malformed refresh never "
+                  f"overwrites a valid snapshot)")
         assert b.alive(), f"B crashed on a malformed descriptor: {bad.why}"
+
+
+@pytest.mark.mc_req("MR-3", "MR-4")
+def test_another_segments_descriptor_is_never_installed(mc_engine, mc_metadata):
+    mc_engine("seg-a")
+    mc_engine("seg-c")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    first = b.lookup("seg-a")
+    assert first.ok, first.error
+    foreign = plant_foreign(mc_metadata, "seg-a", "seg-c")
+    holds_for(lambda: _seen(b.lookup("seg-a")) == _snapshot(first.descriptor),
+              3 * SHORT_TTL_MS / 1000,
+              f"B keeping A's descriptor after seg-c's descriptor (name {foreign.get('name')!r}, "
+              f"buffers {buffer_names(foreign)}) was planted under seg-a's key (MR-3: a refresh "
+              f"validates before it installs; MR-4: an invalid descriptor never overwrites a "
+              f"valid snapshot)")
+
+
+@pytest.mark.mc_req("MR-4")
+def test_a_blackholed_refresh_returns_the_previous_snapshot_in_bounded_time(
+        mc_engine, mc_metadata, proxied_metadata):
+    proxy, via_proxy = proxied_metadata
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", metadata=via_proxy, ttl_ms=0)
+    first = b.lookup("seg-a")
+    assert first.ok, first.error
+    proxy.add_toxic(type="timeout", attributes={"timeout": 0}, name="blackhole")
+    try:
+        seen = within(WAIT * 2, b.lookup, "seg-a",
+                      what="a lookup of A while the metadata network swallows every byte")
+    except Timeout:
+        pytest.fail(f"with the metadata network black-holed (no answer, no reset), B's lookup of "
+                    f"A did not return within {WAIT * 2:g}s; MR-4 requires a refresh that times "
+                    f"out to keep and return the previous snapshot", pytrace=False)
+    finally:
+        proxy.destroy_toxic("blackhole")
+    assert seen.ok and _seen(seen) == _snapshot(first.descriptor), (
+        f"after a refresh timed out, B's lookup returned {_seen(seen)}; MR-4 requires the "
+        f"previous snapshot")
 
 
 @pytest.mark.mc_req("MR-5")
@@ -147,6 +299,27 @@ def test_failed_forced_refresh_is_a_failure(mc_engine, mc_metadata, proxied_meta
     proxy.enable()
     wait_until(lambda: b.lookup("seg-a", force=True).ok, WAIT,
                "forced refreshes to succeed again after the metadata network healed")
+
+
+@pytest.mark.mc_req("MR-5")
+def test_a_forced_refresh_that_finds_no_valid_value_is_a_failure(mc_engine, mc_metadata):
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=LONG_TTL_MS)
+    assert b.lookup("seg-a").ok
+    good = published(mc_metadata, "seg-a")
+    key = mc_metadata.segment_key("seg-a")
+    cases = [("the key deleted", lambda: mc_metadata.delete(key))]
+    cases += [(bad.why, lambda raw=bad.raw: plant(mc_metadata, "seg-a", raw))
+              for bad in malformed_values(good)[:3]]
+    for what, damage in cases:
+        damage()
+        forced = b.lookup("seg-a", force=True)
+        assert not forced.ok, (
+            f"a forced refresh of A with {what} in the store returned success with "
+            f"{buffer_names(forced.descriptor)} (the cached snapshot); MR-5 requires a failed "
+            f"forced refresh to return a failure, never the stale snapshot as success")
+        plant(mc_metadata, "seg-a", good)
+        assert b.lookup("seg-a", force=True).ok, "a forced refresh of the restored value failed"
 
 
 @pytest.mark.mc_req("MR-6")
@@ -206,3 +379,43 @@ def test_a_slow_fetch_does_not_block_cached_lookups(mc_engine, mc_metadata, prox
     finally:
         proxy.destroy_toxic("blackhole")
         slow.join(timeout=30)
+
+
+@pytest.mark.mc_req("MR-6")
+@pytest.mark.mc_requires("engine_counters")
+@pytest.mark.parametrize("mc_metadata", ["http"], indirect=True)
+def test_a_slow_fetch_does_not_hold_up_another_peers_fetch(mc_engine, mc_metadata,
+                                                          proxied_metadata):
+    """Each HTTP metadata request is its own connection, so a bandwidth limit on the proxy makes
+    the fetch of a large value slow and leaves a small one fast: B's first lookup of seg-c (a
+    peer it never saw, so any implementation fetches it) can finish while the fetch of A's large
+    value is still on the wire, unless that fetch holds the lock other lookups need."""
+    proxy, via_proxy = proxied_metadata
+    mc_engine("seg-a")
+    mc_engine("seg-c")
+    b = mc_engine("seg-b", metadata=via_proxy, ttl_ms=LONG_TTL_MS)
+    plant(mc_metadata, "seg-a", dict(published(mc_metadata, "seg-a"), padding="x" * 600_000))
+    fetches = b.stats().get("metadata_fetches", 0)
+    proxy.add_toxic(type="bandwidth", attributes={"rate": 40}, stream="downstream",
+                    name="slow")
+    slow = threading.Thread(target=b.lookup, args=("seg-a",), daemon=True)
+    slow.start()
+    try:
+        wait_until(lambda: b.stats().get("metadata_fetches", 0) > fetches, WAIT,
+                   "B's first lookup of A to start its (slow) fetch")
+        try:
+            other = within(5.0, b.lookup, "seg-c",
+                           what="B's first lookup of seg-c while A's fetch trickles in")
+        except Timeout:
+            pytest.fail(
+                "B's first lookup of seg-c waited behind its slow metadata fetch of A (600 kB "
+                "at 40 kB/s): the fetch holds the lock other lookups need; MR-6 requires no "
+                "metadata I/O under the cache lock", pytrace=False)
+        still_fetching = slow.is_alive()
+    finally:
+        proxy.destroy_toxic("slow")
+        slow.join(timeout=30)
+    assert other.ok, f"B's lookup of seg-c failed: {other.error}"
+    assert still_fetching, (
+        "precondition: the fetch of A's 600 kB value ended before seg-c's lookup did, so this "
+        "run could not tell whether one waits for the other")

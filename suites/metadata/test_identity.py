@@ -15,6 +15,8 @@ from pytest_mooncake.planting import buffer_names, plant, published, without_ins
 from pytest_mooncake.waits import wait_until
 
 HEX128 = re.compile(r"^[0-9a-f]{32,}$")
+PREDECESSOR_ID = "5eed" * 8
+"""The instance_id planted as a crashed predecessor's."""
 LANDS = 5.0
 
 
@@ -24,6 +26,7 @@ def lands(a, payload: bytes) -> None:
     wait_until(lambda: a.local_read(0, len(payload)) == payload, LANDS,
                f"the acknowledged write of {payload!r} to land in A's buffer",
                describe=lambda _: repr(a.local_read(0, len(payload))))
+
 
 pytestmark = pytest.mark.mc_requires("engine")
 
@@ -48,6 +51,47 @@ def test_instance_id_is_random_per_process_and_stable_within_it(mc_engine, mc_me
         f"requires a different ID on every process start")
     again = published(mc_metadata, "seg-a").get("instance_id")
     assert again == ids[-1], "instance_id changed within one process lifetime (MR-7)"
+    shared = _shared_chunks(ids)
+    assert not shared, (
+        f"instance_ids of four starts of seg-a agree in {shared[0]}: IDs of 128 random bits "
+        f"share a 32-bit chunk with probability 2^-32 per pair; these carry fewer random bits "
+        f"(a clock, a counter, padding). MR-7 requires at least 128 random bits with no "
+        f"ordering or clock meaning: {ids}")
+
+
+def _shared_chunks(ids: list[str], width: int = 8) -> list[str]:
+    """Chunks of ``width`` hex digits (32 bits) at the same position that two IDs share."""
+    n = min(len(i) for i in ids)
+    found = []
+    for x, left in enumerate(ids):
+        for right in ids[x + 1:]:
+            found += [f"hex digits {p}..{p + width - 1} ({left[p:p + width]!r}) of "
+                      f"{left[:8]}.. and {right[:8]}.." for p in range(0, n - width + 1, width)
+                      if left[p:p + width].lower() == right[p:p + width].lower()]
+    return found
+
+
+@pytest.mark.mc_req("MR-7")
+@pytest.mark.mc_requires("register_memory")
+def test_a_republish_within_a_process_keeps_its_instance_id(mc_engine, mc_metadata):
+    """Registering more memory republishes the descriptor (Mooncake's ``register_memory``):
+    the same process, so the same identity, whatever code path builds the new descriptor."""
+    a = mc_engine("seg-a")
+    ids = [published(mc_metadata, "seg-a").get("instance_id")]
+    assert ids[0] is not None, (
+        "A published no instance_id in its descriptor; MR-7 requires every process to publish "
+        "one, made once at its start")
+    for _ in range(2):
+        addr, _length = a.register_buffer(64 << 10)
+        now = published(mc_metadata, "seg-a")
+        assert addr in [b.get("addr") for b in now.get("buffers", [])], (
+            f"A registered a buffer at {addr:#x} but its published descriptor lists only "
+            f"{[hex(b.get('addr', 0)) for b in now.get('buffers', [])]}: it did not republish")
+        ids.append(now.get("instance_id"))
+    assert len(set(ids)) == 1, (
+        f"seg-a's instance_id changed within one process as it republished its descriptor: "
+        f"{[i and i[:8] for i in ids]}; MR-7 requires it be made once at process start and "
+        f"stay constant for the process lifetime")
 
 
 @pytest.mark.mc_req("MR-8")
@@ -90,10 +134,16 @@ def test_new_owner_publishes_only_its_own_buffers(mc_engine, mc_metadata):
     a = mc_engine("seg-a")
     doc = published(mc_metadata, "seg-a")
     foreign = dict(doc, buffers=doc["buffers"] + [
-        {"name": "predecessor-only", "addr": 1 << 44, "length": 1 << 20}])
+        {"name": "predecessor-only", "addr": 1 << 44, "length": 1 << 20}],
+        instance_id=PREDECESSOR_ID)
+    a.kill()  # no clean stop: the predecessor's value stays in the store, as after a crash
     plant(mc_metadata, "seg-a", foreign)
     a.restart()
     fresh = published(mc_metadata, "seg-a")
+    assert fresh.get("instance_id") != PREDECESSOR_ID, (
+        "the new owner of seg-a republished its predecessor's instance_id from the value it "
+        "found in the store; MR-18 requires a fresh snapshot of its own, MR-7 an ID made at "
+        "its own start")
     own = sorted(addr for addr, _ in a.buffers())
     assert "predecessor-only" not in buffer_names(fresh), (
         "the restarted owner of seg-a republished a buffer only its predecessor's value had; "
@@ -113,8 +163,14 @@ def test_access_outside_registered_buffers_is_rejected(mc_engine):
     assert not outside.ok, (
         "a write just past A's registered buffer was accepted; MR-18 requires the owner to "
         "reject transfers that address memory outside the buffers it registered")
+    at_the_end = b.write_at("seg-a", addr + length - 16, b"z" * 16)
+    assert at_the_end.ok, (
+        f"a write of the last 16 bytes of A's registered buffer (ending exactly at its end) was "
+        f"refused: {at_the_end.error}; MR-18 rejects only transfers outside the registered "
+        f"buffers")
+    assert a.local_read(length - 16, 16) == b"z" * 16, "the write of the last 16 bytes was lost"
     straddling = b.write_at("seg-a", addr + length - 8, b"y" * 16)
     assert not straddling.ok, "a write straddling the end of A's buffer was accepted (MR-18)"
     assert a.alive(), "A crashed on an out-of-bounds transfer"
     assert a.local_read(0, 16) == before
-    assert a.local_read(length - 8, 8) != b"y" * 8, "the rejected write was partially applied"
+    assert a.local_read(length - 8, 8) == b"z" * 8, "the rejected write was partially applied"

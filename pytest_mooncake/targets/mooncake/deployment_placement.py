@@ -122,6 +122,10 @@ class DeploymentEngine(DriverCommands):
         self.info = {k: v for k, v in self._call("info").items() if k != "ok"}
         self.pid = self.info.get("pid")
 
+    def register_buffer(self, length: int):
+        raise _never(self.manifest, "registers memory in a deployment's engines",
+                     Capability.REGISTER_MEMORY)
+
     def _guard_transfers(self) -> None:
         if not self.manifest.permits("transfers"):
             raise _never(self.manifest, "drives transfers between engines (allow "

@@ -125,6 +125,8 @@ class EngineDriver:
         if rc != 0:
             raise SystemExit(f"TransferEngine.register_memory({self.addr:#x}, {self.size}) "
                              f"returned {rc}")
+        self.more: list[list[int]] = []
+        """Buffers registered after the start (``register``), in order."""
         self.staging_size = args.staging_size
         self.staging = map_buffer(self.staging_size)
         if self.protocol != "tcp":  # RDMA moves bytes only from and to registered memory
@@ -132,7 +134,6 @@ class EngineDriver:
             if rc != 0:
                 raise SystemExit(f"TransferEngine.register_memory({self.staging:#x}, "
                                  f"{self.staging_size}) (staging) returned {rc}")
-        self.extra: list[tuple[int, int]] = []
         self.batches: dict[int, int] = {}  # transfer id -> batch id, until it ended
         self.ended: dict[int, str] = {}  # transfer id -> "completed" / "failed"
         self.next_transfer = 0
@@ -141,7 +142,8 @@ class EngineDriver:
 
     def info(self) -> dict:
         return {"segment": self.segment, "pid": os.getpid(), "rpc_port": self.engine.get_rpc_port(),
-                "buffers": [[self.addr, self.size]], "staging": [self.staging, self.staging_size],
+                "buffers": [[self.addr, self.size], *self.more],
+                "staging": [self.staging, self.staging_size],
                 "protocol": self.protocol}
 
     def submit(self, peer: str, op: str, offset: int, length: int, local_offset: int) -> dict:
@@ -184,12 +186,17 @@ class EngineDriver:
 
     def register_extra(self, size: int) -> dict:
         """Register one more buffer: the engine republishes its descriptor, same process."""
-        addr = map_buffer(size)
-        rc = self.engine.register_memory(addr, size)
+        return self.register(size)
+
+    def register(self, length: int) -> dict:
+        """Map and register another buffer (the engine republishes its descriptor)."""
+        addr = map_buffer(length)
+        rc = self.engine.register_memory(addr, length)
         if rc != 0:
-            return {"ok": False, "error": f"register_memory({addr:#x}, {size}) returned {rc}"}
-        self.extra.append((addr, size))
-        return {"ok": True, "address": addr}
+            _libc.munmap(addr, length)
+            return {"ok": False, "error": f"register_memory({addr:#x}, {length}) returned {rc}"}
+        self.more.append([addr, length])
+        return {"ok": True, "address": addr, "length": length}
 
     def _check_local(self, offset: int, length: int) -> None:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -242,6 +249,8 @@ class EngineDriver:
             return {"ok": True, **self.info()}
         if op == "stats":
             return {"ok": True, "counts": dict(self.counts)}
+        if op == "register":
+            return self.register(int(cmd["length"]))
         if op == "lookup":
             return self.lookup(str(cmd["peer"]))
         if op in ("write", "read"):

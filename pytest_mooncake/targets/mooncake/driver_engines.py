@@ -97,6 +97,17 @@ class DriverCommands:
         raise TargetLacks(Capability.ENGINE_COUNTERS, self.lacks.get(
             Capability.ENGINE_COUNTERS, "the engine exposes no counters"))
 
+    def register_buffer(self, length: int) -> tuple[int, int]:
+        """``TransferEngine.register_memory`` of a new mapping in the running engine."""
+        if Capability.REGISTER_MEMORY in self.lacks:
+            raise TargetLacks(Capability.REGISTER_MEMORY, self.lacks[Capability.REGISTER_MEMORY])
+        reply = self._call("register", length=length)
+        if not reply.get("ok"):
+            raise TargetError(f"engine {self.segment!r}: {reply.get('error')}")
+        buffer = [int(reply["address"]), int(reply["length"])]
+        self.info.setdefault("buffers", []).append(buffer)
+        return buffer[0], buffer[1]
+
     def driver_stats(self) -> Mapping[str, int]:
         """What the driver itself counted (transfers and lookups it issued and their outcome);
         not engine counters."""

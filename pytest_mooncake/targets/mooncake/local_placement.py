@@ -114,7 +114,7 @@ class LocalPlacement(ProcessPlacement):
             why = engine_error or f"TransferEngine lacks {', '.join(missing_engine)}"
             for cap in (Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
                         Capability.METADATA_ETCD, Capability.METADATA_HTTP,
-                        Capability.METADATA_FAULTS):
+                        Capability.METADATA_FAULTS, Capability.REGISTER_MEMORY):
                 lacks[cap] = f"mooncake.engine of {ver} is unusable: {why}"
         if not (engine & set(CACHE_API)):
             lacks[Capability.CACHE_CONTROL] = (

@@ -24,7 +24,7 @@ PROFILES = ("rfc", "legacy")
 ENGINE_CAPABILITIES = frozenset({
     Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
     Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD,
-    Capability.METADATA_HTTP,
+    Capability.METADATA_HTTP, Capability.REGISTER_MEMORY,
 })
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,

@@ -187,6 +187,7 @@ class ReferenceEngineHandle:
         except Exception as exc:
             raise TargetError(f"engine {self.segment} did not start: {exc}") from exc
         self._ready = _ready_line(self._proc, f"engine {self.segment}")
+        self._more_buffers: list[tuple[int, int]] = []
         self._control = ControlClient(self._ready["control_port"])
 
     def restart(self, keep_addresses: bool = False) -> None:
@@ -266,7 +267,14 @@ class ReferenceEngineHandle:
             raise TargetError(str(exc)) from exc
 
     def buffers(self) -> list[tuple[int, int]]:
-        return [(int(a), int(n)) for a, n in self._ready["buffers"]]
+        return [(int(a), int(n)) for a, n in self._ready["buffers"]] + self._more_buffers
+
+    def register_buffer(self, length: int) -> tuple[int, int]:
+        """Register another buffer of ``length`` bytes in the running engine; it republishes
+        its descriptor (Mooncake's ``register_memory``)."""
+        out = self._call("register_buffer", length=length)
+        self._more_buffers.append((int(out["addr"]), int(out["length"])))
+        return self._more_buffers[-1]
 
     # ------------------------------------------------------------------ transfers
 
