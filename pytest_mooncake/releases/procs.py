@@ -1,9 +1,10 @@
 """Short-lived processes of a probe (a master, two engines, a scratch etcd): each in its own
 process group, told to die with its parent, always stopped by the ``running`` context.
 
-The parent-death signal is set by a small exec wrapper in the child (``prctl`` then ``exec``),
-not by ``preexec_fn``, which is unsafe in a multithreaded parent. Probes are short, one at a
-time; the supervisor of long-running test processes is ``pytest_mooncake``'s own.
+The parent-death signal is set by the exec wrapper every child of the plugin starts through
+(``runtime/die_with_parent``), not by ``preexec_fn``, which is unsafe in a multithreaded parent.
+Probes are short, one at a time; the supervisor of long-running test processes is
+``runtime/processes``.
 """
 
 from __future__ import annotations
@@ -13,21 +14,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_mooncake.runtime.die_with_parent import wrap
+
 T = TypeVar("T")
-
-_WRAPPER = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
-    "if os.getppid() != int(sys.argv[1]): os._exit(70)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
-
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any) -> subprocess.Popen:
     """Start ``argv`` in a new session, stdout+stderr to ``log`` (unless given otherwise)."""
@@ -36,8 +30,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any) -> 
     log_fh = open(log, "ab")  # noqa: SIM115 (the child holds it; closed below)
     try:
         return subprocess.Popen(
-            [sys.executable, "-c", _WRAPPER, str(os.getpid()), *map(str, argv)],
-            env=dict(env), stdout=out if out is not None else log_fh, stderr=log_fh,
+            wrap(argv, env), env=dict(env), stdout=out if out is not None else log_fh, stderr=log_fh,
             start_new_session=True, **kw)
     finally:
         log_fh.close()
