@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.runtime.die_with_parent import wrap
+
 DIST_PREFIX = "mooncake-transfer-engine"
 INSTALL_HINT = ("pip install mooncake-transfer-engine-non-cuda (and apt-get install -y "
                 "libibverbs1 librdmacm1 libnuma1)")
@@ -93,9 +95,10 @@ class MooncakeInstall:
             self._probe = {"error": self.missing}
             return self._probe
         try:
-            out = subprocess.run(  # noqa: S603
-                self.driver_argv("probe"), env=self.env(), capture_output=True, timeout=timeout,
-                check=False,
+            env = self.env()
+            out = subprocess.run(  # noqa: S603 (dies with the test process: die_with_parent)
+                wrap(self.driver_argv("probe"), env), env=env, capture_output=True,
+                timeout=timeout, check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             self._probe = {"error": f"probing {self.python} failed: {exc}"}
