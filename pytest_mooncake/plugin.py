@@ -30,6 +30,7 @@ from pytest_mooncake.report.failure_logs import show_failure_logs
 from pytest_mooncake.report.matrix_recorder import MatrixRecorder, label_report, matrix_labels
 from pytest_mooncake.report.process_leaks import owned_before, reap_leaks
 from pytest_mooncake.runtime.die_with_parent import die_with
+from pytest_mooncake.runtime.etcd_process import sweep_abandoned_data_dirs
 from pytest_mooncake.runtime.ports import sweep_stale_claims
 from pytest_mooncake.runtime.processes import reap_all
 from pytest_mooncake.targets import Target, TargetLacks, UnknownTarget, resolve_target
@@ -188,6 +189,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[PREEXISTING_PROCESSES] = owned_before()
     if not hasattr(session.config, "workerinput"):
         sweep_stale_claims()  # port claims a SIGKILLed run left behind
+        sweep_abandoned_data_dirs()  # and its etcd data directories (64 MB each)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

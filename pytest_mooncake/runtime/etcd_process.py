@@ -2,7 +2,8 @@
 
 ``EtcdServer`` starts ``etcd`` (Debian's ``etcd-server``) on two free loopback ports with a data
 directory under the worker's temp dir, waits (bounded) for ``/health``, and stops and reaps it
-when closed, removing its data directory. ``stop()``/``start()`` keep the data dir and
+when closed, removing its data directory (one a killed run left is removed by the next run:
+``sweep_abandoned_data_dirs``). ``stop()``/``start()`` keep the data dir and
 ports, for fault tests.
 ``ExternalEtcd`` is a cluster given by address (``--mc-etcd``): used, never stopped. The
 ``mc_etcd`` fixture (``fixtures/etcd_store.py``) chooses between them.
@@ -16,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.runtime.abandoned_dirs import OwnedDir, sweep_pytest_temp
 from pytest_mooncake.runtime.loopback_http import http_request
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import (
@@ -135,8 +137,11 @@ class EtcdServer(_EtcdClientMixin):
             ready_timeout=self.ready_timeout,
         )
         self.process.ready.__doc__ = f"GET http://{self.endpoints[0]}/health reports healthy"
+        self._owned_data: OwnedDir | None = None
 
     def start(self) -> EtcdServer:
+        if self._owned_data is None:
+            self._owned_data = OwnedDir(self.data_dir)
         try:
             self.process.start()
         except ProcessStartError as exc:
@@ -172,14 +177,25 @@ class EtcdServer(_EtcdClientMixin):
         finally:
             release_port(self.client_port)
             release_port(self.peer_port)
-            if not self.process.alive():
-                shutil.rmtree(self.data_dir, ignore_errors=True)
+            if not self.process.alive() and self._owned_data is not None:
+                self._owned_data.release()
+                self._owned_data = None
 
     def alive(self) -> bool:
         return self.process.alive()
 
     def log_text(self) -> str:
         return self.process.log_text()
+
+
+DATA_DIR_PATTERNS = ("pytest-*/etcd*/data", "pytest-*/popen-gw*/etcd*/data")
+"""Where ``mc_etcd`` puts its data directory below pytest's temp root (serial, xdist)."""
+
+
+def sweep_abandoned_data_dirs() -> list[Path]:
+    """Remove etcd data directories of runs that were killed before they could (their owner
+    lock is free); those removed."""
+    return sweep_pytest_temp(DATA_DIR_PATTERNS)
 
 
 class ExternalEtcd(_EtcdClientMixin):

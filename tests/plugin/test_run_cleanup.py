@@ -9,6 +9,7 @@ inherits, so what outlives the run is found in /proc by that marker.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -44,15 +45,14 @@ class InnerRun:
         self.marker = uuid.uuid4().hex
         self.tmp = pytester.path / "tmp"
         self.tmp.mkdir()
-        self.basetemp = pytester.path / "basetemp"
+        self.basetemp = self.tmp / f"pytest-of-{getpass.getuser()}"  # pytest's default place
         self.ready = pytester.path / "ready"
         pytester.makepyfile(test_inner=HOLDING_SUITE.format(outcome=outcome))
-        env = dict(os.environ, TMPDIR=str(self.tmp), READY_FILE=str(self.ready),
-                   **{MARKER: self.marker})
+        env = dict(os.environ, TMPDIR=str(self.tmp), PYTEST_DEBUG_TEMPROOT=str(self.tmp),
+                   READY_FILE=str(self.ready), **{MARKER: self.marker})
         env.pop("PYTEST_ADDOPTS", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--basetemp={self.basetemp}",
-             "test_inner.py", *args],
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_inner.py", *args],
             cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True)
 
@@ -140,7 +140,7 @@ def test_ctrl_c_leaves_no_process_data_dir_or_port_claim(pytester, workers) -> N
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["serial", "xdist"])
-def test_sigkill_of_pytest_leaves_no_process_and_no_claim_the_next_run_keeps(pytester,
+def test_sigkill_of_pytest_leaves_no_process_and_the_next_run_sweeps_the_rest(pytester,
                                                                              workers) -> None:
     run = InnerRun(pytester, "wait", *workers)
     run.wait_ready()
@@ -149,13 +149,16 @@ def test_sigkill_of_pytest_leaves_no_process_and_no_claim_the_next_run_keeps(pyt
     os.kill(run.proc.pid, signal.SIGKILL)  # pytest only (the controller under xdist)
     run.finish()
     _no_survivors(run, 3.0)
-    # The claim files stay (nothing runs at SIGKILL), but their locks died with their owner:
-    # the next session sweeps them.
-    env = dict(os.environ, TMPDIR=str(run.tmp))
+    # The claim files and etcd's data dir stay (nothing runs at SIGKILL), but their locks died
+    # with their owner: the next session sweeps them.
+    assert run.etcd_data_dirs(), "no etcd data dir left behind: the sweep below proves nothing"
+    env = dict(os.environ, TMPDIR=str(run.tmp), PYTEST_DEBUG_TEMPROOT=str(run.tmp))
     subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", "-q",
                     "test_inner.py"], cwd=pytester.path, env=env, check=True,
-                   capture_output=True, timeout=120)
+                   capture_output=True, timeout=300)  # a "no hang" bound: a loaded start is slow
     assert run.port_claims() == []
+    assert run.etcd_data_dirs() == []
+    assert run.disk_bytes() < 1_000_000, f"{run.disk_bytes()} bytes left under {run.basetemp}"
 
 
 CRASHING_SUITE = """
