@@ -33,7 +33,13 @@ from pytest_mooncake.runtime.die_with_parent import die_with
 from pytest_mooncake.runtime.etcd_process import sweep_abandoned_data_dirs
 from pytest_mooncake.runtime.ports import sweep_stale_claims
 from pytest_mooncake.runtime.processes import reap_all
-from pytest_mooncake.targets import Target, TargetLacks, UnknownTarget, resolve_target
+from pytest_mooncake.targets import (
+    ComponentStartError,
+    Target,
+    TargetLacks,
+    UnknownTarget,
+    resolve_target,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,7 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
     recorder = None
     if not hasattr(config, "workerinput"):
         recorder = MatrixRecorder(matrix, config.stash[MC_TARGET].label,
-                                  lambda: _matrix_header(config), mc_config.report, mc_config.seed)
+                                  lambda: _matrix_header(config), mc_config.report, mc_config.seed,
+                                  lambda: {"targets": _column_facts(config)})
         config.pluginmanager.register(recorder, "mooncake-matrix")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(recorder), "mooncake-xdist")
@@ -127,18 +134,29 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     mc = config.stash[MC_CONFIG]
     targets = config.stash[MC_TARGETS]
     if len(targets) > 1:
-        lines = [f"mooncake: matrix {mc.matrix}: " + ", ".join(
-            f"{t.label} ({t.version})" for t in targets.values())]
-        lines.append(f"mooncake: seed={mc.seed}")
+        lines = [f"mooncake: matrix {mc.matrix}, seed={mc.seed}, columns:"]
+        lines += [f"mooncake:   {t.label}: {_described(t)}" for t in targets.values()]
         return lines
     target = config.stash[MC_TARGET]
     etcd = ",".join(mc.etcd) if mc.etcd else "start one per worker"
     toxi = mc.toxiproxy or "embedded Toxiproxy-compatible server"
     seed_note = "" if mc.seed_was_given else f" (random; rerun with --mc-seed={mc.seed})"
     return [
-        f"mooncake: target={target.label} ({target.version}) seed={mc.seed}{seed_note}",
+        f"mooncake: target={target.label} ({_described(target)}) seed={mc.seed}{seed_note}",
         f"mooncake: etcd={etcd} toxiproxy={toxi} verbs={mc.verbs}",
     ]
+
+
+def _described(target: Target) -> str:
+    """Its version and, where libraries are supplied here, which (``CUDA: stand-in driver, no
+    device``)."""
+    return f"{target.version}; {target.notes}" if target.notes else target.version
+
+
+def _column_facts(config: pytest.Config) -> dict[str, dict[str, str]]:
+    """Per column, what the JSON report records of its target: version and notes."""
+    return {label: {"version": t.version, "notes": t.notes}
+            for label, t in config.stash[MC_TARGETS].items()}
 
 
 def _matrix_header(config: pytest.Config) -> list[str]:
@@ -146,9 +164,9 @@ def _matrix_header(config: pytest.Config) -> list[str]:
     targets = config.stash[MC_TARGETS]
     if len(targets) > 1:
         return [f"matrix: {mc.matrix}    seed: {mc.seed}"] + [
-            f"  {t.label}: {t.version}" for t in targets.values()]
+            f"  {t.label}: {_described(t)}" for t in targets.values()]
     target = config.stash[MC_TARGET]
-    return [f"target: {target.label} ({target.version})    seed: {mc.seed}"]
+    return [f"target: {target.label} ({_described(target)})    seed: {mc.seed}"]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -179,10 +197,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         not_applicable = call.excinfo.value.not_applicable
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {not_applicable}")
+    unjudged = (report.failed and call.excinfo is not None
+                and call.excinfo.errisinstance(ComponentStartError))
     if report.failed:
         show_failure_logs(item, report)
     label_report(report, requirement_ids(item), target_for(item).label, skew_pair_id(item),
-                 not_applicable)
+                 not_applicable, unjudged)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -103,9 +103,13 @@ class SegmentDescriptor:
         return self.instance_id is None
 
     def data_endpoint(self) -> tuple[str, int]:
-        """Where the TCP transport of this segment listens: ``tcp_data_host`` or the name's host."""
-        host = self.tcp_data_host or segment_host(self.name)
-        return host, self.tcp_data_port or 0
+        """``(tcp_data_host, tcp_data_port)``. A descriptor without ``tcp_data_host`` (Mooncake
+        0.3.11, 0.3.12) does not say where its data port is: readers ask the segment's RPC
+        entry, as Mooncake's do (``engine/peer_locations.py``), never the segment name."""
+        if not self.tcp_data_host:
+            raise LookupError(f"segment {self.name!r} publishes no tcp_data_host; its RPC entry "
+                              f"(rpc_meta) says where it listens")
+        return self.tcp_data_host, self.tcp_data_port or 0
 
     def find_buffer(self, addr: int, length: int) -> Buffer | None:
         for buf in self.buffers:

@@ -17,10 +17,11 @@ from pytest_mooncake.releases.envs import (
     remove_env,
 )
 from pytest_mooncake.releases.facts import NotProbed, ProbeFailed, ReleaseFacts, facts_of
+from pytest_mooncake.releases.local_build import Build, LocalBuild
 from pytest_mooncake.releases.pipinstall import ReleaseFetchError
 from pytest_mooncake.releases.spec import FLAVOURS, ReleaseSpec, SpecError, parse_spec
 from pytest_mooncake.releases.standins import LibraryPlan, StandInError
 
-__all__ = ["FLAVOURS", "LibraryPlan", "NotProbed", "ProbeFailed", "ReleaseEnv", "ReleaseEnvError",
+__all__ = ["FLAVOURS", "Build", "LibraryPlan", "LocalBuild", "NotProbed", "ProbeFailed", "ReleaseEnv", "ReleaseEnvError",
            "ReleaseFacts", "ReleaseFetchError", "ReleaseSpec", "SpecError", "StandInError",
            "ensure_env", "facts_of", "find_env", "installed_envs", "parse_spec", "remove_env"]

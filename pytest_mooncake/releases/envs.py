@@ -355,7 +355,7 @@ def _build(spec: ReleaseSpec, root: Path, python: str, say: Progress) -> Release
         command = _final_command(tmp_python, tmp, root, [spec.requirement])
         site = _site_packages(tmp_python)
         say(f"scanning what {spec} links")
-        linked = _scan(tmp / site / "mooncake")
+        linked = scan_links(tmp / site / "mooncake")
         providers = [standins.PIP_LIBRARIES[s] for s in linked["external"]
                      if s in standins.PIP_LIBRARIES]
         pip_provided: dict[str, str] = {}
@@ -417,7 +417,7 @@ def _installed_version(python: str, distribution: str) -> str:
     return _query(python, f"import importlib.metadata as m; print(m.version({distribution!r}))")
 
 
-def _scan(package_dir: Path) -> dict[str, Any]:
+def scan_links(package_dir: Path) -> dict[str, Any]:
     """What the release's ELF files link: every file's DT_NEEDED, the sonames found neither in
     the wheel nor beside it (``external``), and the CUDA driver symbols each file imports."""
     if not package_dir.is_dir():

@@ -23,10 +23,10 @@ from typing import Any
 
 from pytest_mooncake.releases import mooncake_family as family
 from pytest_mooncake.releases import probes
-from pytest_mooncake.releases.envs import ReleaseEnv
 from pytest_mooncake.releases.gflags_help import Flag
+from pytest_mooncake.releases.local_build import Build
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 FACTS_FILE = "facts.json"
 SECTIONS = ("static", "master", "master_ha", "engines")
 
@@ -49,7 +49,7 @@ class NotProbed(LookupError):
 class ReleaseFacts:
     """Probed facts of one release environment (see the module doc)."""
 
-    def __init__(self, env: ReleaseEnv, data: Mapping[str, Any]):
+    def __init__(self, env: Build, data: Mapping[str, Any]):
         self.env = env
         self.data = dict(data)
 
@@ -239,7 +239,7 @@ def _failed(section: str, value: Any) -> bool:
     return False
 
 
-def facts_of(env: ReleaseEnv, *, live: bool = False, etcd: str | None = None,
+def facts_of(env: Build, *, live: bool = False, etcd: str | None = None,
              refresh: bool = False, workdir: Path | None = None) -> ReleaseFacts:
     """Facts of ``env``: static probes always; with ``live`` a started master too; with
     ``etcd`` (``HOST:PORT``) also an HA master and an engine round trip on that etcd.

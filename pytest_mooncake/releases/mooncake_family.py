@@ -87,6 +87,11 @@ LOG_PATTERNS: dict[str, re.Pattern[str]] = {
     "config_echo": re.compile(r"Master service started on port \d+, (?P<value>.+)$", re.M),
     "admin_started": re.compile(r"Master admin server started on port (?P<value>\d+)"),
 }
+CLIENT_LOG_PATTERNS: dict[str, re.Pattern[str]] = {
+    "version_mismatch": re.compile(r"Version mismatch: server=(?P<server>\S+) client=(?P<client>\S+)"),
+}
+"""Lines a ``mooncake.store`` client logs: it refuses a master whose ServiceReady version differs
+from its own (``master_client.cpp``); the master logs nothing of it."""
 LOG_LINES = _rows("log_line", {
     "version": "the master's version line at start",
     "config_echo": "the effective configuration, key=value, at start (checks a flag took effect)",

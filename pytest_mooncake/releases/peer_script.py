@@ -41,6 +41,12 @@ def attrs() -> dict:
             out[f"{label}_methods"] = sorted(n for n in dir(getattr(mod, cls)) if not n.startswith("_"))
         except Exception as exc:  # noqa: BLE001 (a probe reports, it does not crash)
             out[f"{label}_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        import mooncake.http_metadata_server  # noqa: F401
+        out["http_metadata_server"] = True
+    except Exception as exc:  # noqa: BLE001
+        out["http_metadata_server"] = False
+        out["http_metadata_server_error"] = f"{type(exc).__name__}: {exc}"
     return out
 
 

@@ -15,8 +15,6 @@ import select
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -25,10 +23,12 @@ from typing import Any
 
 from pytest_mooncake.releases import elf
 from pytest_mooncake.releases import mooncake_family as family
-from pytest_mooncake.releases.envs import ReleaseEnv
 from pytest_mooncake.releases.gflags_help import parse_help
-from pytest_mooncake.releases.procs import free_port, log_tail, running, stop, wait_until
+from pytest_mooncake.releases.local_build import Build
+from pytest_mooncake.releases.procs import log_tail, running, stop, wait_until
 from pytest_mooncake.releases.scratch_etcd import etcd_get
+from pytest_mooncake.runtime.loopback_http import http_get
+from pytest_mooncake.runtime.ports import free_port, release_port
 
 PEER_SCRIPT = Path(__file__).with_name("peer_script.py")
 START_TIMEOUT = 60.0
@@ -38,7 +38,7 @@ START_TIMEOUT = 60.0
 # ------------------------------------------------------------------------------ static probes
 
 
-def master_help(env: ReleaseEnv) -> dict[str, Any]:
+def master_help(env: Build) -> dict[str, Any]:
     """``{"flags": {name: {type, default, description, source}}}`` or ``{"error": ...}``."""
     binary = env.master_binary
     if binary is None:
@@ -56,7 +56,7 @@ def master_help(env: ReleaseEnv) -> dict[str, Any]:
     return {"flags": {name: flag.as_dict() for name, flag in sorted(flags.items())}}
 
 
-def python_api(env: ReleaseEnv) -> dict[str, Any]:
+def python_api(env: Build) -> dict[str, Any]:
     """The release's Python surface (``peer_script.py attrs`` run by the environment's python)."""
     try:
         out = subprocess.run([str(env.python), str(PEER_SCRIPT), "attrs"], env=env.env(),
@@ -70,7 +70,7 @@ def python_api(env: ReleaseEnv) -> dict[str, Any]:
                          f"{' | '.join(out.stderr.strip().splitlines()[-3:])}"}
 
 
-def env_vars(env: ReleaseEnv) -> list[str]:
+def env_vars(env: Build) -> list[str]:
     """``MC_*`` names stored in the release's ELF files (the variables it can read)."""
     names: set[str] = set()
     for path in elf.elf_files(env.package_dir):
@@ -78,7 +78,7 @@ def env_vars(env: ReleaseEnv) -> list[str]:
     return sorted(names)
 
 
-def static(env: ReleaseEnv) -> dict[str, Any]:
+def static(env: Build) -> dict[str, Any]:
     return {"master_help": master_help(env), "python_api": python_api(env),
             "env_vars": env_vars(env), "libraries": env.libraries().describe(),
             "standins": env.standins}
@@ -117,16 +117,6 @@ def master_argv(binary: Path, flags: Mapping[str, Any], settings: Mapping[str, A
 # ------------------------------------------------------------------------------ live probes
 
 
-def http_get(url: str, timeout: float = 3.0) -> tuple[int | None, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback)
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-    except OSError as exc:
-        return None, str(exc)
-
-
 def metric_names(text: str) -> list[str]:
     names = set()
     for line in text.splitlines():
@@ -156,7 +146,7 @@ def _workdir(base: Path | None, label: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def master(env: ReleaseEnv, flags: Mapping[str, Any], *, etcd: str | None = None,
+def master(env: Build, flags: Mapping[str, Any], *, etcd: str | None = None,
            workdir: Path | None = None, timeout: float = START_TIMEOUT) -> dict[str, Any]:
     """Start a master (HA on ``etcd`` when given), wait for its admin port, read ``/metrics``,
     try every admin endpoint of the family table, match its log lines, stop it (SIGTERM).
@@ -164,6 +154,15 @@ def master(env: ReleaseEnv, flags: Mapping[str, Any], *, etcd: str | None = None
     if env.master_binary is None:
         return {"started": False, "error": "no mooncake_master in this release"}
     rpc, admin = free_port(), free_port()
+    try:
+        return _master(env, flags, rpc, admin, etcd=etcd, workdir=workdir, timeout=timeout)
+    finally:
+        release_port(rpc)
+        release_port(admin)
+
+
+def _master(env: Build, flags: Mapping[str, Any], rpc: int, admin: int, *, etcd: str | None,
+            workdir: Path | None, timeout: float) -> dict[str, Any]:
     settings: dict[str, Any] = {"rpc_port": rpc, "rpc_address": "127.0.0.1", "metrics_port": admin,
                                 "metrics_host": "127.0.0.1"}
     if etcd:
@@ -251,7 +250,7 @@ def _read_json_line(proc: subprocess.Popen, deadline: float, what: str, log: Pat
                 return doc
 
 
-def engines(env: ReleaseEnv, etcd: str, *, workdir: Path | None = None, size: int = 1 << 16,
+def engines(env: Build, etcd: str, *, workdir: Path | None = None, size: int = 1 << 16,
             seed: int = 0, timeout: float = START_TIMEOUT) -> dict[str, Any]:
     """Two TransferEngines of this release over TCP with metadata in ``etcd``: the target
     publishes a buffer (its descriptor is read from etcd), the initiator writes ``size`` seeded

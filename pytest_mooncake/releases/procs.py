@@ -2,9 +2,9 @@
 process group, told to die with its parent, always stopped by the ``running`` context.
 
 The parent-death signal is set by the exec wrapper every child of the plugin starts through
-(``runtime/die_with_parent``), not by ``preexec_fn``, which is unsafe in a multithreaded parent.
-Probes are short, one at a time; the supervisor of long-running test processes is
-``runtime/processes``.
+(``runtime/die_with_parent``: ``prctl`` then ``exec``), not by ``preexec_fn``, which is unsafe
+in a multithreaded parent. Probes are short, one at a time, and need their stdin/stdout; the supervisor of long-running test processes is
+``runtime.processes``. Waits are the runtime's one wait loop; ports come from ``runtime.ports``.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_mooncake.runtime import deadlines
 from pytest_mooncake.runtime.die_with_parent import wrap
 
 T = TypeVar("T")
+
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any) -> subprocess.Popen:
     """Start ``argv`` in a new session, stdout+stderr to ``log`` (unless given otherwise)."""
@@ -30,7 +30,8 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any) -> 
     log_fh = open(log, "ab")  # noqa: SIM115 (the child holds it; closed below)
     try:
         return subprocess.Popen(
-            wrap(argv, env), env=dict(env), stdout=out if out is not None else log_fh, stderr=log_fh,
+            wrap(argv, env), env=dict(env), stdout=out if out is not None else log_fh,
+            stderr=log_fh,
             start_new_session=True, **kw)
     finally:
         log_fh.close()
@@ -70,21 +71,20 @@ def running(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any
 
 def wait_until(check: Callable[[], T], timeout: float, what: str,
                proc: subprocess.Popen | None = None, log: Path | None = None) -> T:
-    """Poll ``check`` (backing off to 0.2 s) until it returns something truthy; TimeoutError
-    naming ``what`` (and the log's tail), or RuntimeError when ``proc`` exits first."""
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while True:
+    """``runtime.deadlines.wait_until`` for a probe's process: ``check`` until truthy; a
+    ``Timeout`` naming ``what`` with the log's tail, or RuntimeError when ``proc`` exits first."""
+
+    def probe() -> T:
         got = check()
-        if got:
-            return got
-        if proc is not None and proc.poll() is not None:
+        if not got and proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{what}: the process exited with {proc.returncode} first"
                                f"{log_tail(log)}")
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what}: not within {timeout:g} s{log_tail(log)}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+        return got
+
+    try:
+        return deadlines.wait_until(probe, timeout, what, interval=0.02)
+    except deadlines.Timeout as exc:
+        raise deadlines.Timeout(f"{exc}{log_tail(log)}") from None
 
 
 def log_tail(log: Path | None, lines: int = 8) -> str:
@@ -95,10 +95,3 @@ def log_tail(log: Path | None, lines: int = 8) -> str:
     except OSError:
         return ""
     return "; log tail: " + " | ".join(tail) if tail else ""
-
-
-def free_port() -> int:
-    """A free loopback TCP port (the kernel's choice)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

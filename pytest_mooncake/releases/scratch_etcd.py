@@ -17,7 +17,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_mooncake.releases.procs import free_port, running, wait_until
+from pytest_mooncake.releases.procs import running, wait_until
+from pytest_mooncake.runtime.ports import free_port, release_port
 
 HINT = "install etcd (apt-get install -y etcd-server) or set MC_ETCD_BIN, or pass --etcd HOST:PORT"
 
@@ -52,9 +53,14 @@ def scratch_etcd(timeout: float = 30.0) -> Iterator[str]:
                 "--initial-cluster", f"probe={purl}", "--log-level", "warn", "--logger", "zap"]
         log = Path(tmp) / "etcd.log"
         endpoint = f"127.0.0.1:{client}"
-        with running(argv, os.environ, log) as proc:
-            wait_until(lambda: healthy(endpoint), timeout, f"etcd at {endpoint} healthy", proc, log)
-            yield endpoint
+        try:
+            with running(argv, os.environ, log) as proc:
+                wait_until(lambda: healthy(endpoint), timeout, f"etcd at {endpoint} healthy",
+                           proc, log)
+                yield endpoint
+        finally:
+            release_port(client)
+            release_port(peer)
 
 
 def etcd_get(endpoint: str, key: str, timeout: float = 5.0) -> bytes | None:

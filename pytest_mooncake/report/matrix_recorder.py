@@ -20,6 +20,9 @@ from pytest_mooncake.report.not_applicable import NotApplicable
 REQ_PROPERTY = "mc_req"
 COLUMN_PROPERTY = "mc_column"
 PAIR_PROPERTY = "mc_skew_pair"
+UNJUDGED_PROPERTY = "mc_unjudged"
+"""Set on a call-phase report whose failure was a component that never started: the test
+judged nothing, so it counts as error (like a setup failure), not as FAIL."""
 MESSAGE_LIMIT = 600
 
 
@@ -36,8 +39,12 @@ def matrix_labels(requirements: list[str], column: str, pair: str | None) -> Lab
 
 
 def label_report(report: pytest.TestReport, requirements: list[str], column: str,
-                 pair: str | None, not_applicable: NotApplicable | None) -> None:
-    """Give one phase report what the recorder needs (each phase carries its own copy)."""
+                 pair: str | None, not_applicable: NotApplicable | None,
+                 unjudged: bool = False) -> None:
+    """Give one phase report what the recorder needs (each phase carries its own copy);
+    ``unjudged``: it failed because a component never started (error, not FAIL)."""
+    if unjudged:
+        report.user_properties.append((UNJUDGED_PROPERTY, True))
     report.user_properties.extend(matrix_labels(requirements, column, pair))
     if not_applicable is not None:
         report.user_properties.append(not_applicable.as_property())
@@ -67,12 +74,15 @@ class MatrixRecorder:
     """Folds test reports into the matrix and prints it at the end (controller only)."""
 
     def __init__(self, matrix: ConformanceMatrix, default_column: str,
-                 header: Callable[[], list[str]], report_path: str | None, seed: int):
+                 header: Callable[[], list[str]], report_path: str | None, seed: int,
+                 facts: Callable[[], dict[str, Any]] | None = None):
         self.matrix = matrix
         self.default_column = default_column
         self.header = header
         self.report_path = report_path
         self.seed = seed
+        self.facts = facts
+        """What the JSON report records besides the matrix (each column's target facts)."""
         self.crash_labels = CrashLabels()
 
     @pytest.hookimpl(optionalhook=True)
@@ -92,7 +102,8 @@ class MatrixRecorder:
                                                             PAIR_PROPERTY)])
         column = next((v for k, v in props if k == COLUMN_PROPERTY), self.default_column)
         pair = next((v for k, v in props if k == PAIR_PROPERTY), None)
-        self.matrix.record(reqs, column, report.nodeid, report.when, report.outcome,
+        when = "setup" if any(k == UNJUDGED_PROPERTY for k, _ in props) else report.when
+        self.matrix.record(reqs, column, report.nodeid, when, report.outcome,
                            _skip_of(report) if report.skipped else None,
                            failure_message(report), pair)
 
@@ -104,5 +115,6 @@ class MatrixRecorder:
         for line in self.matrix.render(self.header()):
             terminalreporter.write_line(line)
         if self.report_path:
-            write_json(self.matrix, self.report_path, self.seed)
+            write_json(self.matrix, self.report_path, self.seed,
+                       self.facts() if self.facts else None)
             terminalreporter.write_line(f"JSON report written to {self.report_path}")

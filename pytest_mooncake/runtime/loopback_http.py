@@ -40,6 +40,16 @@ def http_request(method: str, url: str, body: bytes | None = None, timeout: floa
                           else "")
 
 
+def http_get(url: str, timeout: float = 2.0) -> tuple[int | None, str]:
+    """``(status, body text)`` of a GET; status None when nothing answered (the body says why),
+    so a caller can report what it saw instead of raising from deep inside."""
+    try:
+        answer = http_request("GET", url, timeout=timeout)
+    except OSError as exc:
+        return None, str(exc)
+    return answer.status, answer.text
+
+
 def json_body(value: Any) -> bytes | None:
     """A request body: ``value`` as JSON, or None for no body."""
     return None if value is None else json.dumps(value).encode()

@@ -11,6 +11,13 @@ implementation names a target that exists.
     [[pairs]]                           # one or more; every role named, nothing else
     writer = "NAME"
     reader = "NAME"
+    judged = "reader"                   # optional: see below
+
+A pair naming ``"@target"`` runs in every column (that role is the column's target). Without
+``judged``, a pair that does not is run in every column too, judging the same builds each
+time. With ``judged = "ROLE"``, such a pair judges the build its ROLE runs: it counts in that
+build's column only, and a session without that column does not run it (e.g. an upgrade
+0.3.13 -> 0.3.14 with ``judged = "new"`` counts in the 0.3.14 column).
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ class SkewMatrixFile(StrictTable):
     pairs: list[dict[str, str]] = Field(
         min_length=1, description="required: one or more [[pairs]] tables naming an "
                                   "implementation per role")
+    judged: str | None = Field(
+        None, description="optional: the role whose build a pair without \"@target\" judges "
+                          "(it then counts in that build's column only)")
 
     @field_validator("roles")
     @classmethod
@@ -55,6 +65,9 @@ class SkewMatrixFile(StrictTable):
 
     @model_validator(mode="after")
     def _pairs_name_every_role(self) -> SkewMatrixFile:
+        if self.judged is not None and self.judged not in self.roles:
+            raise problem(("judged",), f"not a role of this matrix (roles: "
+                          f"{', '.join(self.roles)})", self.judged)
         listed = ", ".join(self.implementations)
         for i, pair in enumerate(self.pairs):
             for role in self.roles:

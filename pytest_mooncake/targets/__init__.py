@@ -10,6 +10,7 @@ import importlib
 
 from pytest_mooncake.targets.base import (
     Capability,
+    ComponentStartError,
     EngineHandle,
     LookupResult,
     MasterClusterHandle,
@@ -24,9 +25,9 @@ from pytest_mooncake.targets.base import (
 )
 
 __all__ = [
-    "Capability", "EngineHandle", "LookupResult", "MasterClusterHandle", "MasterEndpoint",
+    "Capability", "ComponentStartError", "EngineHandle", "LookupResult", "MasterClusterHandle", "MasterEndpoint",
     "MetadataHandle", "RdmaHandle", "Target", "TargetContext", "TargetError", "TargetLacks", "TransferResult",
-    "KNOWN_TARGETS", "UnknownTarget", "resolve_target",
+    "KNOWN_TARGETS", "UnknownTarget", "names_release", "resolve_target", "target_identity",
 ]
 
 KNOWN_TARGETS: dict[str, tuple[str, str]] = {
@@ -37,7 +38,9 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
     "mooncake": (
         "pytest_mooncake.targets.mooncake.local_placement:MooncakeTarget",
         "a real Mooncake build: mooncake (the installed wheel), mooncake:DIR (an install "
-        "directory), mooncake:REQUIREMENT (must be satisfied by the installed wheel)",
+        "directory), mooncake:REQUIREMENT (must be satisfied by the installed wheel), "
+        "mooncake==VERSION or mooncake-FLAVOUR==VERSION (that release in its own cached "
+        "environment, e.g. mooncake-cuda13==0.3.14)",
     ),
     "docker": (
         "pytest_mooncake.targets.mooncake.docker_placement:DockerTarget",
@@ -60,14 +63,49 @@ def known_targets_text() -> str:
 
 
 def resolve_target(spec: str) -> Target:
-    """Build the target named by ``NAME[:VARIANT]``."""
+    """Build the target named by ``NAME[:VARIANT]``, or a Mooncake release by version
+    (``mooncake==0.3.12.post1``, ``mooncake-cuda13==0.3.14``)."""
     spec = spec.strip()
+    if names_release(spec):
+        return resolve_release(spec)
     name, _, variant = spec.partition(":")
     if name not in KNOWN_TARGETS:
         raise UnknownTarget(
             f"unknown target {spec!r}; known targets: {known_targets_text()}"
         )
+    return _target_class(name).from_spec(variant or None)
+
+
+def _target_class(name: str) -> type[Target]:
+    """The class ``KNOWN_TARGETS`` names for ``name``, imported by its dotted path (the
+    registry imports no target module itself, so no target module imports back in a cycle)."""
     path, _ = KNOWN_TARGETS[name]
     module_name, _, class_name = path.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls.from_spec(variant or None)
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def names_release(spec: str) -> bool:
+    """Whether ``spec`` names a Mooncake release by version rather than ``NAME[:VARIANT]``."""
+    from pytest_mooncake.targets.mooncake.install import names_release as names
+
+    return names(spec)
+
+
+def resolve_release(spec: str) -> Target:
+    """The Mooncake target of the release ``spec`` names, in its cached environment."""
+    return _target_class("mooncake").from_release(spec)
+
+
+def target_identity(spec: str) -> str:
+    """The matrix column a target spec names, without building the target: its ``label``
+    (``reference`` for ``reference:rfc``, ``mooncake-FLAVOUR==VERSION`` for any spelling of
+    a release); ``UnknownTarget`` for a spec naming none."""
+    spec = spec.strip()
+    if names_release(spec):
+        from pytest_mooncake.targets.mooncake.install import SpecError, release_label
+
+        try:
+            return release_label(spec)
+        except SpecError as exc:
+            raise UnknownTarget(str(exc)) from None
+    return resolve_target(spec).label if spec.startswith("reference") else spec

@@ -74,6 +74,12 @@ class TargetError(Exception):
     """A target could not start or drive a component (setup problem, not a verdict)."""
 
 
+class ComponentStartError(TargetError):
+    """A component (engine, master, store client) did not start where the target has the means
+    to start it: nothing was judged, so the test's verdict is error, with what was seen, even
+    when it is raised inside the test body (never FAIL of the requirement, never n/a)."""
+
+
 # ---------------------------------------------------------------------------------- handles
 
 
@@ -347,6 +353,12 @@ class Target:
     def version(self) -> str:
         return "unknown"
 
+    @property
+    def notes(self) -> str:
+        """What a report header should say besides the version: libraries supplied here
+        instead of the machine's (e.g. ``CUDA: stand-in driver, no device``); "" for none."""
+        return ""
+
     def missing(self, capability: Capability | str) -> str | None:
         """Why this target lacks ``capability``, or None when it has it."""
         cap = Capability(capability)
@@ -417,6 +429,7 @@ class Target:
         return {
             "target": self.label,
             "version": self.version,
+            "notes": self.notes,
             "capabilities": sorted(c.value for c in self.capabilities),
         }
 

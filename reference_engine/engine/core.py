@@ -28,6 +28,7 @@ from typing import Any
 from reference_engine.cache import COUNTERS, Counters, LookupFailed, SegmentCache
 from reference_engine.descriptor import SegmentDescriptor, encode, tcp_descriptor
 from reference_engine.engine.mapped_memory import Region, allocate, allocate_restartable
+from reference_engine.engine.peer_locations import PeerLocationError, PeerLocations
 from reference_engine.engine.sockets import LISTEN, own_tcp_sockets
 from reference_engine.metadata import KeyLayout, MetadataStore
 from reference_engine.profiles import Profile
@@ -72,6 +73,7 @@ class Engine:
                                else allocate_restartable(buffer_size))
         self.transport = transport if transport is not None else TcpTransport(data_host, data_port)
         self.data_host = data_host
+        self.locations = PeerLocations(store, self.layout)
         self.cache = SegmentCache(
             self._fetch, profile.engine.cache_policy(ttl_ms), profile.engine.replacement,
             counters=self.counters, on_replacement=self._retire_instance,
@@ -140,7 +142,14 @@ class Engine:
         self._retire(peer, old, f"instance {old.instance_id} replaced by {new.instance_id}")
 
     def _retire(self, peer: str, desc: SegmentDescriptor, why: str) -> None:
-        host, port = desc.data_endpoint()
+        where = self.locations.known(desc)
+        self.locations.forget(desc.name)
+        if where is None:
+            self.counters.inc("endpoints_retired")
+            log.info("retired connections of %s (none made: its location was never found): %s",
+                     peer, why)
+            return
+        host, port = where
         dropped = self.transport.drop_peer(host, port)
         self.counters.inc("endpoints_retired")
         log.info("retired connections of %s at %s:%d (%s idle closed): %s",
@@ -179,11 +188,13 @@ class Engine:
             except LookupFailed as exc:
                 error = str(exc)
             else:
-                host, port = desc.data_endpoint()
-                if (host, port) not in self._addressed:
-                    self._addressed[(host, port)] = peer
                 try:
+                    host, port = self.locations.endpoint(desc)
+                    if (host, port) not in self._addressed:
+                        self._addressed[(host, port)] = peer
                     result = op(host, port, address(desc), desc.tcp_proto_version or 1)
+                except PeerLocationError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
                 except (TransferError, ValueError) as exc:
                     error = f"{type(exc).__name__}: {exc}"
                     if isinstance(exc, TransferError):
@@ -232,8 +243,9 @@ class Engine:
             current = set()
             for peer in set(self._addressed.values()):
                 entry = self.cache.entry(peer)
-                if entry is not None:
-                    current.add(entry.snapshot.data_endpoint())
+                where = self.locations.known(entry.snapshot) if entry is not None else None
+                if where is not None:
+                    current.add(where)
             by_endpoint = pool.open_by_endpoint()
             out["peer_connections"] = sum(by_endpoint.values())
             out["peer_connections_stale"] = sum(n for ep, n in by_endpoint.items()

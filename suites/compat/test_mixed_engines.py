@@ -1,13 +1,16 @@
-"""MR-8 between two real implementations: a real Mooncake engine and a reference engine on the
-same etcd, in both writer/reader roles of fixtures/skew/mixed-engines.toml.
+"""MR-8 between two real implementations on the same etcd, in both writer/reader roles:
+the target under test against the reference engine (fixtures/skew/mixed-engines.toml, so a
+release's column judges that release), and real releases against each other
+(fixtures/skew/release-engines.toml, each pair in its reader's column).
 
 The writer publishes its descriptor; the reader resolves it from the shared etcd and transfers
-both ways (writes into the writer's buffer, reads back what the writer holds). With the real
-0.3.13 wheel as reader, that is MR-8's last clause observed on 0.3.13 itself: descriptors that
-carry ``instance_id`` stay decodable by readers that ignore unknown fields. With the reference
-(rfc) as reader of 0.3.13's descriptors (no ``instance_id``), it is the first two: the descriptor
-is accepted, the peer is a legacy peer and no ID is synthesized. Where the wheel is not
-installed (or not usable), the pairs are n/a with the mooncake target's reason.
+both ways (writes into the writer's buffer, reads back what the writer holds). With a real
+release as reader, that is MR-8's last clause observed on the release itself: descriptors that
+carry fields it does not know (``instance_id``, a newer release's ``metadata_version``) stay
+decodable. With the reference (rfc) as reader of a release's descriptors (no ``instance_id``;
+0.3.11/0.3.12 also no ``tcp_data_host``), it is the first two: the descriptor is accepted, the
+peer is a legacy peer and no ID is synthesized. Where a build is not available, its pairs are
+n/a with the target's reason.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def published(engine) -> dict:
 
 
 @pytest.mark.mc_req("MR-8")
-@pytest.mark.mc_skew("mixed-engines")
+@pytest.mark.mc_skew("mixed-engines", "release-engines")
 def test_mixed_engines_read_each_others_descriptors_and_transfer_both_ways(mc_skew):
     writer_t = mc_skew.require("writer", "engine", "metadata_etcd")
     reader_t = mc_skew.require("reader", "engine", "metadata_etcd")
@@ -40,7 +43,7 @@ def test_mixed_engines_read_each_others_descriptors_and_transfer_both_ways(mc_sk
     assert writer_meta.address == reader_meta.address, (
         f"precondition: the writer's metadata store is {writer_meta.address} and the reader's "
         f"{reader_meta.address}; a mixed pair shares one etcd")
-    # Fresh names per run: 0.3.13 merges a killed predecessor's buffers into a new descriptor.
+    # Fresh names per run: real releases merge a killed predecessor's buffers into a new one.
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
     writer = writer_t.start_engine(f"mixed-w-{tag}", writer_meta)
     reader = reader_t.start_engine(f"mixed-r-{tag}", reader_meta)

@@ -42,10 +42,14 @@ def test_real_0_3_13_value_decodes_to_the_release_form():
     assert [(b.addr, b.length) for b in desc.buffers] == [(140585143889936, 1 << 20)]
 
 
-def test_source_form_takes_the_data_host_from_the_segment_name():
+def test_source_form_names_no_data_host_and_the_segment_name_is_not_taken_for_one():
+    """0.3.11/0.3.12 (and the source tree) publish no tcp_data_host: where the data port is
+    comes from the segment's RPC entry (tests/engine/test_peer_locations.py), never from the
+    segment name, which need not be a host at all."""
     desc = decode((SAMPLES / "tcp-source-form.json").read_bytes())
     assert desc.tcp_data_host is None and desc.rdma_server_name is None
-    assert desc.data_endpoint() == ("127.0.0.1", 16751)
+    with pytest.raises(LookupError, match="publishes no tcp_data_host"):
+        desc.data_endpoint()
 
 
 def test_rdma_sample_keeps_keys_per_device():

@@ -55,8 +55,10 @@ def test_json_report_shape(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
     pytester.runpytest("--mc-seed=123", "--mc-report=report.json")
     doc = json.loads((pytester.path / "report.json").read_text())
-    assert set(doc) == {"target", "seed", "requirements"}
+    assert set(doc) == {"target", "seed", "requirements", "targets"}
     assert doc["target"] == "reference"
+    assert doc["targets"]["reference"]["version"].startswith("reference-engine")
+    assert doc["targets"]["reference"]["notes"] == ""
     assert doc["seed"] == 123
     assert set(doc["requirements"]) == {"MR-1", "MR-2", "CO-3", "MP-1", "MP-2"}
     assert doc["requirements"]["MR-1"] == {

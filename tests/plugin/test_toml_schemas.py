@@ -47,7 +47,7 @@ def _error(tmp_path: Path, model, text: str) -> str:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("colour = 'blue'\n" + SKEW,
-     "field 'colour': unknown field (known: description, implementations, pairs, roles)"),
+     "field 'colour': unknown field (known: description, implementations, judged, pairs, roles)"),
     (SKEW.replace("[implementations.new]", "[implementations.new]\nversion = 2"),
      "field 'implementations.new.version': unknown field (known: description, target)"),
     (SKEW.replace('roles = ["writer", "reader"]', "roles = []"), "field 'roles': must not be empty"),

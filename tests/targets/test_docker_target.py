@@ -296,7 +296,8 @@ def test_launcher_runs_the_driver_and_master_inside_the_image(lab):
     assert launcher.driver_argv("engine", "--segment", "s") == [
         "python3", "/mc-driver/driver.py", "engine", "--segment", "s"]
     assert launcher.master_binary() == "mooncake_master"
-    assert "--rpc_interface=eth0" in launcher.master_rpc_flags
+    assert launcher.master_rpc["rpc_interface"] == "eth0"
+    assert launcher.master_flags.has("enable_oplog") and "not probed" in launcher.master_flags.source
     assert launcher.host_name("client-0") == "mc-s1-client-0"
     assert launcher.port() != launcher.port()
 

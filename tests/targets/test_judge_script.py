@@ -154,6 +154,26 @@ def test_check_and_no_run_modes(tmp_path, capsys):
 
 
 def test_the_committed_readme_matches_the_committed_report():
-    if not judge.REPORT.exists():
-        pytest.skip("no stored report yet (scripts/judge_mooncake.py writes it)")
+    """The README region names the stored report it was rendered from, and is that report's
+    rendering (``--check`` without a mode reads the report the region names)."""
+    source = judge.rendered_from(judge.README.read_text())
+    assert source is not None and source.exists(), f"the README region names no stored report: {source}"
     assert judge.main(["--check"]) == 0, "run scripts/judge_mooncake.py --no-run"
+
+
+def test_check_and_no_run_read_the_report_the_region_names(tmp_path, monkeypatch, capsys):
+    reports = tmp_path / "fixtures" / "reports"
+    reports.mkdir(parents=True)
+    (reports / "release.json").write_text(json.dumps(REPORT))
+    monkeypatch.setattr(judge, "ROOT", tmp_path)
+    monkeypatch.setattr(judge, "RELEASES_REPORT", reports / "releases.json")
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    assert judge.main(["--no-run", "--readme", str(readme), "--target", "mooncake",
+                       "--report", str(reports / "release.json")]) == 0
+    assert "from fixtures/reports/release.json;" in readme.read_text()
+    assert judge.main(["--check", "--readme", str(readme)]) == 0
+    assert judge.main(["--no-run", "--readme", str(readme)]) == 0
+    (reports / "release.json").write_text(json.dumps({**REPORT, "seed": 1}))
+    assert judge.main(["--check", "--readme", str(readme)]) == 1
+    capsys.readouterr()

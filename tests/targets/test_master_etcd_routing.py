@@ -20,7 +20,7 @@ class RecordingPlacement:
 
     version = "stub"
     bind_host = "127.0.0.1"
-    master_rpc_flags = ()
+    master_rpc: dict[str, str] = {}
 
     def __init__(self):
         self.calls: list[str] = []

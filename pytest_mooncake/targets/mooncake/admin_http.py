@@ -8,16 +8,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_mooncake.runtime.loopback_http import http_get as admin_get
 from pytest_mooncake.runtime.loopback_http import http_request, json_body
 
-
-def admin_get(url: str, timeout: float = 2.0) -> tuple[int | None, str]:
-    """(status, body) of a GET; status None when nothing answered (body: why)."""
-    try:
-        answer = http_request("GET", url, timeout=timeout)
-    except OSError as exc:
-        return None, str(exc)
-    return answer.status, answer.text
+__all__ = ["admin_get", "admin_post", "json_or_none"]
 
 
 def admin_post(url: str, body: Mapping[str, Any], timeout: float = 5.0) -> tuple[int | None, str]:

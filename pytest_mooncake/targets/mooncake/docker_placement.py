@@ -23,11 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.releases.record import recorded
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until, within
 from pytest_mooncake.runtime.etcd_process import etcd_healthy
 from pytest_mooncake.runtime.processes import ProcessStartError, ReadyProbe
 from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetError, TargetLacks
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
+from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 from pytest_mooncake.targets.mooncake.process_placement import ProcessPlacement
 
@@ -35,6 +37,8 @@ DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 DEFAULT_ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 DRIVER_DIR_IN_CONTAINER = "/mc-driver"
 CONTROL_PORT = 7000
+ASSUMED_RELEASE = "non-cuda-0.3.13.post1"
+"""The release whose probed master flags stand for an image's (see ``assumed_master_flags``)."""
 ETCD_PORT = 2379
 SESSION_LABEL = "pytest-mooncake.session"
 _IMAGE_RE = re.compile(
@@ -271,13 +275,14 @@ class ContainerLauncher:
     """Components as containers of the target image on the session network."""
 
     bind_host = "0.0.0.0"
-    master_rpc_flags = ("--rpc_address=0.0.0.0", "--rpc_interface=eth0")
+    master_rpc = {"rpc_address": "0.0.0.0", "rpc_interface": "eth0"}
     control_port = CONTROL_PORT
 
     def __init__(self, lab: DockerLab, version: str):
         self.lab = lab
         self.version = version
         self._ports = itertools.count(20000)
+        self.master_flags = assumed_master_flags(version)
 
     def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None,
               ready: ReadyProbe | None, ready_timeout: float,
@@ -301,6 +306,17 @@ class ContainerLauncher:
 
     def release(self, port: int) -> None:
         pass
+
+
+def assumed_master_flags(image: str) -> MasterFlags:
+    """The master flags of ``image``: not probed (asking the image's ``mooncake_master --help``
+    needs a Docker engine, which the probes do not start), so those recorded for 0.3.13.post1,
+    named as such in every message about a missing flag."""
+    record = recorded(ASSUMED_RELEASE) or {}
+    flags = record.get("master_flags")
+    return MasterFlags(flags if isinstance(flags, dict) else {}, image,
+                       f"assumed: the flags recorded for {ASSUMED_RELEASE} in "
+                       f"pytest_mooncake/releases/probed/; the image itself is not probed")
 
 
 # ------------------------------------------------------------------------------- placement

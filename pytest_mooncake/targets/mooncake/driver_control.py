@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import socket
 import threading
 import time
@@ -71,9 +72,22 @@ class ControlClient:
                     f"{self.process.log_tail(10)}") from None
             if not line:
                 self.close()
-                raise ControlError(f"{self.process.name} closed the control channel during {op}; "
-                                   f"last log lines:\n{self.process.log_tail(10)}")
+                raise ControlError(f"{self.process.name} closed the control channel during {op}"
+                                   f"{self._exit_note()}; last log lines:\n"
+                                   f"{self.process.log_tail(10)}")
             return json.loads(line)
+
+    def _exit_note(self) -> str:
+        """How the driver ended, when it did within a moment (``: it died with SIGSEGV``)."""
+        code = self.process.wait_exit(2.0)
+        if code is None:
+            return ""
+        if code < 0:
+            try:
+                return f": it died with {signal.Signals(-code).name}"
+            except ValueError:
+                return f": it died with signal {-code}"
+        return f": it exited with {code}"
 
     def close(self) -> None:
         for thing in (self._stream, self._sock):

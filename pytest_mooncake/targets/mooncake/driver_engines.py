@@ -12,6 +12,7 @@ from typing import Any
 from pytest_mooncake.runtime.processes import ManagedProcess
 from pytest_mooncake.targets.base import (
     Capability,
+    ComponentStartError,
     LookupResult,
     MetadataHandle,
     TargetError,
@@ -171,7 +172,8 @@ class MooncakeEngine(DriverCommands):
                 self.process.argv = argv
                 self.process.start()
         except Exception as exc:
-            raise TargetError(f"real Mooncake engine {self.segment!r} did not start: {exc}") from None
+            raise ComponentStartError(f"real Mooncake engine {self.segment!r} of "
+                                      f"{self.launcher.version} did not start: {exc}") from None
         self.info = read_ready_file(self.ready_file) or {}
         inside = self._control_port or int(self.info["control_port"])
         port = self.launcher.host_port(self.process, inside)

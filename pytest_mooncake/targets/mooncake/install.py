@@ -1,6 +1,6 @@
 """Where a Mooncake build lives: the installed wheel, an install directory, or a requirement.
 
-``--mc-target=mooncake[:SPEC]``:
+``--mc-target=mooncake[:SPEC]`` or ``--mc-target=mooncake==VERSION``:
 
 - no SPEC: the ``mooncake-transfer-engine*`` distribution installed beside pytest (its python runs
   the drivers);
@@ -8,23 +8,42 @@
   ``mooncake`` package (and optionally a ``*.dist-info`` and ``bin/``); it is put first on
   ``PYTHONPATH`` and ``PATH`` of every driver process;
 - SPEC a pip requirement (``mooncake-transfer-engine-non-cuda==0.3.13.post1``): accepted when the
-  installed distribution satisfies it. Installing into a private venv would download a ~100 MB
-  wheel per run, so it is not done: an unsatisfied requirement is a usage error that says which
-  ``pip install`` to run.
+  installed distribution satisfies it; an unsatisfied requirement is a usage error that says which
+  ``pip install`` to run (or to judge that release by version);
+- ``mooncake==VERSION`` (and every form ``releases.spec`` accepts: ``mooncake-cuda13==0.3.14``,
+  ``mooncake-transfer-engine-non-cuda==0.3.12.post1``, ``0.3.14``): that release in its own
+  cached environment (``releases.ensure_env``), installed once and reused offline; the plugin's
+  own environment needs no Mooncake wheel for it.
+
+Every build is a ``releases`` build (``ReleaseEnv`` or ``LocalBuild``): its python runs the
+drivers, and what it has is probed from it (``releases.facts_of``), never assumed.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
-import json
 import os
-import subprocess
+import re
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pytest_mooncake.runtime.die_with_parent import wrap
+from pytest_mooncake.releases import (
+    Build,
+    LocalBuild,
+    ProbeFailed,
+    ReleaseEnvError,
+    ReleaseFacts,
+    ReleaseFetchError,
+    ReleaseSpec,
+    StandInError,
+    ensure_env,
+    facts_of,
+    parse_spec,
+)
+from pytest_mooncake.releases import SpecError as ReleaseSpecError
+from pytest_mooncake.releases.envs import as_spec
 
 DIST_PREFIX = "mooncake-transfer-engine"
 INSTALL_HINT = ("pip install mooncake-transfer-engine-non-cuda (and apt-get install -y "
@@ -52,16 +71,23 @@ def find_distributions(path: list[str] | None = None) -> list[md.Distribution]:
 
 @dataclass
 class MooncakeInstall:
-    """A located Mooncake build, or the reason none was found (``missing``)."""
+    """A located Mooncake build (``build``: a release environment or an installed build), or
+    the reason none was found (``missing``)."""
 
     spec: str | None
-    python: str = sys.executable
+    build: Build | None = None
     pythonpath: str | None = None
-    """An install directory to put first on PYTHONPATH/PATH of drivers."""
+    """An install directory drivers get first on PYTHONPATH/PATH."""
     dist_name: str | None = None
     dist_version: str | None = None
     missing: str | None = None
-    _probe: dict[str, Any] | None = field(default=None, repr=False)
+    release: ReleaseSpec | None = None
+    """The release a versioned target (``mooncake==VERSION``) names."""
+
+    @property
+    def python(self) -> str:
+        """The interpreter that runs the build's driver processes."""
+        return str(self.build.python) if self.build is not None else sys.executable
 
     @property
     def version(self) -> str:
@@ -71,50 +97,53 @@ class MooncakeInstall:
         where = f" at {self.pythonpath}" if self.pythonpath else ""
         return f"{name} {self.dist_version or 'unknown version'}{where}"
 
+    @property
+    def libraries(self) -> str:
+        """How the libraries the build links are found here, e.g. ``CUDA: stand-in driver, no
+        device`` ("" when unknown)."""
+        if self.build is None:
+            return ""
+        try:
+            return self.build.libraries().describe()
+        except (OSError, RuntimeError) as exc:
+            return f"libraries not known: {exc}"
+
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Environment of a driver or binary of this build (loopback binding always on)."""
+        if self.build is not None:
+            return self.build.env(extra)
         env = dict(os.environ)
         env["MC_TCP_BIND_ADDRESS"] = "127.0.0.1"
-        if self.pythonpath:
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (self.pythonpath, env.get("PYTHONPATH", "")) if p)
-            bins = [str(Path(self.pythonpath) / "bin"), self.pythonpath]
-            env["PATH"] = os.pathsep.join(bins + [env.get("PATH", "")])
         env.update(extra or {})
         return env
 
     def driver_argv(self, *args: str) -> list[str]:
         return [self.python, str(DRIVER), *args]
 
-    def probe(self, timeout: float = 60.0) -> dict[str, Any]:
-        """Run ``driver.py probe`` with this build once; the facts it prints (API surface,
-        binaries) or ``{"error": ...}``."""
-        if self._probe is not None:
-            return self._probe
-        if self.missing:
-            self._probe = {"error": self.missing}
-            return self._probe
-        try:
-            env = self.env()
-            out = subprocess.run(  # noqa: S603 (dies with the test process: die_with_parent)
-                wrap(self.driver_argv("probe"), env), env=env, capture_output=True,
-                timeout=timeout, check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            self._probe = {"error": f"probing {self.python} failed: {exc}"}
-            return self._probe
-        try:
-            facts = json.loads(out.stdout.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            tail = out.stderr.decode(errors="replace").strip().splitlines()[-3:]
-            facts = {"error": f"importing mooncake with {self.python} failed (exit "
-                              f"{out.returncode}): {' | '.join(tail)}"}
-        self._probe = facts
-        return facts
+    def facts(self, live: bool = True) -> ReleaseFacts:
+        """What the build has, probed from the build itself (``releases.facts_of``: its
+        ``mooncake_master --help``, Python API, ELF strings; ``live``: a master started alone)
+        and cached with it."""
+        if self.build is None:
+            raise ProbeFailed(self.missing or "no build")
+        return facts_of(self.build, live=live)
 
 
 def _looks_like_path(spec: str) -> bool:
     return "/" in spec or spec.startswith((".", "~")) or Path(spec).is_dir()
+
+
+def _installed(spec: str | None, dist: md.Distribution | None,
+               pythonpath: str | None = None) -> MooncakeInstall:
+    """An install of the build importable as ``mooncake`` (with ``pythonpath`` first)."""
+    name = dist.metadata["Name"] if dist is not None else None
+    version = dist.version if dist is not None else None
+    build = LocalBuild.find(sys.executable, pythonpath, name, version)
+    missing = None if build is not None else (
+        f"Mooncake is not installed: {name} {version} is listed but no mooncake package is "
+        f"importable; {INSTALL_HINT}")
+    return MooncakeInstall(spec, build=build, pythonpath=pythonpath, dist_name=name,
+                           dist_version=version, missing=missing)
 
 
 def locate(spec: str | None) -> MooncakeInstall:
@@ -123,8 +152,7 @@ def locate(spec: str | None) -> MooncakeInstall:
         dists = find_distributions()
         if not dists:
             return MooncakeInstall(spec, missing=f"Mooncake is not installed: {INSTALL_HINT}")
-        dist = dists[0]
-        return MooncakeInstall(spec, dist_name=dist.metadata["Name"], dist_version=dist.version)
+        return _installed(spec, dists[0])
     if _looks_like_path(spec):
         return _locate_dir(spec)
     return _locate_requirement(spec)
@@ -141,9 +169,7 @@ def _locate_dir(spec: str) -> MooncakeInstall:
             f"Mooncake is not installed in {root} (no mooncake/__init__.py there): "
             f"{INSTALL_HINT}, or pip install --target {root} mooncake-transfer-engine-non-cuda"))
     dists = find_distributions([str(root)])
-    name = dists[0].metadata["Name"] if dists else None
-    version = dists[0].version if dists else None
-    return MooncakeInstall(spec, pythonpath=str(root), dist_name=name, dist_version=version)
+    return _installed(spec, dists[0] if dists else None, str(root))
 
 
 def _locate_requirement(spec: str) -> MooncakeInstall:
@@ -162,9 +188,46 @@ def _locate_requirement(spec: str) -> MooncakeInstall:
     for dist in find_distributions():
         if _normal(dist.metadata["Name"]) == _normal(req.name) and \
                 req.specifier.contains(dist.version, prereleases=True):
-            return MooncakeInstall(spec, dist_name=dist.metadata["Name"], dist_version=dist.version)
+            return _installed(spec, dist)
     installed = ", ".join(f"{d.metadata['Name']} {d.version}" for d in find_distributions()) or "none"
     raise SpecError(
         f"--mc-target=mooncake:{spec}: the installed Mooncake ({installed}) does not satisfy "
-        f"{spec!r}; this target does not install wheels itself: run `{sys.executable} -m pip "
-        f"install '{spec}'` (or pip install --target DIR and pass --mc-target=mooncake:DIR)")
+        f"{spec!r}; mooncake:REQUIREMENT judges the installed wheel only: run `{sys.executable} "
+        f"-m pip install '{spec}'`, or judge a release in its own cached environment with "
+        f"--mc-target=mooncake==VERSION (e.g. mooncake-cuda13==0.3.14)")
+
+
+# ------------------------------------------------------------------------------ by version
+
+RELEASE_FORM = re.compile(r"^\s*(mooncake[A-Za-z0-9_.-]*\s*==|[0-9])")
+"""``--mc-target`` values naming a release by version (``releases.spec``'s forms)."""
+
+
+def names_release(text: str) -> bool:
+    """Whether a ``--mc-target`` value names a Mooncake release by version
+    (``mooncake==0.3.12.post1``, ``mooncake-cuda13==0.3.14``, ``0.3.14``, ...)."""
+    return bool(RELEASE_FORM.match(text))
+
+
+def release_label(text: str) -> str:
+    """The one name of the release ``text`` names, ``mooncake-FLAVOUR==VERSION`` (flavour
+    chosen as ``releases`` chooses it, without asking PyPI: an installed environment, else the
+    table of published flavours); ``SpecError`` for a string naming no release."""
+    try:
+        return str(as_spec(text, ask_pip=False))
+    except ReleaseSpecError as exc:
+        raise SpecError(f"--mc-target={text}: {exc}") from None
+
+
+def locate_release(text: str, progress: Callable[[str], None] | None = None) -> MooncakeInstall:
+    """The release ``text`` names in its own cached environment, installed first if needed
+    (``releases.ensure_env``); ``SpecError`` naming the pip command when it cannot be had."""
+    try:
+        spec = as_spec(parse_spec(text))
+        env = ensure_env(spec, progress=progress)
+    except ReleaseSpecError as exc:
+        raise SpecError(f"--mc-target={text}: {exc}") from None
+    except (ReleaseFetchError, ReleaseEnvError, StandInError) as exc:
+        raise SpecError(f"--mc-target={text}: cannot install {spec}: {exc}") from None
+    return MooncakeInstall(str(spec), build=env, dist_name=env.distribution,
+                           dist_version=env.version, release=spec)

@@ -8,16 +8,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pytest_mooncake.releases import ReleaseFacts
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess, ReadyProbe, Supervisor
+from pytest_mooncake.targets.base import TargetError
 from pytest_mooncake.targets.mooncake.install import MooncakeInstall
+from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
 
 
 class Launcher(Protocol):
     bind_host: str
     """Address components listen on for what the test process reaches (control, admin)."""
-    master_rpc_flags: Sequence[str]
-    """Flags that give a master a reachable RPC address."""
+    master_rpc: Mapping[str, str]
+    """Master settings that give it a reachable RPC address (``rpc_address``, ...)."""
+    master_flags: MasterFlags
+    """How the build's mooncake_master spells the family's settings."""
     control_port: int
     """Port a driver's control socket listens on (0: any, reported in its ready file)."""
     version: str
@@ -41,13 +46,20 @@ class LocalLauncher:
     """Processes on this host, under the session's ``Supervisor``, bound to loopback."""
 
     bind_host = "127.0.0.1"
-    master_rpc_flags = ("--rpc_address=127.0.0.1",)
+    master_rpc = {"rpc_address": "127.0.0.1"}
     control_port = 0
 
-    def __init__(self, install: MooncakeInstall, supervisor: Supervisor, master_binary: str = ""):
+    def __init__(self, install: MooncakeInstall, supervisor: Supervisor,
+                 facts: ReleaseFacts | None = None):
         self.install = install
         self.supervisor = supervisor
-        self._master = master_binary
+        self.facts = facts
+
+    @property
+    def master_flags(self) -> MasterFlags:
+        if self.facts is None:
+            raise TargetError(f"{self.install.version}: no probed facts to spell master flags")
+        return MasterFlags.of(self.facts)
 
     @property
     def version(self) -> str:
@@ -66,7 +78,11 @@ class LocalLauncher:
         return self.install.driver_argv(*args)
 
     def master_binary(self) -> str:
-        return self._master
+        build = self.install.build
+        binary = build.master_binary if build is not None else None
+        if binary is None:
+            raise TargetError(f"{self.install.version} ships no mooncake_master binary")
+        return str(binary)
 
     def host_name(self, name: str) -> str:
         return "127.0.0.1"

@@ -11,13 +11,21 @@ reason naming what is missing.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
+from pytest_mooncake.releases import ProbeFailed, ReleaseFacts
+from pytest_mooncake.releases import mooncake_family as family
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import Supervisor, port_open
 from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetContext, TargetError
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
-from pytest_mooncake.targets.mooncake.install import MooncakeInstall, SpecError, locate
+from pytest_mooncake.targets.mooncake.install import (
+    MooncakeInstall,
+    SpecError,
+    locate,
+    locate_release,
+)
 from pytest_mooncake.targets.mooncake.launchers import LocalLauncher
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
 from pytest_mooncake.targets.mooncake.option_rules import MOONCAKE_ETCD_ROUTING
@@ -43,6 +51,7 @@ class LocalPlacement(ProcessPlacement):
         self._caps: frozenset[Capability] | None = None
         self._lacks: dict[Capability, str] = {}
         self._supervisor: Supervisor | None = None
+        self._facts: ReleaseFacts | None = None
 
     @property
     def version(self) -> str:
@@ -60,17 +69,32 @@ class LocalPlacement(ProcessPlacement):
         return self._lacks.get(capability, f"target {label} has no means for "
                                            f"{capability.value}")
 
+    def release_facts(self) -> ReleaseFacts:
+        """The build's probed facts (``releases.facts_of``), live master start included."""
+        if self._facts is None:
+            self._facts = self.install.facts(live=True)
+        return self._facts
+
     def _probe_capabilities(self) -> tuple[frozenset[Capability], dict[Capability, str]]:
         lacks: dict[Capability, str] = {}
-        facts = self.install.probe()
-        self.facts["probe"] = facts
-        if "error" in facts:
-            return frozenset(), {c: facts["error"] for c in Capability}
+        if self.install.missing:
+            return frozenset(), {c: self.install.missing for c in Capability}
+        facts = self.release_facts()
+        api = facts.data["static"]["python_api"]
+        if "error" in api:
+            return frozenset(), {c: api["error"] for c in Capability}
         ver = self.install.version
-        engine = set(facts.get("engine_methods", []))
+        engine, engine_error = _methods(facts, "engine")
+        store, store_error = _methods(facts, "store")
+        master = self.install.build.master_binary
+        self.facts["probe"] = {
+            "engine_methods": sorted(engine), "store_methods": sorted(store),
+            "binaries": {"mooncake_master": str(master) if master else None},
+            "master_starts": facts.master_starts if master else None,
+            "libraries": self.install.libraries}
         missing_engine = [m for m in ENGINE_API if m not in engine]
-        if "engine_error" in facts or missing_engine:
-            why = facts.get("engine_error") or f"TransferEngine lacks {', '.join(missing_engine)}"
+        if engine_error or missing_engine:
+            why = engine_error or f"TransferEngine lacks {', '.join(missing_engine)}"
             for cap in (Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
                         Capability.METADATA_ETCD, Capability.METADATA_HTTP,
                         Capability.METADATA_FAULTS):
@@ -85,27 +109,21 @@ class LocalPlacement(ProcessPlacement):
             f"the mooncake target does not read {', '.join(counters)} of {ver} yet" if counters
             else f"mooncake.engine of {ver} exposes no counters (TransferEngine has no "
                  f"stats/metrics/counters method)")
-        if not facts.get("http_metadata_server") and Capability.METADATA_HTTP not in lacks:
+        if not api.get("http_metadata_server") and Capability.METADATA_HTTP not in lacks:
             lacks[Capability.METADATA_HTTP] = (
                 f"{ver} has no usable mooncake.http_metadata_server: "
-                f"{facts.get('http_metadata_server_error', 'module missing')}")
+                f"{api.get('http_metadata_server_error', 'module missing')}")
         rdma = (f"{ver} runs its RDMA transport on real verbs devices only and offers no hook to "
                 f"hold, reorder or replay completions")
         lacks[Capability.RDMA_CONTROL] = rdma
         lacks[Capability.SCHEDULER] = rdma
-        store = set(facts.get("store_methods", []))
-        master_bin = facts.get("binaries", {}).get("mooncake_master")
-        if not master_bin:
+        if master is None:
             lacks[Capability.MASTER_CLUSTER] = f"{ver} ships no mooncake_master binary"
-        elif "store_error" in facts or not set(STORE_API) <= store:
+        elif store_error or not set(STORE_API) <= store:
             lacks[Capability.MASTER_CLUSTER] = (
                 f"mooncake.store of {ver} is unusable: "
-                f"{facts.get('store_error') or 'MooncakeDistributedStore lacks ' + ', '.join(sorted(set(STORE_API) - store))}")
-        lacks[Capability.MASTER_SNAPSHOT] = (
-            f"{ver} offers no means to have a snapshot written on request: in HA mode with the "
-            f"OpLog the leader skips snapshots ('snapshots are owned by standby') and a standby "
-            f"with --enable_snapshot and MOONCAKE_SNAPSHOT_LOCAL_PATH wrote none within 25 s "
-            f"here; its admin service has no snapshot endpoint")
+                f"{store_error or 'MooncakeDistributedStore lacks ' + ', '.join(sorted(set(STORE_API) - store))}")
+        lacks[Capability.MASTER_SNAPSHOT] = snapshot_lack(facts, ver)
         lacks[Capability.MASTER_FAULT_PLANTING] = (
             f"mooncake_master of {ver} has no means to plant an entry in a standby's replicated "
             f"state (no admin endpoint for it)")
@@ -141,9 +159,9 @@ class LocalPlacement(ProcessPlacement):
         return self._supervisor
 
     def launcher(self) -> LocalLauncher:
-        """Components run as local processes under the session supervisor."""
-        master = self.facts.get("probe", {}).get("binaries", {}).get("mooncake_master", "")
-        return LocalLauncher(self.install, self.supervisor(), master)
+        """Components run as local processes under the session supervisor; masters with the
+        flags the build's ``mooncake_master --help`` lists."""
+        return LocalLauncher(self.install, self.supervisor(), self.release_facts())
 
     def master_etcd(self) -> list[str]:
         return list(self.ctx.etcd_endpoints())
@@ -174,6 +192,32 @@ class LocalPlacement(ProcessPlacement):
         return handle
 
 
+def _say(message: str) -> None:
+    print(f"pytest-mooncake: releases: {message}", file=sys.stderr, flush=True)
+
+
+def _methods(facts: ReleaseFacts, which: str) -> tuple[frozenset[str], str | None]:
+    """The build's TransferEngine / MooncakeDistributedStore methods, or the import error."""
+    try:
+        return (facts.engine_methods if which == "engine" else facts.store_methods), None
+    except ProbeFailed as exc:
+        return frozenset(), str(exc)
+
+
+def snapshot_lack(facts: ReleaseFacts, ver: str) -> str:
+    """Why the Mooncake targets cannot have ``ver``'s masters write a snapshot on request,
+    naming the snapshot flags its ``mooncake_master --help`` lists."""
+    try:
+        flags = sorted(f for needs in family.SNAPSHOT_MEANS.values() for f in needs
+                       if facts.master_flag(f) is not None)
+    except ProbeFailed as exc:
+        return f"{ver} offers no means to have a snapshot written on request: {exc}"
+    have = ", ".join(f"--{f}" for f in flags) or "none"
+    return (f"{ver} offers no means to have a snapshot written on request that the Mooncake "
+            f"targets drive (its snapshot flags, probed from {family.PROBES['master_flag']}: "
+            f"{have})")
+
+
 class MooncakeTarget(MooncakeFamilyTarget):
     """``--mc-target=mooncake[:SPEC]``: the family adapter with a ``LocalPlacement``."""
 
@@ -191,6 +235,28 @@ class MooncakeTarget(MooncakeFamilyTarget):
 
             raise UnknownTarget(str(exc)) from None
         return cls(install, variant)
+
+    @classmethod
+    def from_release(cls, text: str) -> MooncakeTarget:
+        """``--mc-target=mooncake==VERSION`` (any form ``releases.spec`` accepts): that release
+        in its own cached environment, installed first if needed (progress on stderr)."""
+        try:
+            install = locate_release(text, progress=_say)
+        except SpecError as exc:
+            from pytest_mooncake.targets import UnknownTarget
+
+            raise UnknownTarget(str(exc)) from None
+        return cls(install)
+
+    @property
+    def label(self) -> str:
+        """``mooncake``, ``mooncake:SPEC``, or for a release ``mooncake-FLAVOUR==VERSION``."""
+        release = self.placement.install.release
+        return str(release) if release is not None else super().label
+
+    @property
+    def notes(self) -> str:
+        return self.placement.install.libraries
 
     @property
     def install(self) -> MooncakeInstall:

@@ -160,8 +160,9 @@ class MooncakeMasters:
         """The serving leader's ``/get_segments_detail`` entries (segment_name, te_endpoint,
         status, allocator bytes, ...)."""
         status, body = admin_get(self._leader_admin() + "/get_segments_detail", timeout=5.0)
-        doc = json_or_none(body) if status == 200 else None
-        if not isinstance(doc, dict) or not isinstance(doc.get("segments"), list):
+        doc = json_or_none(body)
+        self._endpoint_exists(status, doc, "GET /get_segments_detail")
+        if status != 200 or not isinstance(doc, dict) or not isinstance(doc.get("segments"), list):
             raise TargetError(f"GET /get_segments_detail answered {status}: {body[:200]}")
         return [s for s in doc["segments"] if isinstance(s, dict)]
 

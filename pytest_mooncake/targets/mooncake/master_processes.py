@@ -6,22 +6,35 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.runtime.processes import ManagedProcess, http_ok
-from pytest_mooncake.targets.base import Capability, MasterEndpoint, TargetError, TargetLacks
+from pytest_mooncake.releases import mooncake_family as family
+from pytest_mooncake.releases.probes import parse_config_echo
+from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError, http_ok
+from pytest_mooncake.targets.base import (
+    Capability,
+    ComponentStartError,
+    MasterEndpoint,
+    TargetError,
+    TargetLacks,
+)
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
+from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
 from pytest_mooncake.targets.mooncake.option_rules import (
     MOONCAKE_ETCD_ROUTING,
     check_master_options,
     lacks_etcd_routing,
     whole_seconds,
 )
-from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL, StoreClient, start_store_client
+from pytest_mooncake.targets.mooncake.store_clients import (
+    PROTOCOL,
+    RefusedStoreClient,
+    StoreClient,
+    start_store_client,
+)
 from pytest_mooncake.targets.process_masters import ProcessMasters
 
 
@@ -46,11 +59,16 @@ class _Master:
 class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
     """N ``mooncake_master --enable_ha`` processes (OpLog on by default) and M store clients.
 
-    Options: ``oplog`` (default True: standbys follow the leader through the batch OpLog in
-    etcd; without it 0.3.13 still elects a leader, observed),
-    ``client_ttl`` (s; ``--client_ttl`` takes whole seconds, so a fraction is rounded up, and
-    the value the master echoes in its config line is checked), ``flags`` (extra ``{name: value}`` master flags), ``env`` (extra
-    environment, e.g. ``MOONCAKE_SNAPSHOT_LOCAL_PATH``), ``cluster_id``, ``ready_timeout``."""
+    Every flag is spelled as the build's ``mooncake_master --help`` lists it (``master_flags``);
+    a setting the build lacks is left out (``dropped``) or, when the test asked for it, n/a.
+
+    Options: ``oplog`` (default: ``--enable_oplog=true`` where the build has the flag, so
+    standbys follow the leader through the OpLog in etcd; 0.3.10-0.3.12 have none and elect a
+    leader without it; ``oplog=True`` on such a build is n/a), ``client_ttl`` (s; the TTL flags
+    take whole seconds, so a fraction is rounded up, and the value the master echoes in its
+    config line is checked), ``flags`` (extra ``{name: value}`` master flags; one the build
+    lacks is n/a), ``env`` (extra environment, e.g. ``MOONCAKE_SNAPSHOT_LOCAL_PATH``),
+    ``cluster_id``, ``ready_timeout``."""
 
     def __init__(self, launcher: Launcher, workdir: Path, etcd_endpoints: list[str],
                  masters: int = 2, clients: int = 1, **options: Any):
@@ -69,6 +87,11 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
         self.clients: list[StoreClient] = []
         self.drain_jobs: dict[str, str] = {}
         self.where = f"cluster {self.cluster_id}"
+        self.dropped: dict[str, str] = {}
+        """Settings the build's master has no flag for, left out (e.g. ``metrics_host``)."""
+        self._flags: MasterFlags | None = None
+        if masters:
+            self._refuse_unspellable()
         try:
             for _ in range(masters):
                 self.start_master()
@@ -82,21 +105,43 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
 
     # ------------------------------------------------------------------ masters
 
-    def _argv(self, m: _Master) -> list[str]:
-        argv = [
-            self.launcher.master_binary(), "--enable_ha=true",
-            f"--etcd_endpoints={';'.join(self.etcd)}", f"--cluster_id={self.cluster_id}",
-            *self.launcher.master_rpc_flags, f"--rpc_port={m.rpc_port}",
-            f"--metrics_host={self.launcher.bind_host}", f"--metrics_port={m.metrics_port}",
-            f"--enable_oplog={'true' if self.options.get('oplog', True) else 'false'}",
-        ]
+    def _settings(self, m: _Master) -> dict[str, Any]:
+        """What every master of this cluster is told, by setting name (``master_flags`` spells
+        them as the build does)."""
+        settings: dict[str, Any] = {
+            "enable_ha": True, "etcd_endpoints": ";".join(self.etcd),
+            "cluster_id": self.cluster_id, **self.launcher.master_rpc, "rpc_port": m.rpc_port,
+            "metrics_host": self.launcher.bind_host, "metrics_port": m.metrics_port}
+        oplog = self.options.get("oplog")
+        if oplog is not None or self.flags.has("enable_oplog"):
+            settings["enable_oplog"] = True if oplog is None else bool(oplog)
         if self.client_ttl is not None:
-            argv.append(f"--client_ttl={self.client_ttl}")
-        for name, value in (self.options.get("flags") or {}).items():
-            if isinstance(value, bool):
-                value = "true" if value else "false"
-            argv.append(f"--{name}={value}")
+            settings[self.flags.client_ttl_flag or "client_ttl"] = self.client_ttl
+        settings.update(self.options.get("flags") or {})
+        return settings
+
+    def _argv(self, m: _Master) -> list[str]:
+        argv, dropped = self.flags.argv(self.launcher.master_binary(), self._settings(m))
+        self.dropped = dropped
         return argv
+
+    @property
+    def flags(self) -> MasterFlags:
+        """The build's master flags (asked of the launcher once)."""
+        if self._flags is None:
+            self._flags = self.launcher.master_flags
+        return self._flags
+
+    def _refuse_unspellable(self) -> None:
+        """Before any master starts: what the test asked for that the build's master lacks is
+        n/a naming the probed flag (never ERROR: unknown command line flag in a test body)."""
+        if self.client_ttl is not None and self.flags.client_ttl_flag is None:
+            raise TargetLacks(Capability.MASTER_CLUSTER, (
+                f"client_ttl: {self.flags.lacks(' or --'.join(family.CLIENT_TTL_FLAGS))}"))
+        if self.options.get("oplog") and not self.flags.has("enable_oplog"):
+            raise TargetLacks(Capability.MASTER_CLUSTER,
+                              f"oplog=True: {self.flags.lacks('enable_oplog')}")
+        self.flags.refuse_missing(self.options.get("flags") or {}, "flags={...}")
 
     def _env(self) -> dict[str, str]:
         return dict(self.options.get("env") or {})
@@ -108,31 +153,46 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
         if etcd is not None:
             raise lacks_etcd_routing("start_master(etcd=...)", MOONCAKE_ETCD_ROUTING)
         if index is None:
+            self._refuse_unspellable()
             m = _Master(len(self.masters), self.launcher.port(), self.launcher.port())
             self.masters.append(m)
         else:
             m = self.masters[index]
             if m.process is not None and m.process.alive():
                 raise TargetError(f"master {index} is already running (pid {m.process.pid})")
-        if m.process is None:
-            m.process = self.launcher.start(
-                f"mooncake-master-{self.cluster_id}-{m.index}", self._argv(m), self._env(),
-                self._admin_ready(m), self.ready_timeout, publish=[m.metrics_port])
-        else:
-            m.process.start()
+        first = m.process is None
+        try:
+            if first:
+                m.process = self.launcher.start(
+                    f"mooncake-master-{self.cluster_id}-{m.index}", self._argv(m), self._env(),
+                    self._admin_ready(m), self.ready_timeout, publish=[m.metrics_port])
+            else:
+                m.process.start()
+        except ProcessStartError as exc:
+            raise ComponentStartError(
+                f"mooncake_master {m.index} of {self.build} did not {'start' if first else 'restart'}"
+                f" (argv: {' '.join(m.process.argv if m.process else self._argv(m))}): {exc}"
+            ) from None
         m.admin_port = self.launcher.host_port(m.process, m.metrics_port)
         self._check_client_ttl(m)
         return m.index
 
     def _check_client_ttl(self, m: _Master) -> None:
-        """The master logs its config (``client_ttl=N``) at start; a different N means the flag
-        was not honoured, which would silently change what a liveness test judges."""
+        """The master echoes its config at start (``client_ttl=N``; 0.3.14
+        ``client_active_ttl_sec=N``); a different N, or an echo without the key, means the TTL
+        was not honoured as asked, which would silently change what a liveness test judges."""
         if self.client_ttl is None:
             return
-        echoed = re.findall(r"client_ttl=(-?\d+)", m.process.log_text())
-        if echoed and int(echoed[-1]) != self.client_ttl:
-            raise TargetError(f"master {m.index} was started with --client_ttl={self.client_ttl} "
-                              f"but its config line says client_ttl={echoed[-1]}")
+        flag = self.flags.client_ttl_flag
+        echoes = family.LOG_PATTERNS["config_echo"].findall(m.process.log_text())
+        if not echoes:
+            return  # a build that echoes no config: nothing to check against
+        echoed = parse_config_echo(echoes[-1]).get(flag)
+        if echoed is None or int(echoed) != self.client_ttl:
+            raise ComponentStartError(
+                f"master {m.index} was started with --{flag}={self.client_ttl} but its config "
+                f"line says {flag}={echoed}" + ("" if echoed is not None else
+                f" (absent; the line: {echoes[-1][:300]})"))
 
     def _admin_ready(self, m: _Master) -> Any:
         def ready(proc: ManagedProcess) -> bool:
@@ -169,6 +229,8 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
                 f"means to announce version {version or profile!r}"))
         client = start_store_client(self.launcher, self.workdir, self.etcd, self.cluster_id,
                                     len(self.clients), client_id, timeout or self.ready_timeout)
+        if isinstance(client, RefusedStoreClient):  # its own build's masters: not a skew answer
+            raise ComponentStartError(client.why)
         self.clients.append(client)
         return client
 

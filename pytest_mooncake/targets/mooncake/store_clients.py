@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.runtime.processes import ManagedProcess
+from pytest_mooncake.releases import mooncake_family as family
+from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError
+from pytest_mooncake.targets.base import ComponentStartError
 from pytest_mooncake.targets.mooncake.driver_control import (
     ControlClient,
     b64,
@@ -76,13 +78,50 @@ class StoreClient:
         return self.process.alive()
 
 
+@dataclass
+class RefusedStoreClient:
+    """A store client whose build refused the masters (a version mismatch its setup logged):
+    every call answers ``ok: False`` with that line, as the build's refusal, for the test to
+    judge (a mixed-release cluster that does not serve one build's clients)."""
+
+    index: int
+    why: str
+    hostname: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def _refused(self, op: str) -> dict[str, Any]:
+        return {"ok": False, "error": f"{op}: {self.why}", "result": {}}
+
+    def put(self, key: str, size: int = 64, data: bytes | None = None) -> dict[str, Any]:
+        return self._refused("put")
+
+    def get(self, key: str) -> dict[str, Any]:
+        return self._refused("get")
+
+    def exists(self, key: str) -> dict[str, Any]:
+        return self._refused("exists")
+
+    def remove(self, key: str, force: bool = False) -> dict[str, Any]:
+        return self._refused("remove")
+
+    def kill(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def alive(self) -> bool:
+        return False
+
+
 PROTOCOL = "mooncake-coro-rpc"
 """``Target.master_protocol`` of Mooncake builds: mooncake_master's RPC (coro_rpc with
 struct_pack), spoken by ``mooncake.store`` clients."""
 
 
 def start_store_client(launcher: Launcher, workdir: Path, etcd: list[str], cluster_id: str,
-                       index: int, client_id: str | None, ready_timeout: float) -> StoreClient:
+                       index: int, client_id: str | None, ready_timeout: float
+                       ) -> StoreClient | RefusedStoreClient:
     """A real ``mooncake.store`` client in a driver process on the cluster ``cluster_id`` of
     ``etcd`` (it finds the leader there); ready once ``setup`` returned 0."""
     ready_file = Path(workdir) / f"client-{index}.ready"
@@ -101,8 +140,19 @@ def start_store_client(launcher: Launcher, workdir: Path, etcd: list[str], clust
         return ready_file.exists()
 
     ready.__doc__ = "the store driver wrote its ready file (setup returned 0)"
-    proc = launcher.start(name, argv, env, ready, ready_timeout,
-                          publish=[control] if control else [])
+    try:
+        proc = launcher.start(name, argv, env, ready, ready_timeout,
+                              publish=[control] if control else [])
+    except ProcessStartError as exc:
+        launcher.release(te_port)
+        refused = family.CLIENT_LOG_PATTERNS["version_mismatch"].search(str(exc))
+        if refused is not None:
+            return RefusedStoreClient(index, (
+                f"the store client of {launcher.version} refused the masters of cluster "
+                f"{cluster_id}: its setup logged '{refused[0]}' (a client refuses a master "
+                f"whose ServiceReady version is not its own)"))
+        raise ComponentStartError(f"store client {name} of {launcher.version} did not attach "
+                                  f"to cluster {cluster_id}: {exc}") from None
     info = read_ready_file(ready_file) or {}
     port = launcher.host_port(proc, control or int(info["control_port"]))
     client = StoreClient(index, proc, ControlClient(proc, port), str(info.get("hostname", "")))
