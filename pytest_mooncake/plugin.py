@@ -5,6 +5,7 @@ test runs against), ``report/`` (matrix, n/a, failure logs, leaks) and ``runtime
 from __future__ import annotations
 
 import atexit
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,15 @@ from pytest_mooncake.config.stash_keys import (
     MC_TARGETS,
     PREEXISTING_PROCESSES,
 )
+from pytest_mooncake.report import crash_labels
 from pytest_mooncake.report.catalogue import load_catalogue
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.failure_logs import show_failure_logs
-from pytest_mooncake.report.matrix_recorder import MatrixRecorder, label_report
+from pytest_mooncake.report.matrix_recorder import MatrixRecorder, label_report, matrix_labels
 from pytest_mooncake.report.process_leaks import owned_before, reap_leaks
+from pytest_mooncake.runtime.die_with_parent import die_with
+from pytest_mooncake.runtime.etcd_process import sweep_abandoned_data_dirs
+from pytest_mooncake.runtime.ports import sweep_stale_claims
 from pytest_mooncake.runtime.processes import reap_all
 from pytest_mooncake.targets import (
     ComponentStartError,
@@ -47,7 +52,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "filterwarnings", "ignore:Call to deprecated create function:DeprecationWarning"
     )
-    inherited = getattr(config, "workerinput", {}).get("mc_seed")
+    workerinput = getattr(config, "workerinput", {})
+    if workerinput.get(CONTROLLER_PID_KEY):
+        # A worker dies with its controller (kill -9 of pytest), and so do its children.
+        die_with(workerinput[CONTROLLER_PID_KEY])
+    inherited = workerinput.get("mc_seed")
     mc_config = mc_options.resolve(mc_options.raw_values(config), inherited_seed=inherited)
     targets = _resolve_targets(mc_config, Path(config.rootpath))
     config.stash[MC_CONFIG] = mc_config
@@ -59,13 +68,17 @@ def pytest_configure(config: pytest.Config) -> None:
     for label in targets:
         matrix.add_column(label)
     config.stash[MC_MATRIX] = matrix
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_XdistHooks(), "mooncake-xdist")
+    recorder = None
     if not hasattr(config, "workerinput"):
         recorder = MatrixRecorder(matrix, config.stash[MC_TARGET].label,
                                   lambda: _matrix_header(config), mc_config.report, mc_config.seed,
                                   lambda: {"targets": _column_facts(config)})
         config.pluginmanager.register(recorder, "mooncake-matrix")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(recorder), "mooncake-xdist")
+
+
+CONTROLLER_PID_KEY = "mc_controller_pid"
 
 
 def _resolve_targets(mc_config: mc_options.McConfig, rootpath: Path) -> dict[str, Target]:
@@ -86,11 +99,30 @@ def _resolve_targets(mc_config: mc_options.McConfig, rootpath: Path) -> dict[str
 
 
 class _XdistHooks:
-    """Hands the controller's seed to every worker so all of them draw from one seed."""
+    """Hands the controller's seed to every worker so all of them draw from one seed, and the
+    directory where workers leave the labels of their tests for a crash (``crash_labels``)."""
+
+    def __init__(self, recorder: MatrixRecorder | None):
+        self.recorder = recorder
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["mc_seed"] = node.config.stash[MC_CONFIG].seed
+        node.workerinput[CONTROLLER_PID_KEY] = os.getpid()
+        if self.recorder is not None:
+            node.workerinput[crash_labels.WORKERINPUT_KEY] = \
+                self.recorder.crash_labels.directory_for_workers()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker: publish the labels of every collected test (``crash_labels``)."""
+    workerinput = getattr(session.config, "workerinput", {})
+    directory = workerinput.get(crash_labels.WORKERINPUT_KEY)
+    if directory:
+        crash_labels.publish(directory, workerinput.get("workerid", "gw"), {
+            item.nodeid: matrix_labels(requirement_ids(item), target_for(item).label,
+                                     skew_pair_id(item))
+            for item in session.items if requirement_ids(item)})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -177,6 +209,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[PREEXISTING_PROCESSES] = owned_before()
+    if not hasattr(session.config, "workerinput"):
+        sweep_stale_claims()  # port claims a SIGKILLed run left behind
+        sweep_abandoned_data_dirs()  # and its etcd data directories (64 MB each)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

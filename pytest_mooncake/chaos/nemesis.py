@@ -153,6 +153,7 @@ class Nemesis:
         self._step = step
         self.active: dict[str, Fault] = {}
         self.injected = 0
+        self.healed: dict[str, int] = {f.label: 0 for f in faults}
         self.errors: list[str] = []
         self._lock = threading.Lock()
 
@@ -185,7 +186,13 @@ class Nemesis:
         if ok:
             with self._lock:
                 self.active.pop(fault.label, None)
+                self.healed[fault.label] += 1
         return ok
+
+    def healed_each(self) -> int:
+        """How many times the least healed fault was healed (each was injected as often)."""
+        with self._lock:
+            return min(self.healed.values())
 
     def heal_all(self, history: History) -> list[str]:
         """Heal every fault still active (after a failed heal or an interrupted run); returns

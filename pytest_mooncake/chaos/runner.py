@@ -1,10 +1,13 @@
 """Run workers and a nemesis against a system for a bounded time, then heal and read back.
 
 Phases (as Jepsen's): *chaos* (workers invoke generated ops while the nemesis injects faults)
-until ``seconds`` pass, ``max_ops`` ops were invoked, or every worker's stream ends; *heal*
-(every fault healed, always, also after an error); *final* (the ``final`` generator's ops,
-typically one read per key, each retried until it succeeds or ``final_timeout`` passes,
-recorded with ``final=True``). All threads are joined with deadlines.
+until ``seconds`` pass (counted from when the workers start, not from when their clients were
+made) and the nemesis healed each of its faults ``each_fault`` times (waited for up to
+``fault_timeout`` more seconds, so a loaded machine cannot end a run before its faults happened), ``max_ops`` ops were
+invoked, or every worker's stream ends; *heal* (every fault healed, always, also after an
+error); *final* (the ``final`` generator's ops, typically one read per key, each retried until
+it succeeds or ``final_timeout`` passes, recorded with ``final=True``). All threads are joined
+with deadlines.
 
 A *client* is the only target-specific part: ``client_for(worker)`` returns an object whose
 ``invoke(spec)`` performs one op and returns its result (recorded ``ok``), or ``ok(...)``,
@@ -203,6 +206,8 @@ def run_chaos(
     progress: Callable[[str], None] | None = None,
     progress_every: float = 1.0,
     recovery: float = 0.0,
+    each_fault: int = 0,
+    fault_timeout: float = 60.0,
 ) -> ChaosResult:
     """Run the chaos, heal and final phases; see the module docstring. ``recovery`` seconds of
     workload run after every fault is healed (no nemesis), so that recovery from the last
@@ -214,7 +219,7 @@ def run_chaos(
     budget = _Budget(max_ops)
     clients: list[Any] = []
     errors: list[str] = []
-    t0 = time.monotonic()
+    t0 = time.monotonic()  # again when the workers start
 
     def work(worker: int, client: Any, stop: threading.Event = stop, stream: int | None = None
              ) -> None:
@@ -240,19 +245,23 @@ def run_chaos(
             nemesis_thread = threading.Thread(target=nemesis.run,
                                               args=(history, stop, caller.execute),
                                               name="mc-chaos-nemesis", daemon=True)
+        t0 = time.monotonic()
         for t in threads + ([nemesis_thread] if nemesis_thread else []):
             t.start()
         deadline = t0 + seconds
+        faults_deadline = deadline + fault_timeout
         next_report = t0 + progress_every
         while True:
             alive = [t for t in threads if t.is_alive()]
             now = time.monotonic()
-            if not alive or now >= deadline:
+            if not alive or now >= faults_deadline:
+                break
+            if now >= deadline and (nemesis is None or nemesis.healed_each() >= each_fault):
                 break
             if progress is not None and now >= next_report:
                 progress(_progress_line(history, now - t0, seconds, nemesis))
                 next_report += progress_every
-            caller.serve(timeout=min(0.05, deadline - now))
+            caller.serve(timeout=min(0.05, deadline - now) if now < deadline else 0.05)
     finally:
         stop.set()
         join_deadline = time.monotonic() + join_timeout

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from pytest_mooncake.runtime.die_with_parent import wrap
+
 UNREACHABLE = re.compile(
     r"NewConnectionError|Failed to establish a new connection|Network is unreachable|"
     r"Temporary failure in name resolution|Name or service not known|ConnectTimeout|"
@@ -54,8 +56,8 @@ def pip_install(python: str, requirements: Sequence[str], *, env: Mapping[str, s
             *requirements]
     command = shlex.join(argv)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                              env=None if env is None else dict(env))
+        done = subprocess.run(wrap(argv, env), capture_output=True, text=True, timeout=timeout,
+                              check=False, env=None if env is None else dict(env))
     except subprocess.TimeoutExpired:
         raise ReleaseFetchError(f"cannot install {what or ' '.join(requirements)}: `{command}` "
                                 f"took over {timeout:.0f} s", command, "", True) from None

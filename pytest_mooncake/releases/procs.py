@@ -1,9 +1,9 @@
 """Short-lived processes of a probe (a master, two engines, a scratch etcd): each in its own
 process group, told to die with its parent, always stopped by the ``running`` context.
 
-The parent-death signal is set by a small exec wrapper in the child (``prctl`` then ``exec``),
-not by ``preexec_fn``, which is unsafe in a multithreaded parent. Probes are short, one at a
-time, and need their stdin/stdout; the supervisor of long-running test processes is
+The parent-death signal is set by the exec wrapper every child of the plugin starts through
+(``runtime/die_with_parent``: ``prctl`` then ``exec``), not by ``preexec_fn``, which is unsafe
+in a multithreaded parent. Probes are short, one at a time, and need their stdin/stdout; the supervisor of long-running test processes is
 ``runtime.processes``. Waits are the runtime's one wait loop; ports come from ``runtime.ports``.
 """
 
@@ -13,21 +13,14 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_mooncake.runtime import deadlines
+from pytest_mooncake.runtime.die_with_parent import wrap
 
 T = TypeVar("T")
-
-_WRAPPER = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
-    "if os.getppid() != int(sys.argv[1]): os._exit(70)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any) -> subprocess.Popen:
@@ -37,8 +30,8 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log: Path, **kw: Any) -> 
     log_fh = open(log, "ab")  # noqa: SIM115 (the child holds it; closed below)
     try:
         return subprocess.Popen(
-            [sys.executable, "-c", _WRAPPER, str(os.getpid()), *map(str, argv)],
-            env=dict(env), stdout=out if out is not None else log_fh, stderr=log_fh,
+            wrap(argv, env), env=dict(env), stdout=out if out is not None else log_fh,
+            stderr=log_fh,
             start_new_session=True, **kw)
     finally:
         log_fh.close()

@@ -3,7 +3,7 @@
 Every phase report of a requirement test carries, as user properties, the requirement IDs,
 its column (target label), its version-skew pair and, when it is n/a, the ``NotApplicable``;
 user properties cross xdist, so the recorder runs on the controller only and reads nothing
-else from the test."""
+else from the test. A test whose worker crashed gets its labels from ``crash_labels``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
+from pytest_mooncake.report.crash_labels import CrashLabels, Labels
 from pytest_mooncake.report.json_report import write_json
 from pytest_mooncake.report.not_applicable import NotApplicable
 
@@ -25,6 +26,18 @@ judged nothing, so it counts as error (like a setup failure), not as FAIL."""
 MESSAGE_LIMIT = 600
 
 
+def matrix_labels(requirements: list[str], column: str, pair: str | None) -> Labels:
+    """The user properties that place a test's reports in the matrix (none without an
+    ``mc_req``)."""
+    if not requirements:
+        return []
+    labels = [(REQ_PROPERTY, req) for req in requirements]
+    labels.append((COLUMN_PROPERTY, column))
+    if pair:
+        labels.append((PAIR_PROPERTY, pair))
+    return labels
+
+
 def label_report(report: pytest.TestReport, requirements: list[str], column: str,
                  pair: str | None, not_applicable: NotApplicable | None,
                  unjudged: bool = False) -> None:
@@ -32,11 +45,7 @@ def label_report(report: pytest.TestReport, requirements: list[str], column: str
     ``unjudged``: it failed because a component never started (error, not FAIL)."""
     if unjudged:
         report.user_properties.append((UNJUDGED_PROPERTY, True))
-    for req in requirements:
-        report.user_properties.append((REQ_PROPERTY, req))
-    report.user_properties.append((COLUMN_PROPERTY, column))
-    if pair:
-        report.user_properties.append((PAIR_PROPERTY, pair))
+    report.user_properties.extend(matrix_labels(requirements, column, pair))
     if not_applicable is not None:
         report.user_properties.append(not_applicable.as_property())
 
@@ -74,18 +83,32 @@ class MatrixRecorder:
         self.seed = seed
         self.facts = facts
         """What the JSON report records besides the matrix (each column's target facts)."""
+        self.crash_labels = CrashLabels()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport,
+                               sched: Any) -> None:
+        """xdist's report of a test whose worker died: give it the test's labels, so the
+        crash counts as an error of its requirements (a phase the verdict rule calls a crash)."""
+        report.user_properties.extend(self.crash_labels.of(crashitem))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = report.user_properties
         reqs = [v for k, v in props if k == REQ_PROPERTY]
         if not reqs:
             return
+        self.crash_labels.remember(report.nodeid, [(k, v) for k, v in props
+                                                   if k in (REQ_PROPERTY, COLUMN_PROPERTY,
+                                                            PAIR_PROPERTY)])
         column = next((v for k, v in props if k == COLUMN_PROPERTY), self.default_column)
         pair = next((v for k, v in props if k == PAIR_PROPERTY), None)
         when = "setup" if any(k == UNJUDGED_PROPERTY for k, _ in props) else report.when
         self.matrix.record(reqs, column, report.nodeid, when, report.outcome,
                            _skip_of(report) if report.skipped else None,
                            failure_message(report), pair)
+
+    def pytest_unconfigure(self) -> None:
+        self.crash_labels.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         terminalreporter.section("mooncake conformance matrix")

@@ -1,7 +1,7 @@
 """The verdict rule: from the outcomes of the tests naming a requirement to one verdict.
 
 Per requirement and column: FAIL if any test naming the ID failed; error if none failed but
-one could not be judged (a setup or teardown error); n/a if every test was skipped (the target
+one could not be judged (a setup or teardown error, or its xdist worker crashed); n/a if every test was skipped (the target
 lacked the means); pass if every test that ran passed and at least one ran.
 """
 
@@ -29,8 +29,11 @@ def verdict(outcomes: Iterable[str]) -> str | None:
 
 
 def fold_phase(prev: str | None, phase: str, outcome: str) -> str | None:
-    """A test's outcome after one more pytest phase report (setup/call/teardown); None when
-    the phase changes nothing."""
+    """A test's outcome after one more pytest phase report (setup/call/teardown, or the report
+    of a crash: xdist's worker died under the test); None when the phase changes nothing."""
+    if phase not in ("setup", "call", "teardown"):
+        # A crash could not judge the test: an error, unless it had already failed.
+        return None if prev == FAILED else ERROR
     if phase == "setup":
         return {PASSED: None, FAILED: ERROR, SKIPPED: SKIPPED}.get(outcome)
     if phase == "call":

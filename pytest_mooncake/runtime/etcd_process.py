@@ -2,7 +2,9 @@
 
 ``EtcdServer`` starts ``etcd`` (Debian's ``etcd-server``) on two free loopback ports with a data
 directory under the worker's temp dir, waits (bounded) for ``/health``, and stops and reaps it
-when closed. ``stop()``/``start()`` keep the data dir and ports, for fault tests.
+when closed, removing its data directory (one a killed run left is removed by the next run:
+``sweep_abandoned_data_dirs``). ``stop()``/``start()`` keep the data dir and
+ports, for fault tests.
 ``ExternalEtcd`` is a cluster given by address (``--mc-etcd``): used, never stopped. The
 ``mc_etcd`` fixture (``fixtures/etcd_store.py``) chooses between them.
 """
@@ -12,13 +14,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.runtime.abandoned_dirs import OwnedDir, sweep_pytest_temp
 from pytest_mooncake.runtime.loopback_http import http_request
 from pytest_mooncake.runtime.ports import free_port, release_port
-from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError
+from pytest_mooncake.runtime.processes import (
+    ManagedProcess,
+    ProcessExitedEarly,
+    ProcessStartError,
+)
 
 INSTALL_HINT = (
     "no etcd binary found on PATH: install it with `apt-get install -y etcd-server` "
@@ -131,13 +137,15 @@ class EtcdServer(_EtcdClientMixin):
             ready_timeout=self.ready_timeout,
         )
         self.process.ready.__doc__ = f"GET http://{self.endpoints[0]}/health reports healthy"
+        self._owned_data: OwnedDir | None = None
 
     def start(self) -> EtcdServer:
-        began = time.monotonic()
+        if self._owned_data is None:
+            self._owned_data = OwnedDir(self.data_dir)
         try:
             self.process.start()
-        except ProcessStartError:
-            timed_out = time.monotonic() - began >= self.ready_timeout
+        except ProcessStartError as exc:
+            timed_out = not isinstance(exc, ProcessExitedEarly)
             raise EtcdUnavailable(self._not_healthy(timed_out)) from None
         return self
 
@@ -162,15 +170,32 @@ class EtcdServer(_EtcdClientMixin):
         self.process.kill()
 
     def close(self) -> None:
-        self.process.terminate()
-        release_port(self.client_port)
-        release_port(self.peer_port)
+        """Stop etcd for good: its ports are released and its data directory removed (etcd
+        preallocates a 64 MB write-ahead log, so each one left behind costs that much disk)."""
+        try:
+            self.process.terminate()
+        finally:
+            release_port(self.client_port)
+            release_port(self.peer_port)
+            if not self.process.alive() and self._owned_data is not None:
+                self._owned_data.release()
+                self._owned_data = None
 
     def alive(self) -> bool:
         return self.process.alive()
 
     def log_text(self) -> str:
         return self.process.log_text()
+
+
+DATA_DIR_PATTERNS = ("pytest-*/etcd*/data", "pytest-*/popen-gw*/etcd*/data")
+"""Where ``mc_etcd`` puts its data directory below pytest's temp root (serial, xdist)."""
+
+
+def sweep_abandoned_data_dirs() -> list[Path]:
+    """Remove etcd data directories of runs that were killed before they could (their owner
+    lock is free); those removed."""
+    return sweep_pytest_temp(DATA_DIR_PATTERNS)
 
 
 class ExternalEtcd(_EtcdClientMixin):

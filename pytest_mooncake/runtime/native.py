@@ -1,9 +1,10 @@
-"""Shared libraries the plugin builds from C sources it ships, once per source and flags.
+"""Shared libraries and small programs the plugin builds from C sources it ships, once per
+source and flags.
 
-Stand-ins for libraries a machine lacks (a no-device CUDA driver) and the emulated verbs
-library are small C files in this package; they are compiled with the machine's C compiler
-into the cache directory, keyed by a hash of the sources, flags and compiler, so a second run
-(or a second xdist worker) reuses the same file. A build in progress is serialised with a lock
+Stand-ins for libraries a machine lacks (a no-device CUDA driver), the emulated verbs library
+and the exec wrapper of supervised children are small C files in this package; they are
+compiled with the machine's C compiler into the cache directory, keyed by a hash of the
+sources, flags and compiler, so a second run (or a second xdist worker) reuses the same file. A build in progress is serialised with a lock
 file, and the result is renamed into place only when complete, so a killed build leaves no
 half-written library behind.
 """
@@ -74,12 +75,28 @@ def build_shared_library(
     (default: ``name``); ``version_script`` a linker version script (symbol versions, as the
     real library has them). Raises ``NativeBuildError`` with the compiler's output on failure.
     """
-    cc = compiler()
     soname = soname or name
+    link = ["-shared", f"-Wl,-soname,{soname}"]
+    if version_script:
+        link.append(f"-Wl,--version-script={version_script}")
+    extra = [Path(version_script)] if version_script else []
+    return _build(name, sources, extra, ["-fPIC", *cflags], [*link, *ldflags], timeout)
+
+
+def build_executable(name: str, sources: Sequence[Path], *, cflags: Sequence[str] = (),
+                     timeout: float = 180.0) -> Path:
+    """Compile ``sources`` into the program ``<cache>/native/<hash>/<name>``; its path.
+    Raises ``NativeBuildError`` with the compiler's output on failure."""
+    return _build(name, sources, [], [*cflags], [], timeout)
+
+
+def _build(name: str, sources: Sequence[Path], extra_inputs: list[Path], cflags: list[str],
+           link: list[str], timeout: float) -> Path:
+    cc = compiler()
     digest = hashlib.sha256()
-    for part in (name, soname, _compiler_id(cc), *cflags, "|", *ldflags):
+    for part in (name, _compiler_id(cc), *cflags, "|", *link):
         digest.update(part.encode() + b"\0")
-    inputs = [Path(s) for s in sources] + ([Path(version_script)] if version_script else [])
+    inputs = [Path(s) for s in sources] + extra_inputs
     for src in inputs:
         try:
             digest.update(src.name.encode() + b"\0" + src.read_bytes())
@@ -110,11 +127,7 @@ def build_shared_library(
             return target
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out_dir)
         os.close(fd)
-        argv = [cc, "-shared", "-fPIC", "-O2", "-Wall", *cflags, "-o", tmp,
-                *(str(s) for s in sources), f"-Wl,-soname,{soname}"]
-        if version_script:
-            argv.append(f"-Wl,--version-script={version_script}")
-        argv.extend(ldflags)
+        argv = [cc, "-O2", "-Wall", *cflags, "-o", tmp, *(str(s) for s in sources), *link]
         try:
             done = subprocess.run(argv, capture_output=True, timeout=max(1.0, deadline - time.monotonic()),
                                   check=False)

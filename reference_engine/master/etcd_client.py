@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+
+from reference_engine.etcd_connection import ReconnectingEtcd, etcd3_client
 
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
 
@@ -27,12 +28,11 @@ def parse_endpoints(spec: str | Sequence[str]) -> list[str]:
     return endpoints
 
 
-def connect(endpoints: Sequence[str], timeout: float) -> Any:
-    """An etcd3 client on the first endpoint (etcd3 0.12 speaks to one endpoint)."""
-    import etcd3
-
+def connect(endpoints: Sequence[str], timeout: float) -> ReconnectingEtcd:
+    """An etcd3 client on the first endpoint (etcd3 0.12 speaks to one endpoint) that dials
+    anew after a call could not reach etcd (``reference_engine/etcd_connection.py``)."""
     host, _, port = endpoints[0].rpartition(":")
-    return etcd3.client(host=host, port=int(port), timeout=timeout)
+    return ReconnectingEtcd(lambda: etcd3_client(host, int(port), timeout))
 
 
 def is_etcd_failure(exc: BaseException) -> bool:

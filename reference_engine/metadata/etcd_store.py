@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from reference_engine.etcd_connection import etcd3_client
 from reference_engine.metadata.store import MetadataError
 
 
@@ -26,10 +27,8 @@ class EtcdStore:
         with self._lock:
             client = self._clients.get(index)
             if client is None:
-                import etcd3  # lazily: importing grpc costs ~0.3 s
-
                 host, port = self.endpoints[index]
-                client = etcd3.client(host=host, port=port, timeout=self.timeout)
+                client = etcd3_client(host, port, self.timeout)
                 self._clients[index] = client
             return client
 
@@ -49,8 +48,9 @@ class EtcdStore:
         raise MetadataError(self.uri, op, key, f"{type(last).__name__}: {last}")
 
     def _forget(self, index: int) -> None:
-        """Drop a failed endpoint's channel: a fresh one reconnects at once, while gRPC's own
-        reconnect backoff can keep a healed endpoint unusable for many seconds."""
+        """Drop a failed endpoint's channel: a fresh one (with a connection of its own)
+        reconnects at once, while the old one can keep a healed endpoint unusable for many
+        seconds (``reference_engine/etcd_connection.py``)."""
         with self._lock:
             client = self._clients.pop(index, None)
         if client is not None:

@@ -32,7 +32,7 @@ def test_transfers_survive_restarts_and_metadata_partitions(mc_chaos, mc_engine,
         gen.transfers(["seg-a"], slots=SLOTS).stagger(0.01),
         [engine_kill(a), partition(proxy, "B's metadata network")],
         workers=1, seconds=min(mc_chaos.seconds, 4.0), quiet=(0.3, 0.6), hold=(0.1, 0.4),
-        recovery=RECOVERY_BOUND + 1.0,
+        recovery=RECOVERY_BOUND + 1.0, each_fault=1,  # a restart of A happens on any machine
         final=gen.final_reads(gen.transfer_keys(["seg-a"], SLOTS), f="read"))
     assert result.faults_injected >= 1, "the nemesis injected nothing in the time it had"
     result.check(

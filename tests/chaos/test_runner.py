@@ -78,3 +78,37 @@ def test_recovery_phase_runs_the_workload_after_the_last_heal() -> None:
     after = [op for op in result.history.ops if op.type == "ok" and op.time > last_heal]
     assert after, "no workload op ran after the final heal"
     assert {op.process for op in after} == {1}, "recovery ops must use fresh process ids"
+
+
+class Counting:
+    def invoke(self, spec):
+        return ok()
+
+
+def _two_faults(recorder: Recorder) -> list[Fault]:
+    return [Fault("blink", "x", lambda: recorder.events.append("inject x"),
+                  lambda: recorder.events.append("heal x")),
+            Fault("blink", "y", lambda: recorder.events.append("inject y"),
+                  lambda: recorder.events.append("heal y"))]
+
+
+@pytest.mark.parametrize("each_fault", [0, 1, 2])
+def test_the_run_lasts_until_each_fault_was_healed(each_fault: int) -> None:
+    """A loaded machine can eat a short window before the nemesis's first fault; with
+    ``each_fault`` the run goes on (bounded) until every fault happened that often."""
+    recorder = Recorder()
+    nemesis = Nemesis(_two_faults(recorder), seed=3, quiet=(0.05, 0.05), hold=(0.0, 0.0))
+    run_chaos(lambda w: Counting(), Workload(gen.kv().stagger(0.001), 1), seconds=0.01,
+              workers=1, nemesis=nemesis, each_fault=each_fault)
+    for subject in ("x", "y"):
+        assert recorder.events.count(f"heal {subject}") >= each_fault, recorder.events
+    if each_fault == 0:
+        assert recorder.events == [], "the window was too short for any fault: nothing to prove"
+
+
+def test_a_fault_that_never_heals_ends_the_run_at_the_fault_timeout() -> None:
+    recorder = Recorder()
+    nemesis = Nemesis([recorder.fault()], seed=3, quiet=(60, 60), hold=(0, 0))
+    result = run_chaos(lambda w: Counting(), Workload(gen.kv().stagger(0.001), 1), seconds=0.01,
+                       workers=1, nemesis=nemesis, each_fault=1, fault_timeout=0.2)
+    assert result.faults_injected == 0 and recorder.events == []

@@ -6,7 +6,6 @@ close; every reply is awaited with a deadline.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import selectors
@@ -16,12 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+from pytest_mooncake.runtime.die_with_parent import wrap
+
 DRIVER = Path(__file__).with_name("real_engine_driver.py")
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class RealEngineError(RuntimeError):
@@ -48,13 +44,15 @@ class RealEngine:
         env = dict(os.environ if env is None else env, MC_TCP_BIND_ADDRESS="127.0.0.1")
         self._log = open(log_path, "wb")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(  # noqa: S603
-            [sys.executable, str(DRIVER), name, metadata_uri, str(size), protocol, device],
+            # through the exec wrapper: it dies with this process (no preexec_fn, which runs
+            # Python in the forked child of a threaded parent)
+            wrap([sys.executable, str(DRIVER), name, metadata_uri, str(size), protocol, device],
+                 env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
         )
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)

@@ -167,3 +167,103 @@ def test_child_started_from_a_short_lived_thread_survives_it(mc_processes: Super
     proc = box["p"]
     assert proc.wait_exit(0.5) is None, "PR_SET_PDEATHSIG fired when the starting thread exited"
     assert proc.alive()
+
+
+def test_descendants_of_a_leader_that_exited_are_killed(mc_processes: Supervisor) -> None:
+    """The leader exits at once and leaves a grandchild in its group: stop_all still kills it
+    (before the fix a group whose leader was gone was skipped)."""
+    proc = mc_processes.start("forker", ["sh", "-c", "sleep 600 & echo $! ; exit 0"],
+                              ready=log_matches(r"^\d+$"))
+    grandchild = int(re.findall(r"^(\d+)$", proc.log_text(), re.M)[-1])
+    assert proc.wait_exit(30) == 0
+    assert proc.group_members() == [grandchild]
+    mc_processes.stop_all()
+    assert not _pid_alive(grandchild)
+    assert proc.reaped() and proc.group_members() == []
+
+
+def test_a_leader_that_exited_is_not_reaped_before_its_group_is_killed(mc_processes) -> None:
+    """Until the group is killed the leader stays a zombie, so its pid (the group id) cannot be
+    given to another process that a later killpg would hit."""
+    proc = mc_processes.start("quitter", ["sh", "-c", "exit 5"])
+    assert proc.wait_exit(30) == 5
+    with open(f"/proc/{proc.pid}/stat") as f:
+        assert f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    assert proc.returncode == 5 and not proc.reaped()
+    assert proc.terminate() == 5 and proc.reaped()
+    assert not os.path.exists(f"/proc/{proc.pid}") or _stat_state(proc.pid) != "Z"
+
+
+def _stat_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_leaked_group_of_an_exited_leader_is_an_error_at_session_end(pytester) -> None:
+    pytester.makepyfile("""
+        import re
+        from pytest_mooncake.runtime.processes import Supervisor, log_matches
+        LEAK = []
+        def test_leaks(tmp_path):
+            p = Supervisor(tmp_path).start("forker", ["sh", "-c", "sleep 600 & echo $!"],
+                                           ready=log_matches(r"^\\d+$"))
+            LEAK.append(p)
+            print("GRANDCHILD", re.findall(r"^(\\d+)$", p.log_text(), re.M)[-1])
+    """)
+    result = pytester.runpytest_subprocess("-s")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*ERROR mooncake: forker (pid *) exited, but its process group "
+                                 "still ran pids * at session end*"])
+    pid = int(next(ln for ln in result.outlines if "GRANDCHILD" in ln).split()[-1])
+    assert not _pid_alive(pid)
+
+
+def test_children_start_without_python_between_fork_and_exec(mc_processes, monkeypatch) -> None:
+    """preexec_fn runs Python in the forked child, unsafe with threads in the parent; the
+    parent-death signal comes from the exec wrapper instead."""
+    seen = {}
+    real_popen = __import__("subprocess").Popen
+
+    def spy(argv, **kwargs):
+        seen.update(kwargs, argv=argv)
+        return real_popen(argv, **kwargs)
+
+    monkeypatch.setattr("subprocess.Popen", spy)
+    proc = mc_processes.start("sleeper", ["sleep", "60"])
+    assert seen.get("preexec_fn") is None
+    assert "die-with-parent" in seen["argv"][0] or "PR_SET_PDEATHSIG" in " ".join(seen["argv"])
+    from pytest_mooncake.runtime.deadlines import wait_until
+
+    def program() -> bytes:
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0]
+
+    wait_until(lambda: program() == b"sleep", 30, "the wrapper to exec the program")
+
+
+def test_a_stuck_spawner_gives_an_error_and_kills_the_late_child(monkeypatch) -> None:
+    import subprocess
+    import threading
+
+    from pytest_mooncake.runtime import processes
+    from pytest_mooncake.runtime.deadlines import wait_until
+
+    spawner = processes._Spawner()
+    spawner.popen(["true"]).wait()  # the spawner thread exists
+    gate = threading.Event()
+    spawner._executor.submit(gate.wait, 60)  # now it is busy
+    started = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
+    with pytest.raises(ProcessStartError, match="did not return within 0.2 s"):
+        spawner.popen(["sleep", "600"], timeout=0.2, start_new_session=True)
+    assert started == []
+    gate.set()
+    late = wait_until(lambda: started and started[0], 30, "the late child to start")
+    wait_until(lambda: late.returncode is not None, 30, "the late child to be killed and reaped")
+    assert late.returncode == -signal.SIGKILL

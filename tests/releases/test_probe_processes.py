@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -56,10 +57,14 @@ def test_leaving_running_stops_the_whole_group(tmp_path):
 
 
 def test_scratch_etcd_serves_and_leaves_nothing():
+    def scratch_dirs() -> set[Path]:  # where tempfile puts them ($TMPDIR), not always /tmp
+        return {p for p in Path(tempfile.gettempdir()).glob("mc-release-etcd-*") if p.is_dir()}
+
+    before = scratch_dirs()  # other runs on this machine may have theirs
     with scratch_etcd() as endpoint:
         assert healthy(endpoint)
         assert etcd_get(endpoint, "mooncake/ram/none") is None
-        data_dirs = [p for p in Path("/tmp").glob("mc-release-etcd-*") if p.is_dir()]
+        data_dirs = scratch_dirs() - before
         assert data_dirs
     assert not healthy(endpoint)
     assert not any(p.exists() for p in data_dirs)

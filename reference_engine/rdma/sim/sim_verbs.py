@@ -382,6 +382,15 @@ class SimFabric:
         self.faults.append(fault)
         return fault
 
+    def disarm(self) -> int:
+        """Remove every injected fault (also those yet to fire); how many. Call it before a
+        final ``release``: a HOLD still armed would hold a WR posted after the release (a
+        retry, on a loaded machine) for ever."""
+        with self.lock:
+            count = len(self.faults)
+            self.faults.clear()
+        return count
+
     def _match(self, kinds: tuple[str, ...], qp: SimQP, wr: WorkRequest) -> Fault | None:
         for f in self.faults:
             if f.action in kinds and f.matches(qp.qp_num, wr):
