@@ -1,7 +1,7 @@
 """Fixtures of the release-environment tests.
 
 Tests marked ``release`` use real Mooncake releases from PyPI, installed into the user's cache
-(``scripts/setup.sh`` pre-installs 0.3.13.post1 and 0.3.14, so CI finds them there); see
+(``scripts/setup.sh`` pre-installs 0.3.11.post1 to 0.3.14, so CI finds them there); see
 release_choice.py for which releases and what happens offline. The others install a fake
 release from a local wheel into a private cache.
 """
