@@ -13,7 +13,12 @@ import pytest
 
 from pytest_mooncake.config import markers
 from pytest_mooncake.config import options as mc_options
-from pytest_mooncake.config.item_facts import requirement_ids, skew_pair_id, target_for
+from pytest_mooncake.config.item_facts import (
+    requirement_ids,
+    skew_pair_id,
+    skew_pair_involves_target,
+    target_for,
+)
 from pytest_mooncake.config.run_matrices import load_matrix_columns
 from pytest_mooncake.config.stash_keys import (
     MC_CONFIG,
@@ -22,6 +27,7 @@ from pytest_mooncake.config.stash_keys import (
     MC_TARGETS,
     PREEXISTING_PROCESSES,
 )
+from pytest_mooncake.fixtures.network_faults import toxiproxy_url
 from pytest_mooncake.report.catalogue import load_catalogue
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.failure_logs import show_failure_logs
@@ -101,7 +107,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return lines
     target = config.stash[MC_TARGET]
     etcd = ",".join(mc.etcd) if mc.etcd else "start one per worker"
-    toxi = mc.toxiproxy or "embedded Toxiproxy-compatible server"
+    toxi = toxiproxy_url(config) or "embedded Toxiproxy-compatible server"
     seed_note = "" if mc.seed_was_given else f" (random; rerun with --mc-seed={mc.seed})"
     return [
         f"mooncake: target={target.label} ({target.version}) seed={mc.seed}{seed_note}",
@@ -150,7 +156,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed:
         show_failure_logs(item, report)
     label_report(report, requirement_ids(item), target_for(item).label, skew_pair_id(item),
-                 not_applicable)
+                 not_applicable, pair_only=not skew_pair_involves_target(item))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -34,3 +34,11 @@ def skew_pair_id(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     pair = callspec.params.get("mc_skew") if callspec is not None else None
     return getattr(pair, "id", None)
+
+
+def skew_pair_involves_target(item: pytest.Item) -> bool:
+    """False for a test run under an ``mc_skew`` pair none of whose roles is the target under
+    test: its outcome belongs to the pair's row, not to the target's column."""
+    callspec = getattr(item, "callspec", None)
+    pair = callspec.params.get("mc_skew") if callspec is not None else None
+    return bool(getattr(pair, "involves_target", True))

@@ -19,17 +19,23 @@ from pytest_mooncake.report.not_applicable import NotApplicable
 REQ_PROPERTY = "mc_req"
 COLUMN_PROPERTY = "mc_column"
 PAIR_PROPERTY = "mc_skew_pair"
+PAIR_ONLY_PROPERTY = "mc_skew_pair_only"
 MESSAGE_LIMIT = 600
 
 
 def label_report(report: pytest.TestReport, requirements: list[str], column: str,
-                 pair: str | None, not_applicable: NotApplicable | None) -> None:
-    """Give one phase report what the recorder needs (each phase carries its own copy)."""
+                 pair: str | None, not_applicable: NotApplicable | None,
+                 pair_only: bool = False) -> None:
+    """Give one phase report what the recorder needs (each phase carries its own copy).
+    ``pair_only``: the test's skew pair does not involve the column's target, so it counts in
+    the pair's row only."""
     for req in requirements:
         report.user_properties.append((REQ_PROPERTY, req))
     report.user_properties.append((COLUMN_PROPERTY, column))
     if pair:
         report.user_properties.append((PAIR_PROPERTY, pair))
+        if pair_only:
+            report.user_properties.append((PAIR_ONLY_PROPERTY, True))
     if not_applicable is not None:
         report.user_properties.append(not_applicable.as_property())
 
@@ -74,7 +80,8 @@ class MatrixRecorder:
         pair = next((v for k, v in props if k == PAIR_PROPERTY), None)
         self.matrix.record(reqs, column, report.nodeid, report.when, report.outcome,
                            _skip_of(report) if report.skipped else None,
-                           failure_message(report), pair)
+                           failure_message(report), pair,
+                           pair_only=any(k == PAIR_ONLY_PROPERTY for k, _ in props))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         terminalreporter.section("mooncake conformance matrix")

@@ -49,6 +49,6 @@ class EngineControl:
 
 @pytest.fixture
 def engines(mc_lab):  # noqa: F811
-    """Control clients of the lab's engines by node name."""
-    return {e["component"].removeprefix("engine-"): EngineControl(e["control"])
-            for e in mc_lab.plan.document["engines"]}
+    """Control clients of the engines the lab started, by node name (seg-a on n1, seg-b on
+    n2, seg-c on n3)."""
+    return {p.component.node: EngineControl(p.entry["control"]) for p in mc_lab.plan.engines}

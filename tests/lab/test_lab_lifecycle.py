@@ -47,7 +47,7 @@ def test_up_then_down_leaves_nothing():
         pids = [p for ns in network.leftovers(name).namespaces for p in host.netns_pids(ns)]
         fleet = lab.fleet
         fleet.faults.partition("n2", ["n1"])
-        fleet.node("n2").pause("engine-n2")
+        fleet.node("n2").pause("engine-seg-b")
         ledger = fleet.ledger.path
     finally:
         problems = lab.down(progress=lines.append)

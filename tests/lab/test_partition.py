@@ -42,10 +42,10 @@ def test_partition_from_etcd_cuts_only_the_client_port(mc_lab, mc_lab_fleet, eng
     assert reach(mc_lab, "n3", "n1", 2379) == "ETIMEDOUT"
     assert reach(mc_lab, "n3", "n1", 22) == "connected"
     # the engine on n3 can no longer look a peer up in etcd
-    looked = engines["n3"].call("lookup", peer="seg-n2", force=True)
+    looked = engines["n3"].call("lookup", peer="seg-b", force=True)
     assert looked["ok"] is False
     cut.heal()
-    assert engines["n3"].call("lookup", peer="seg-n2", force=True)["ok"] is True
+    assert engines["n3"].call("lookup", peer="seg-b", force=True)["ok"] is True
 
 
 def test_isolate_by_link_cuts_the_node_off_and_heal_brings_it_back(mc_lab, mc_lab_fleet):
