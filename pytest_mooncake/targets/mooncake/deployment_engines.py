@@ -19,7 +19,6 @@ observed; transfers are n/a naming what is missing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,13 +39,16 @@ from pytest_mooncake.targets.mooncake.deployment_control import (
 )
 from pytest_mooncake.targets.mooncake.deployment_wires import ENGINE_WIRES
 from pytest_mooncake.targets.mooncake.driver_control import ControlError
-from pytest_mooncake.targets.mooncake.driver_engines import EngineRestartFailed
+from pytest_mooncake.targets.mooncake.driver_engines import (
+    EngineRestartFailed,
+    PublishedDescriptor,
+)
 
 METADATA_VAR = "MC_METADATA"
 """The environment variable a per-test engine's command line takes its metadata URI from."""
 
 
-class DeploymentEngine:
+class DeploymentEngine(PublishedDescriptor):
     """One engine of the cluster file, attached or started for the test."""
 
     def __init__(self, entry: EngineEntry, file: ClusterFile, fleet: FleetHolder,
@@ -203,16 +205,6 @@ class DeploymentEngine:
             return False
 
     # ------------------------------------------------------------------ observation
-
-    def raw_descriptor(self) -> bytes | None:
-        return self.metadata.get(self.metadata.segment_key(self.segment))
-
-    def descriptor(self) -> Mapping[str, Any]:
-        raw = self.raw_descriptor()
-        if raw is None:
-            raise LookupError(f"no descriptor under {self.metadata.segment_key(self.segment)!r} "
-                              f"in {self.metadata.uri}")
-        return json.loads(raw)
 
     def buffers(self) -> list[tuple[int, int]]:
         if self.wire is not None:

@@ -150,12 +150,20 @@ class DeploymentMasters(MooncakeMasters):
     def observed(self) -> list[int]:
         return [i for i in range(len(self.masters)) if i not in self.took_down]
 
+    def _require_serving(self, index: int, what: str) -> None:
+        """Probed per master: one that lists its keys (``/get_all_keys`` answers 200, as the
+        reference master's standby does) counts them too; one that refuses while not serving
+        (0.3.13: 503 'service plane is not active') is n/a as ``MooncakeMasters`` says."""
+        status, _ = admin_get(self.admin_url(index) + "/get_all_keys", timeout=10.0)
+        if status != 200:
+            super()._require_serving(index, what)
+
     def keys(self, index: int) -> list[str]:
-        """Keys of the serving master ``index``: ``/get_all_keys`` as lines (mooncake_master)
-        or as ``{"keys": [...]}`` (the reference master)."""
-        self._require_serving(index, "key list")
+        """Keys of master ``index``: ``/get_all_keys`` as lines (mooncake_master) or as
+        ``{"keys": [...]}`` (the reference master)."""
         status, body = admin_get(self.admin_url(index) + "/get_all_keys", timeout=10.0)
         if status != 200:
+            self._require_serving(index, "key list")
             raise TargetError(f"GET /get_all_keys of master {index} answered {status}: "
                               f"{body[:200]}")
         try:
