@@ -198,10 +198,16 @@ class MooncakeFlavour(Flavour):
              "rpc_address": a, "rpc_port": MASTER_RPC_PORT, "metrics_host": a,
              "metrics_port": MASTER_ADMIN_PORT, "enable_oplog": True},
             required=("enable_ha", "etcd_endpoints", "rpc_port", "metrics_port"))
+        # the lab's nodes share one process table, and every master's command line names the
+        # first node's etcd: only a flag that is this node's own address makes the match its own
+        own = next((x for x in argv[1:] if x.endswith(f"={a}") and "etcd" not in x), None)
+        if own is None:
+            raise LabError(f"{self.name}: mooncake_master takes neither --rpc_address nor "
+                           f"--metrics_host here, so the lab cannot tell its masters apart")
         spec = ComponentSpec(
             name=f"master-{node.name}", kind="master", node=node.name,
             start="exec " + shlex.join(argv), env=self._env(a), cwd=node.run_dir,
-            match=re.escape(argv[0]) + ".*" + re.escape(f"={a}"),
+            match=re.escape(argv[0]) + ".* " + re.escape(own) + "( |$)",
             ready_tcp=f"{a}:{MASTER_ADMIN_PORT}", start_timeout=60, stop_timeout=10)
         return Placed(spec, {"admin": f"http://{a}:{MASTER_ADMIN_PORT}",
                              "rpc": f"{a}:{MASTER_RPC_PORT}"})

@@ -102,6 +102,48 @@ def test_masters_killed_and_brought_back_and_clients_attached(lab_target):
         again.close()
 
 
+def test_an_engine_paused_and_resumed_over_ssh(lab_target):
+    meta = lab_target.metadata_store("etcd")
+    a = lab_target.start_engine("seg-a", meta)
+    b = lab_target.start_engine("seg-b", meta)
+    fleet = lab_target.placement.fleet.get()
+    try:
+        a.pause()
+        assert a.node.state() == "paused"
+        assert [(e.fault["kind"], e.fault["component"])
+                for e in fleet.ledger.outstanding(fleet.run)] == [("pause", "engine-seg-a")]
+        a.resume()
+        assert a.node.state() == "running" and fleet.ledger.outstanding(fleet.run) == []
+        assert b.write("seg-a", 0, b"after-resume!!").ok
+        assert a.local_read(0, 14) == b"after-resume!!"
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_paused_leader_is_replaced_and_steps_down_after_resume(lab_target):
+    """Jepsen's pause: the leader SIGSTOPped over SSH loses its lease, the standby serves and
+    the client writes through it; SIGCONT brings the old leader back as a standby."""
+    cluster = lab_target.master_cluster(masters=2, clients=1)
+    fleet = lab_target.placement.fleet.get()
+    try:
+        leader = cluster.leader(timeout=30)
+        cluster.pause_master(leader)
+        assert cluster.nodes[leader].state() == "paused"
+        assert [e.fault["kind"] for e in fleet.ledger.outstanding(fleet.run)] == ["pause"]
+        new = cluster.leader(timeout=60)
+        assert new != leader
+        wait_until(lambda: cluster.client(0).put("while-paused", 64)["ok"], 30,
+                   "the client to write through the new leader")
+        cluster.resume_master(leader)
+        assert fleet.ledger.outstanding(fleet.run) == []
+        wait_until(lambda: cluster.health(leader).get("role") == "standby", 30,
+                   "the resumed old leader to step down")
+        assert cluster.leader(timeout=30) == new
+    finally:
+        cluster.close()
+
+
 def test_metadata_routed_through_the_labs_toxiproxy(lab_target, mc_lab):
     url = lab_target.toxiproxy_url
     meta = lab_target.metadata_store("etcd")

@@ -117,12 +117,12 @@ def test_faults():
     pass
 ''')
     result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{good}",
-                                           "-rs", timeout=60)
+                                           "-rs", timeout=300)
     result.assert_outcomes(skipped=2)
     assert f"n/a: cluster:{good} lists no [[engines]]" in result.stdout.str()
     bad = manifest(tmp_path, '[[masters]]\nadmin = "nope"\n', name="bad.toml")
     result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{bad}",
-                                           timeout=60)
+                                           timeout=300)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"{bad}: field 'masters[0].admin': expected an http" in result.stderr.str()
 

@@ -148,7 +148,10 @@ class DeploymentMasters(MooncakeMasters):
         return self.masters[index].admin
 
     def observed(self) -> list[int]:
-        return [i for i in range(len(self.masters)) if i not in self.took_down]
+        """The masters that can answer: not taken down, not paused (a SIGSTOPped master holds
+        its admin socket and answers nothing)."""
+        return [i for i in range(len(self.masters))
+                if i not in self.took_down and i not in self.paused]
 
     def _require_serving(self, index: int, what: str) -> None:
         """Probed per master: one that lists its keys (``/get_all_keys`` answers 200, as the
