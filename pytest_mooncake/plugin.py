@@ -155,8 +155,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {not_applicable}")
     if report.failed:
         show_failure_logs(item, report)
-    label_report(report, requirement_ids(item), target_for(item).label, skew_pair_id(item),
-                 not_applicable, pair_only=not skew_pair_involves_target(item))
+    label = target_for(item).label
+    label_report(report, requirement_ids(item), label, skew_pair_id(item), not_applicable,
+                 pair_only=not skew_pair_involves_target(item, label))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

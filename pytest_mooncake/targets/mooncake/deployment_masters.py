@@ -3,8 +3,8 @@ cluster target): read through the masters' admin services (``master_admins``), k
 started, paused and read on their nodes through the components the cluster file links, within
 what its ``[faults].allow`` permits.
 
-A handle is one test's view: it attaches to the listed masters (waiting for a serving leader)
-and to the first ``clients`` listed store clients; with clients it first empties the store (a
+A handle is one test's view: it attaches to the listed masters and to the first ``clients``
+listed store clients; with clients it first empties the store through the serving leader (a
 test counts the keys it wrote), which the ``store`` permission allows. When the test ends it
 brings back what the test took down (masters and clients started again, paused ones resumed)
 and waits for a leader, so the next test finds the deployment as this one did.
@@ -136,7 +136,6 @@ class DeploymentMasters(MooncakeMasters):
                     f"cluster:{file.path} lists {len(file.clients)} store client(s) "
                     f"([[clients]]); the test needs {clients}, and the cluster target starts "
                     f"none of its own"))
-        self.leader(timeout=LEADER_WAIT)
         self.clients = [DeploymentClient(i, file.clients[i], file, fleet)
                         for i in range(clients)]
         if self.clients:
