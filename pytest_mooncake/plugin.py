@@ -14,7 +14,12 @@ import pytest
 
 from pytest_mooncake.config import markers
 from pytest_mooncake.config import options as mc_options
-from pytest_mooncake.config.item_facts import requirement_ids, skew_pair_id, target_for
+from pytest_mooncake.config.item_facts import (
+    requirement_ids,
+    skew_pair_id,
+    skew_pair_involves_target,
+    target_for,
+)
 from pytest_mooncake.config.run_matrices import load_matrix_columns
 from pytest_mooncake.config.stash_keys import (
     MC_CONFIG,
@@ -23,6 +28,7 @@ from pytest_mooncake.config.stash_keys import (
     MC_TARGETS,
     PREEXISTING_PROCESSES,
 )
+from pytest_mooncake.fixtures.network_faults import toxiproxy_url
 from pytest_mooncake.report import crash_labels
 from pytest_mooncake.report.catalogue import load_catalogue
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
@@ -120,9 +126,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     directory = workerinput.get(crash_labels.WORKERINPUT_KEY)
     if directory:
         crash_labels.publish(directory, workerinput.get("workerid", "gw"), {
-            item.nodeid: matrix_labels(requirement_ids(item), target_for(item).label,
-                                     skew_pair_id(item))
-            for item in session.items if requirement_ids(item)})
+            item.nodeid: _matrix_labels_of(item) for item in session.items
+            if requirement_ids(item)})
+
+
+def _matrix_labels_of(item: pytest.Item) -> list:
+    label = target_for(item).label
+    return matrix_labels(requirement_ids(item), label, skew_pair_id(item),
+                         pair_only=not skew_pair_involves_target(item, label))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -141,7 +152,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return lines
     target = config.stash[MC_TARGET]
     etcd = ",".join(mc.etcd) if mc.etcd else "start one per worker"
-    toxi = mc.toxiproxy or "embedded Toxiproxy-compatible server"
+    toxi = toxiproxy_url(config) or "embedded Toxiproxy-compatible server"
     seed_note = "" if mc.seed_was_given else f" (random; rerun with --mc-seed={mc.seed})"
     return [
         f"mooncake: target={target.label} ({_described(target)}) seed={mc.seed}{seed_note}",
@@ -203,8 +214,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 and call.excinfo.errisinstance(ComponentStartError))
     if report.failed:
         show_failure_logs(item, report)
-    label_report(report, requirement_ids(item), target_for(item).label, skew_pair_id(item),
-                 not_applicable, unjudged)
+    label = target_for(item).label
+    label_report(report, requirement_ids(item), label, skew_pair_id(item), not_applicable,
+                 unjudged, pair_only=not skew_pair_involves_target(item, label))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

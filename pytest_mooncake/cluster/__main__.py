@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pytest_mooncake.nodes import Fleet, NodeError, NodesFileError
+from pytest_mooncake.nodes import Fleet, ManifestError, NodeError
 from pytest_mooncake.nodes.ledger import LedgerError
 
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         fleet = Fleet.from_file(args.file, run=f"cluster-cli-{args.command}")
-    except NodesFileError as exc:
+    except ManifestError as exc:
         print(f"cluster {args.command}: {exc}", file=sys.stderr)
         return 2
     try:

@@ -34,3 +34,12 @@ def skew_pair_id(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     pair = callspec.params.get("mc_skew") if callspec is not None else None
     return getattr(pair, "id", None)
+
+
+def skew_pair_involves_target(item: pytest.Item, target_label: str) -> bool:
+    """False for a test run under an ``mc_skew`` pair none of whose roles is the target under
+    test (``target_label``): its outcome belongs to the pair's row, not to the target's
+    column."""
+    callspec = getattr(item, "callspec", None)
+    pair = callspec.params.get("mc_skew") if callspec is not None else None
+    return pair is None or pair.involves(target_label)

@@ -30,10 +30,13 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--name", default="lab", help="lab name, 1-6 of [a-z0-9] (default lab)")
     up.add_argument("--mooncake", default="reference", metavar="VERSION|reference",
                     help="what runs on the nodes: reference (default; reference:legacy for the "
-                         "legacy profile) or a Mooncake release")
+                         "legacy profile) or a Mooncake release, e.g. 0.3.13.post1 or "
+                         "mooncake-cuda13==0.3.14 (installed into its cached environment on "
+                         "first use)")
     up.add_argument("--masters", type=int, default=None, help="masters (default min(2, nodes))")
     up.add_argument("--etcd", type=int, default=1, help="etcd members (default 1)")
-    up.add_argument("--no-engines", action="store_true", help="start no engines")
+    up.add_argument("--no-engines", action="store_true", help="describe and start no engines")
+    up.add_argument("--no-clients", action="store_true", help="start no store clients")
     for name, text in (("down", "remove a lab: processes, namespaces, links, rules, files"),
                        ("status", "show what exists of a lab")):
         s = sub.add_parser(name, help=text)
@@ -58,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             lab = labs.Lab.up(nodes=args.nodes, name=args.name, flavour=args.mooncake,
-                              masters=args.masters, etcd=args.etcd, engines=not args.no_engines)
+                              masters=args.masters, etcd=args.etcd, engines=not args.no_engines,
+                              clients=not args.no_clients)
             if lab.fleet is not None:
                 lab.fleet.close(heal=False)
             print(lab.cluster_file)

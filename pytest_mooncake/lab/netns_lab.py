@@ -28,6 +28,8 @@ from pytest_mooncake.lab.flavours import Flavour, Placed, flavour_for
 from pytest_mooncake.lab.host import LabError
 from pytest_mooncake.lab.layout import LabLayout, check_name, state_root, subnets
 from pytest_mooncake.nodes.fleet import Fleet
+from pytest_mooncake.runtime.deadlines import Timeout, wait_until
+from pytest_mooncake.runtime.loopback_http import http_request
 
 Progress = Callable[[str], None]
 
@@ -100,7 +102,7 @@ class Lab:
     @classmethod
     def up(cls, nodes: int = 3, name: str = "lab", flavour: str | Flavour = "reference",
            masters: int | None = None, etcd: int = 1, engines: bool = True,
-           owner_pid: int | None = None, replace: bool = False,
+           clients: bool = True, owner_pid: int | None = None, replace: bool = False,
            progress: Progress = _stderr) -> Lab:
         """Build and start a lab; returns it with ``fleet`` open on its cluster file.
 
@@ -110,8 +112,9 @@ class Lab:
         if reason:
             raise LabError(f"cannot build a lab here: {reason}")
         check_name(name)
-        flav = flavour_for(flavour) if isinstance(flavour, str) else flavour
-        topo = Topology(etcd, min(2, nodes) if masters is None else masters, engines).check(nodes)
+        topo = Topology(etcd, min(2, nodes) if masters is None else masters, engines,
+                        clients).check(nodes)
+        flav = flavour_for(flavour, progress) if isinstance(flavour, str) else flavour
         started = time.monotonic()
         with _root_lock():
             if read_state(name) is not None or network.leftovers(name):
@@ -187,8 +190,13 @@ class Lab:
         done = self._step("etcd", progress)
         self._start_all(self.plan.etcd)
         done()
-        done = self._step("masters+engines", progress)
-        self._start_all(self.plan.masters + self.plan.engines)
+        done = self._step("masters", progress)
+        self._start_all(self.plan.services + self.plan.masters)
+        if self.plan.clients:
+            wait_leader([m.entry["admin"] for m in self.plan.masters], 60.0)
+        done()
+        done = self._step("engines+clients", progress)
+        self._start_all(self.plan.engines + self.plan.clients)
         done()
 
     def _start_all(self, placed: list[Placed]) -> None:
@@ -212,6 +220,25 @@ class Lab:
             self.fleet.close(heal=False)
             self.fleet = None
         return down(self.layout.name, progress)
+
+
+def wait_leader(admins: list[str], timeout: float) -> str:
+    """Wait until one of the masters' admin services says it serves (store clients attach
+    only to a serving leader); returns its admin URL."""
+    def serving() -> str | None:
+        for admin in admins:
+            try:
+                answer = http_request("GET", admin + "/health", timeout=2.0)
+                if answer.status == 200 and answer.json().get("service_ready") is True:
+                    return admin
+            except (OSError, ValueError, AttributeError):
+                continue
+        return None
+
+    try:
+        return wait_until(serving, timeout, f"a serving leader among {', '.join(admins)}")
+    except Timeout as exc:
+        raise LabError(str(exc)) from None
 
 
 def _free_subnet() -> Any:

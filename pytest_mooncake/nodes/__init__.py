@@ -3,7 +3,8 @@
 ``Fleet`` (one cluster file) -> ``Node`` (run / start / stop / kill / pause / resume / restart /
 logs / pids / state of a component) and ``Faults`` (partition / isolate / isolate_from_etcd /
 heal / heal_all / sweep, each checked against ``[faults].allow`` and written to the ledger
-before it is applied). ``schema`` holds the cluster file's node tables as pydantic models.
+before it is applied). The cluster file's schema, node tables included, is
+``pytest_mooncake.schemas.cluster_manifest``.
 Nothing here imports pytest; the remote side needs only sshd and POSIX shell tools.
 """
 
@@ -17,13 +18,18 @@ from pytest_mooncake.nodes.node_errors import (
     ComponentError,
     FaultNotAllowed,
     NodeError,
-    NodesFileError,
     NodeUnreachable,
 )
-from pytest_mooncake.nodes.schema import ComponentSpec, FaultsSpec, NodesFile, NodeSpec, load_nodes
+from pytest_mooncake.schemas.cluster_manifest import (
+    ClusterFile,
+    FaultsTable,
+    ManifestError,
+    load_manifest,
+)
+from pytest_mooncake.schemas.cluster_nodes import ComponentSpec, NodeSpec
 
 __all__ = [
-    "CommandFailed", "CommandTimeout", "ComponentError", "ComponentSpec", "Fault",
-    "FaultNotAllowed", "Faults", "FaultsSpec", "Fleet", "HealOutcome", "Ledger", "Node",
-    "NodeError", "NodeSpec", "NodeUnreachable", "NodesFile", "NodesFileError", "load_nodes",
+    "ClusterFile", "CommandFailed", "CommandTimeout", "ComponentError", "ComponentSpec", "Fault",
+    "FaultNotAllowed", "Faults", "FaultsTable", "Fleet", "HealOutcome", "Ledger", "ManifestError",
+    "Node", "NodeError", "NodeSpec", "NodeUnreachable", "load_manifest",
 ]

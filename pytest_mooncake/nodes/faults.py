@@ -25,7 +25,7 @@ from pytest_mooncake.nodes import firewall
 from pytest_mooncake.nodes.firewall import Direction, Peer
 from pytest_mooncake.nodes.ledger import Entry, Ledger
 from pytest_mooncake.nodes.node_errors import FaultNotAllowed, NodeError
-from pytest_mooncake.nodes.schema import NodesFile
+from pytest_mooncake.schemas.cluster_manifest import ClusterFile
 
 if TYPE_CHECKING:
     from pytest_mooncake.nodes.node import Node
@@ -63,7 +63,7 @@ class HealOutcome:
 
 
 class Faults:
-    def __init__(self, spec: NodesFile, ledger: Ledger, run: str):
+    def __init__(self, spec: ClusterFile, ledger: Ledger, run: str):
         self.spec = spec
         self.ledger = ledger
         self.run = run
@@ -94,12 +94,14 @@ class Faults:
         else:
             self.ledger.mark(rec.id, "applied")
 
-    def came_back(self, node: str, component: str, kinds: Sequence[str] = ("down", "pause")) -> None:
-        """A component runs again: its outstanding down/pause entries (any run) are healed."""
+    def came_back(self, node: str, component: str, kinds: Sequence[str] = ("down", "pause"),
+                  note: str = "came back") -> None:
+        """A component runs again (or is where it should be: ``note`` says why): its outstanding
+        down/pause entries (any run) are healed."""
         for e in self.ledger.outstanding():
             f = e.fault
             if f.get("kind") in kinds and f.get("node") == node and f.get("component") == component:
-                self.ledger.mark(e.id, "healed", note="came back")
+                self.ledger.mark(e.id, "healed", note=note)
 
     # ------------------------------------------------------------------ network faults
 
@@ -204,7 +206,7 @@ class Faults:
 
     def isolate_from_etcd(self, node: str) -> Fault:
         """Cut ``node`` from the cluster file's ``[etcd].endpoints`` (their client ports only)."""
-        endpoints = (self.spec.etcd.model_extra or {}).get("endpoints", [])
+        endpoints = list(self.spec.etcd.endpoints)
         if not endpoints:
             raise ValueError(f"{self.spec.path}: [etcd].endpoints is empty; nothing to cut "
                              f"{node} from")

@@ -18,12 +18,12 @@ from pathlib import Path
 from pytest_mooncake.nodes.faults import Faults, HealOutcome
 from pytest_mooncake.nodes.ledger import Ledger, new_run_id
 from pytest_mooncake.nodes.node import Node
-from pytest_mooncake.nodes.schema import NodesFile, load_nodes
 from pytest_mooncake.nodes.ssh import SshSessions
+from pytest_mooncake.schemas.cluster_manifest import ClusterFile, load_manifest
 
 
 class Fleet:
-    def __init__(self, spec: NodesFile, run: str | None = None):
+    def __init__(self, spec: ClusterFile, run: str | None = None):
         self.spec = spec
         self.ssh = SshSessions()
         self.ledger = Ledger(spec.ledger_path)
@@ -38,7 +38,7 @@ class Fleet:
 
     @classmethod
     def from_file(cls, path: str | Path, run: str | None = None) -> Fleet:
-        return cls(load_nodes(path), run)
+        return cls(load_manifest(path), run)
 
     @property
     def run(self) -> str:

@@ -15,13 +15,13 @@ import shlex
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
-from pytest_mooncake.nodes import scripts
+from pytest_mooncake.nodes import proc_sockets, scripts
 from pytest_mooncake.nodes.node_errors import CommandFailed, ComponentError
-from pytest_mooncake.nodes.schema import ComponentSpec, NodeSpec
 from pytest_mooncake.nodes.ssh import RemoteResult, SshSessions
+from pytest_mooncake.schemas.cluster_nodes import ComponentSpec, NodeSpec
 
 
 class FaultGuard(Protocol):
@@ -32,7 +32,14 @@ class FaultGuard(Protocol):
     def require(self, action: str, kind: str | None, what: str) -> None: ...
     def recording(self, kind: str, **detail: Any) -> AbstractContextManager[Any]: ...
     def came_back(self, node: str, component: str,
-                  kinds: Sequence[str] = ("down", "pause")) -> None: ...
+                  kinds: Sequence[str] = ("down", "pause"), note: str = "came back") -> None: ...
+
+
+class _Unrecorded:
+    """Stands in for a ledger recording when an operation is not a fault."""
+
+    noop = ""
+
 
 #: slack added to a script's own wait for the SSH round trips around it
 _SSH_SLACK = 10.0
@@ -112,23 +119,35 @@ class Node:
             return "absent"
         return "paused" if all(s in ("T", "t") for s in states) else "running"
 
-    def start(self, name: str, timeout: float | None = None) -> list[int]:
+    def start(self, name: str, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> list[int]:
         """Start the component and wait until it is ready (its ``ready_log`` text appears in
-        new log output, its ``ready_tcp`` port accepts); returns its pids. Raises
-        ``ComponentError`` if it is already running, exits while starting, or is not ready
-        before ``timeout`` (default: the component's start_timeout)."""
+        new log output, its ``ready_tcp`` port accepts); returns its pids. ``env`` overrides
+        the component's own environment for this start (a ``start`` command line only).
+        Raises ``ComponentError`` if it is already running, exits while starting, is not
+        ready before ``timeout`` (default: the component's start_timeout), or is an
+        operator's process the file gives no way to start."""
         c = self.component(name)
         self._faults.require("restart", c.kind, f"start {name} on {self.name}")
-        return self._start(c, timeout)
+        return self._start(c, timeout, env)
 
-    def _start(self, c: ComponentSpec, timeout: float | None) -> list[int]:
+    def _start(self, c: ComponentSpec, timeout: float | None,
+               env: Mapping[str, str] | None = None) -> list[int]:
         name = c.name
+        if not c.startable:
+            raise ComponentError(self.name, (
+                f"{name} has neither `start` nor `unit` in the cluster file (an operator's "
+                f"process: found, signalled and killed, never started by the run)"))
+        if env and c.start is None:
+            raise ComponentError(self.name, f"{name} is a systemd unit: its environment is the "
+                                            f"unit's, a start cannot set {sorted(env)}")
         wait = c.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         params = self._params(c, wait)
         if c.start is not None:
             body = scripts.START_COMMAND + scripts.WAIT_READY
-            params.update(command=scripts.env_exports(c.env) + c.start, cwd=c.cwd or "")
+            params.update(command=scripts.env_exports({**c.env, **(env or {})}) + c.start,
+                          cwd=c.cwd or "")
         else:
             body = scripts.START_UNIT + scripts.WAIT_READY
         r = self.script(body, f"start {name}", ok=(0, 4, 5, 6), timeout=wait + _SSH_SLACK,
@@ -160,13 +179,15 @@ class Node:
                     f"({last}); last log lines:\n{self._tail(c, 20)}"))
             time.sleep(0.05)
 
-    def stop(self, name: str, timeout: float | None = None) -> str:
+    def stop(self, name: str, timeout: float | None = None, fault: bool = True) -> str:
         """SIGTERM (and SIGCONT, so a paused process sees it), SIGKILL after ``timeout``
-        (default: the component's stop_timeout). Returns ``term``, ``kill`` or ``not running``."""
+        (default: the component's stop_timeout). Returns ``term``, ``kill`` or ``not running``.
+        ``fault=False``: the component is being put back to the state it should have (a
+        component a test started, stopped when it ends), so nothing goes to the ledger."""
         c = self.component(name)
         self._faults.require("restart", c.kind, f"stop {name} on {self.name}")
         wait = c.stop_timeout if timeout is None else timeout
-        with self._faults.recording("down", node=self.name, component=name, how="stop") as rec:
+        with self._recording(fault, "down", name, "stop") as rec:
             body = scripts.STOP_COMMAND if c.unit is None else scripts.STOP_UNIT
             r = self.script(body, f"stop {name}", ok=(0, 3), timeout=wait + 5 + _SSH_SLACK,
                             **self._params(c, wait))
@@ -174,16 +195,23 @@ class Node:
                 rec.noop = "it was not running"
         return "not running" if r.exit_status == 3 else r.stdout.split()[0]
 
-    def kill(self, name: str) -> list[int]:
-        """SIGKILL the component (its process group); returns the pids killed ([] if none)."""
+    def kill(self, name: str, fault: bool = True) -> list[int]:
+        """SIGKILL the component (its process group); returns the pids killed ([] if none).
+        ``fault=False`` as for ``stop``."""
         c = self.component(name)
         self._faults.require("kill", c.kind, f"kill -9 {name} on {self.name}")
-        with self._faults.recording("down", node=self.name, component=name, how="kill") as rec:
+        with self._recording(fault, "down", name, "kill") as rec:
             r = self.script(scripts.KILL, f"kill -9 {name}", ok=(0, 3), timeout=5 + _SSH_SLACK,
                             **self._params(c, 5))
             if r.exit_status == 3:
                 rec.noop = "it was not running"
         return [] if r.exit_status == 3 else [int(p) for p in r.stdout.split()[1:]]
+
+    def _recording(self, fault: bool, kind: str, name: str,
+                   how: str) -> AbstractContextManager[Any]:
+        if fault:
+            return self._faults.recording(kind, node=self.name, component=name, how=how)
+        return nullcontext(_Unrecorded())
 
     def restart(self, name: str, graceful: bool = True, timeout: float | None = None) -> list[int]:
         """Stop (or kill -9 when not ``graceful``) then start; returns the new pids."""
@@ -218,6 +246,14 @@ class Node:
         r = self.script(scripts.RESUME, f"resume {c.name}", ok=(0, 3), timeout=5 + _SSH_SLACK,
                         **self._params(c, 5))
         return [] if r.exit_status == 3 else [int(p) for p in r.stdout.split()[1:]]
+
+    def sockets(self, name: str) -> list[proc_sockets.Socket]:
+        """The component's TCP sockets from ``/proc`` on its node (listening and connected);
+        [] when it is not running."""
+        c = self.component(name)
+        r = self.script(scripts.SOCKETS, f"read the sockets of {name}", ok=(0, 3),
+                        **self._params(c))
+        return [] if r.exit_status == 3 else proc_sockets.parse(r.stdout)
 
     def logs(self, name: str, lines: int = 200) -> str:
         """The last ``lines`` lines of the component's log (its file, else journalctl)."""

@@ -50,10 +50,6 @@ class FaultNotAllowed(PermissionError):
     """The cluster file's ``[faults].allow`` does not permit this action (operator opt-in)."""
 
 
-class NodesFileError(ValueError):
-    """The cluster file's node part is unusable; the message names the file and the field."""
-
-
 def _short(command: str, limit: int = 160) -> str:
     one = " ".join(command.split())
     return one if len(one) <= limit else one[:limit] + "..."

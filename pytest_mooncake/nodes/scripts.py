@@ -187,6 +187,19 @@ mc_wait_state R $pids || { echo "still stopped: $pids"; exit 7; }
 echo "resumed $pids"
 """
 
+SOCKETS = r"""
+pids=$(mc_find)
+[ -n "$pids" ] || { echo "not running"; exit 3; }
+for p in $pids; do
+  inodes=$(ls -l "/proc/$p/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\].*/\1/p' | tr '\n' ' ')
+  for t in tcp tcp6; do
+    [ -r "/proc/$p/net/$t" ] || continue
+    awk -v pid="$p" -v inodes=" $inodes " -v t="$t" \
+      'NR > 1 && index(inodes, " " $10 " ") { print pid, t, $2, $3, $4 }' "/proc/$p/net/$t"
+  done
+done
+"""
+
 LOGS = r"""
 if [ -n "$MC_LOG" ]; then
   [ -r "$MC_LOG" ] || { echo "no log file $MC_LOG" >&2; exit 3; }

@@ -23,7 +23,7 @@ from typing import Any
 import asyncssh
 
 from pytest_mooncake.nodes.node_errors import CommandFailed, CommandTimeout, NodeUnreachable
-from pytest_mooncake.nodes.schema import NodeSpec
+from pytest_mooncake.schemas.cluster_nodes import NodeSpec
 
 #: slack on top of a command's own deadline before the facade gives up on the loop itself
 _LOOP_SLACK = 5.0

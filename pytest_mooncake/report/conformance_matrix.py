@@ -60,11 +60,12 @@ class ConformanceMatrix:
 
     def record(self, req_ids: list[str], column: str, nodeid: str, phase: str, outcome: str,
                not_applicable: NotApplicable | None = None, message: str | None = None,
-               pair: str | None = None) -> None:
+               pair: str | None = None, pair_only: bool = False) -> None:
         """Fold one pytest phase report (setup/call/teardown) into the test's final outcome;
-        a test run under a skew ``pair`` also counts in that pair's own cell of the column."""
+        a test run under a skew ``pair`` also counts in that pair's own cell of the column
+        (only there with ``pair_only``: a pair that does not involve the column's target)."""
         self.add_column(column)
-        keys = [column]
+        keys = [] if pair and pair_only else [column]
         if pair:
             seen = self.pairs.setdefault(column, [])
             if pair not in seen:

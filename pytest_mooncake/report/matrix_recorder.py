@@ -23,29 +23,36 @@ PAIR_PROPERTY = "mc_skew_pair"
 UNJUDGED_PROPERTY = "mc_unjudged"
 """Set on a call-phase report whose failure was a component that never started: the test
 judged nothing, so it counts as error (like a setup failure), not as FAIL."""
+PAIR_ONLY_PROPERTY = "mc_skew_pair_only"
+"""Set when the test's skew pair does not involve the column's target: it counts in the pair's
+row only."""
 MESSAGE_LIMIT = 600
 
 
-def matrix_labels(requirements: list[str], column: str, pair: str | None) -> Labels:
+def matrix_labels(requirements: list[str], column: str, pair: str | None,
+                  pair_only: bool = False) -> Labels:
     """The user properties that place a test's reports in the matrix (none without an
     ``mc_req``)."""
     if not requirements:
         return []
-    labels = [(REQ_PROPERTY, req) for req in requirements]
+    labels: Labels = [(REQ_PROPERTY, req) for req in requirements]
     labels.append((COLUMN_PROPERTY, column))
     if pair:
         labels.append((PAIR_PROPERTY, pair))
+        if pair_only:
+            labels.append((PAIR_ONLY_PROPERTY, True))
     return labels
 
 
 def label_report(report: pytest.TestReport, requirements: list[str], column: str,
                  pair: str | None, not_applicable: NotApplicable | None,
-                 unjudged: bool = False) -> None:
+                 unjudged: bool = False, pair_only: bool = False) -> None:
     """Give one phase report what the recorder needs (each phase carries its own copy);
-    ``unjudged``: it failed because a component never started (error, not FAIL)."""
+    ``unjudged``: it failed because a component never started (error, not FAIL);
+    ``pair_only``: its skew pair does not involve the column's target."""
     if unjudged:
         report.user_properties.append((UNJUDGED_PROPERTY, True))
-    report.user_properties.extend(matrix_labels(requirements, column, pair))
+    report.user_properties.extend(matrix_labels(requirements, column, pair, pair_only))
     if not_applicable is not None:
         report.user_properties.append(not_applicable.as_property())
 
@@ -99,13 +106,14 @@ class MatrixRecorder:
             return
         self.crash_labels.remember(report.nodeid, [(k, v) for k, v in props
                                                    if k in (REQ_PROPERTY, COLUMN_PROPERTY,
-                                                            PAIR_PROPERTY)])
+                                                            PAIR_PROPERTY, PAIR_ONLY_PROPERTY)])
         column = next((v for k, v in props if k == COLUMN_PROPERTY), self.default_column)
         pair = next((v for k, v in props if k == PAIR_PROPERTY), None)
         when = "setup" if any(k == UNJUDGED_PROPERTY for k, _ in props) else report.when
         self.matrix.record(reqs, column, report.nodeid, when, report.outcome,
                            _skip_of(report) if report.skipped else None,
-                           failure_message(report), pair)
+                           failure_message(report), pair,
+                           pair_only=any(k == PAIR_ONLY_PROPERTY for k, _ in props))
 
     def pytest_unconfigure(self) -> None:
         self.crash_labels.close()

@@ -359,6 +359,10 @@ class TargetContext:
     """A callable returning ``list[str]`` of ``host:port``; starts etcd on first use."""
     supervisor: Any = None
     options: dict[str, Any] = field(default_factory=dict)
+    bind_host: str = "127.0.0.1"
+    """The address the components this target starts listen on and publish: loopback, or
+    (a skew role beside a deployment on other machines) this host's address that the
+    deployment's nodes reach. Only targets with ``binds_any_host`` are opened with another."""
 
 
 class Target:
@@ -372,6 +376,9 @@ class Target:
     a store client of one target attaches to another's masters only when both name the same."""
     verbs_mode: str = "auto"
     """``--mc-verbs`` as ``use_verbs`` last set it."""
+    binds_any_host: bool = False
+    """Whether it starts its components on ``TargetContext.bind_host`` when that is not
+    loopback (else they listen on loopback only)."""
 
     def __init__(self, variant: str | None = None):
         self.variant = variant

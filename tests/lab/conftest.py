@@ -47,8 +47,19 @@ class EngineControl:
         return base64.b64decode(self.call("local_read", offset=offset, length=length)["data_b64"])
 
 
+@pytest.fixture(autouse=True)
+def lab_engines_running(request: pytest.FixtureRequest) -> None:
+    """The engines ``lab up`` starts run when a lab test begins: the cluster target's
+    per_test engines are stopped at the end of the test that used them."""
+    if "mc_lab" not in request.fixturenames:
+        return
+    lab = request.getfixturevalue("mc_lab")
+    for placed in lab.plan.engines:
+        lab.fleet.node(placed.component.node).ensure_running(placed.component.name)
+
+
 @pytest.fixture
 def engines(mc_lab):  # noqa: F811
-    """Control clients of the lab's engines by node name."""
-    return {e["component"].removeprefix("engine-"): EngineControl(e["control"])
-            for e in mc_lab.plan.document["engines"]}
+    """Control clients of the engines the lab started, by node name (seg-a on n1, seg-b on
+    n2, seg-c on n3)."""
+    return {p.component.node: EngineControl(p.entry["control"]) for p in mc_lab.plan.engines}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.schemas.cluster_manifest import ClusterManifestFile
+from pytest_mooncake.schemas.cluster_manifest import ClusterFile
 from pytest_mooncake.schemas.run_matrix import RunMatrixFile
 from pytest_mooncake.schemas.skew_matrix import SkewMatrixFile
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
@@ -15,9 +15,7 @@ from pytest_mooncake.schemas.toml_documents import SchemaError, load
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [(SkewMatrixFile, p) for p in sorted((ROOT / "fixtures" / "skew").glob("*.toml"))] + \
     [(RunMatrixFile, p) for p in sorted((ROOT / "fixtures" / "matrices").glob("*.toml"))] + \
-    [(ClusterManifestFile, ROOT / "fixtures" / "clusters" / "example.toml")]
-# fixtures/clusters/nodes-example.toml is read by pytest_mooncake/nodes/schema.py (node control);
-# the cluster target does not read its [[nodes]] tables yet (tests/lab loads that file).
+    [(ClusterFile, p) for p in sorted((ROOT / "fixtures" / "clusters").glob("*.toml"))]
 
 SKEW = """
 roles = ["writer", "reader"]
@@ -72,7 +70,7 @@ def test_skew_matrix_errors(tmp_path: Path, text: str, expected: str) -> None:
 
 def test_cross_field_rules_point_at_the_field_to_fix(tmp_path: Path) -> None:
     text = '[faults]\nallow = ["observe", "metadata_faults"]\n'
-    assert _error(tmp_path, ClusterManifestFile, text).startswith(
+    assert _error(tmp_path, ClusterFile, text).startswith(
         "field 'faults.allow': metadata_faults needs toxiproxy.url")
 
 

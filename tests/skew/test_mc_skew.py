@@ -347,3 +347,37 @@ def test_no_pair_table_without_skew_tests(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
     assert "version-skew pair" not in result.stdout.str()
     assert "pairs" not in json.loads((pytester.path / "r.json").read_text())
+
+
+def test_a_pair_without_the_target_counts_only_in_its_own_row(pytester: pytest.Pytester) -> None:
+    """A pair of two other builds (mixed-engines' mooncake/reference) says nothing about the
+    target under test: its failure is in the pair's row, never in the target's column."""
+    _project(pytester, """
+        roles = ["old", "new"]
+        [implementations."reference:legacy"]
+        target = "reference:legacy"
+        [implementations.target]
+        target = "@target"
+        [[pairs]]
+        old = "reference:legacy"
+        new = "target"
+        [[pairs]]
+        old = "reference:legacy"
+        new = "reference:legacy"
+    """)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.mc_req("MR-17")
+        @pytest.mark.mc_skew("upgrade")
+        def test_pair(mc_skew):
+            assert mc_skew.target("new").label != "reference:legacy", "legacy on both sides"
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--mc-report=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    doc = json.loads((pytester.path / "r.json").read_text())
+    assert doc["requirements"]["MR-17"]["verdict"] == "pass", doc["requirements"]["MR-17"]
+    pairs = doc["pairs"]
+    assert pairs["old=reference:legacy-new=reference:legacy"]["requirements"]["MR-17"][
+        "verdict"] == "FAIL"
+    assert pairs["old=reference:legacy-new=target"]["requirements"]["MR-17"]["verdict"] == "pass"

@@ -1,5 +1,7 @@
-"""The cluster target: manifest validation, n/a for what the manifest does not permit, and
-never stopping or killing what it observes (checked against real 0.3.13 processes)."""
+"""The cluster target: cluster file validation, n/a for what the file does not permit or
+link, and never stopping or killing what it only observes (checked against real 0.3.13
+processes). Node control through the file's components is tested on the lab
+(tests/lab/test_cluster_target_on_lab.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def manifest(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
 def test_example_manifest_is_valid():
     m = load_manifest(EXAMPLE)
     assert m.name == "example" and m.version == "0.3.13"
-    assert m.etcd == ("127.0.0.1:2379",)
+    assert m.etcd.endpoints == ("127.0.0.1:2379",)
     assert [x.admin for x in m.masters] == ["http://127.0.0.1:9003", "http://127.0.0.1:9004"]
     assert [(e.segment, e.control, e.aliases) for e in m.engines] == [
         ("node-a", "127.0.0.1:7000", ("seg-a",)), ("node-b", "127.0.0.1:7001", ("seg-b",))]
@@ -33,7 +35,13 @@ def test_example_manifest_is_valid():
     target = resolve_target(f"cluster:{EXAMPLE}")
     assert target.version == "cluster example (0.3.13)"
     assert target.capabilities == {Capability.ENGINE, Capability.MASTER_CLUSTER,
-                                   Capability.METADATA_ETCD, Capability.METADATA_FAULTS}
+                                   Capability.METADATA_ETCD}
+    assert "links no engine to a [[components]] entry" in target.missing(
+        Capability.ENGINE_RESTART)
+    assert "no engine can have its metadata traffic routed" in target.missing(
+        Capability.METADATA_FAULTS)
+    assert "exposes no metadata_cache_ttl_ms" in target.missing(Capability.CACHE_CONTROL)
+    assert target.toxiproxy_url == "http://127.0.0.1:8474"
 
 
 @pytest.mark.parametrize("text, field", [
@@ -42,8 +50,9 @@ def test_example_manifest_is_valid():
     ('[etcd]\nendpoints = ["h:99999"]\n', "field 'etcd.endpoints[0]': expected host:port, got 'h:99999'"),
     ('[[masters]]\nadmin = "ftp://x"\n', "field 'masters[0].admin': expected an http:// or https:// URL"),
     ('[[masters]]\nrpc = "h:1"\n', "field 'masters[0].admin': missing: the master's admin/metrics URL"),
-    ('[[masters]]\nadmin = "http://h:1"\nport = 3\n', "field 'masters[0].port': unknown field (known: admin, rpc)"),
-    ('[[engines]]\nsegment = "a"\n', "field 'engines[0].control': missing"),
+    ('[[masters]]\nadmin = "http://h:1"\nport = 3\n',
+     "field 'masters[0].port': unknown field (known: admin, component, rpc)"),
+    ('[[engines]]\nsegment = "a"\nprotocol = "grpc"\n', "field 'engines[0].protocol'"),
     ('[[engines]]\nsegment = ""\ncontrol = "h:1"\n', "field 'engines[0].segment': expected a non-empty"),
     ('[[engines]]\nsegment = "a"\ncontrol = "h:1"\n[[engines]]\nsegment = "b"\ncontrol = "h:2"\n'
      'aliases = ["a"]\n', "field 'engines': segment name(s) listed twice: a"),
@@ -51,7 +60,8 @@ def test_example_manifest_is_valid():
      "field 'faults.allow[1]': unknown permission 'kill_everything'"),
     ('[faults]\nallow = ["metadata_faults"]\n', "field 'faults.allow': metadata_faults needs toxiproxy.url"),
     ('[toxiproxy]\nurl = "localhost:8474"\n', "field 'toxiproxy.url': expected an http"),
-    ('[fault]\nallow = []\n', "field 'fault': unknown field (known: cluster, engines, etcd, faults, masters"),
+    ('[fault]\nallow = []\n',
+     "field 'fault': unknown field (known: clients, cluster, components, engines, etcd, faults"),
     ('[etcd\nendpoints = 3\n', "not valid TOML"),
 ])
 def test_invalid_manifests_name_the_file_and_the_field(tmp_path, text, field):
@@ -63,9 +73,9 @@ def test_invalid_manifests_name_the_file_and_the_field(tmp_path, text, field):
 
 
 def test_missing_file_and_missing_spec_are_usage_errors(tmp_path):
-    with pytest.raises(UnknownTarget, match="no such manifest file"):
+    with pytest.raises(UnknownTarget, match="no such cluster file"):
         resolve_target(f"cluster:{tmp_path}/absent.toml")
-    with pytest.raises(UnknownTarget, match="needs a manifest"):
+    with pytest.raises(UnknownTarget, match="needs a cluster file"):
         resolve_target("cluster")
 
 
@@ -76,13 +86,16 @@ def test_observe_only_manifest_makes_faults_and_transfers_na(tmp_path):
     assert target.capabilities == {Capability.METADATA_ETCD}
     assert target.missing(Capability.ENGINE) == (
         f"cluster:{path} does not permit transfers (allow = ['observe'])")
-    assert "does not permit metadata_faults" in target.missing(Capability.METADATA_FAULTS)
-    assert "never starts, restarts or kills" in target.missing(Capability.ENGINE_RESTART)
+    assert target.missing(Capability.METADATA_FAULTS) == (
+        f"cluster:{path} does not allow routing metadata through a proxy: [faults].allow = "
+        f"['observe'] lacks \"metadata_faults\"")
+    assert "links no engine to a [[components]] entry" in target.missing(
+        Capability.ENGINE_RESTART)
     assert "lists no [[masters]]" in target.missing(Capability.MASTER_CLUSTER)
     meta = target.metadata_store("etcd")
-    with pytest.raises(TargetLacks, match="does not permit metadata_writes"):
+    with pytest.raises(TargetLacks, match="lacks \"metadata_writes\""):
         meta.put("mooncake/ram/x", b"{}")
-    with pytest.raises(TargetLacks, match="does not permit metadata_writes"):
+    with pytest.raises(TargetLacks, match="lacks \"metadata_writes\""):
         meta.delete("mooncake/ram/x")
     with pytest.raises(TargetLacks, match="routing metadata through"):
         meta.through("127.0.0.1:2")
@@ -104,12 +117,12 @@ def test_faults():
     pass
 ''')
     result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{good}",
-                                           "-rs", timeout=60)
+                                           "-rs", timeout=300)
     result.assert_outcomes(skipped=2)
     assert f"n/a: cluster:{good} lists no [[engines]]" in result.stdout.str()
     bad = manifest(tmp_path, '[[masters]]\nadmin = "nope"\n', name="bad.toml")
     result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{bad}",
-                                           timeout=60)
+                                           timeout=300)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"{bad}: field 'masters[0].admin': expected an http" in result.stderr.str()
 
@@ -146,14 +159,16 @@ allow = ["observe", "transfers"]
         assert ca.descriptor()["name"] == a.segment
         assert ca.write(cb.segment, 64, b"via-manifest").ok
         assert b.local_read(64, 12) == b"via-manifest"
-        with pytest.raises(TargetLacks, match="never kills engines"):
+        with pytest.raises(TargetLacks, match="links no \\[\\[components\\]\\] entry, so the run "
+                                              "cannot kill it"):
             ca.kill()
-        with pytest.raises(TargetLacks, match="never restarts engines"):
+        with pytest.raises(TargetLacks, match="cannot restart it"):
             ca.restart()
         with pytest.raises(TargetLacks, match="lists no engine 'seg-z'"):
             target.start_engine("seg-z", cmeta)
-        with pytest.raises(TargetLacks, match="does not permit metadata_writes"):
+        with pytest.raises(TargetLacks, match="lacks \"metadata_writes\""):
             cmeta.put(cmeta.segment_key(a.segment), b"{}")
+        assert cmeta.segment_key("seg-a") == f"mooncake/ram/{a.segment}"  # alias -> segment
         ca.stop()
         cb.stop()
         assert a.alive() and b.alive()
@@ -182,13 +197,13 @@ def test_observed_masters_report_a_leader_and_are_never_killed(mooncake_target, 
             observed.keys(1 - leader)
         with pytest.raises(TargetLacks, match="no key count on a master that is not serving"):
             observed.key_count(1 - leader)
-        with pytest.raises(TargetLacks, match="never drains segments"):
+        with pytest.raises(TargetLacks, match="does not allow draining segments"):
             observed.drain_segment("any")
-        with pytest.raises(TargetLacks, match="never kills masters"):
+        with pytest.raises(TargetLacks, match="links no component; the run cannot kill it"):
             observed.kill_master(leader)
         with pytest.raises(TargetLacks, match="exposes no promotability endpoint"):
             observed.promotable(1 - leader)
-        with pytest.raises(TargetLacks, match="never starts store clients"):
+        with pytest.raises(TargetLacks, match="lacks \"store\""):
             target.master_cluster(masters=2, clients=1)
         observed.close()
         assert real.alive(0) and real.alive(1)

@@ -88,5 +88,5 @@ def test_cluster_target_refuses_master_etcd(tmp_path):
         target.master_cluster(masters=1, clients=0, master_etcd={0: PROXY})
     refused(lacks, "master_etcd")
     assert "never chooses their etcd" in lacks.value.reason
-    with pytest.raises(TargetLacks, match="never starts masters"):
+    with pytest.raises(TargetLacks, match="starts its masters with their own command lines"):
         target.master_cluster(masters=1, clients=0).start_master(etcd=PROXY)

@@ -151,7 +151,10 @@ class MooncakeFamilyTarget(Target):
             self._require(Capability.CACHE_CONTROL)
         if options.get("profile") not in (None, "", "mooncake"):
             raise TargetLacks(Capability.VERSION_SKEW, self.lack_reason(Capability.VERSION_SKEW))
-        rest = {k: v for k, v in options.items() if k not in ("ttl_ms", "profile")}
+        # ttl_ms reaches a placement that says it sets it (an existing deployment's engine
+        # that has a TTL knob); the processes this family starts get none (no cache_control)
+        rest = {k: v for k, v in options.items() if k != "profile"
+                and (k != "ttl_ms" or k in self.placement.engine_options)}
         self._refuse_unhonoured("start_engine", rest, self.placement.engine_options,
                                 Capability.ENGINE)
         lacks = {c: self.lack_reason(c) for c in Capability if c not in self.capabilities}

@@ -1,19 +1,20 @@
-"""The ``cluster`` target: an existing Mooncake deployment described by a TOML manifest
-(``--mc-target=cluster:FILE``; ``schemas/cluster_manifest.py``,
-``fixtures/clusters/example.toml``).
+"""The ``cluster`` target: an existing deployment described by a cluster file
+(``--mc-target=cluster:FILE``; schema ``schemas/cluster_manifest.py``, documented in
+``fixtures/clusters/example.toml`` and ``nodes-example.toml``).
 
-The manifest names what exists (etcd endpoints, master admin URLs, engine control endpoints
-served by ``driver.py``, an optional Toxiproxy URL) and which faults the run may inject
-(``[faults] allow = [...]``). This placement starts nothing, and never stops, kills or restarts
-anything: such requests raise ``TargetLacks`` (n/a) with the manifest's permission list in the
-reason. Its masters are read through the family's one admin reading (``master_admins``), its
-engines through the family's driver commands (``driver_engines``).
+The file names what exists (etcd endpoints, master admin URLs, engines and store clients with
+their control endpoints and protocol) and, where it has ``[[nodes]]`` and ``[[components]]``,
+how to drive each on its machine over SSH. What the run may do is the operator's opt-in,
+``[faults].allow``: observation and transfers (``observe``, ``transfers``), writes to the
+metadata store (``metadata_writes``), metadata traffic through a proxy (``metadata_faults``),
+store clients (``store``), and node control per action and kind (``logs``, ``restart``,
+``kill``, ``pause``, ``partition``, e.g. ``kill:engine``). Anything not allowed is n/a with the
+allow entry that would permit it.
 
-Permissions (``allow``):
-  observe          read metadata, master health/metrics, engine buffers (always needed)
-  transfers        drive the listed engines to write/read each other
-  metadata_writes  put/delete keys in the deployment's metadata store (planting values)
-  metadata_faults  route engine metadata traffic through the manifest's Toxiproxy
+Engines (``deployment_engines``), masters and store clients (``deployment_masters``) are
+reached through their control channels (``deployment_wires``) and driven on their nodes
+(``deployment_control``). Names a test uses that are aliases in the file are translated to the
+engine's own segment name, in metadata keys and in transfers.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_mooncake.schemas.cluster_manifest import (
-    EngineEntry,
-    Manifest,
+    ClusterFile,
     ManifestError,
     load_manifest,
 )
@@ -35,44 +35,34 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
 )
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
-from pytest_mooncake.targets.mooncake.driver_control import ControlClient
-from pytest_mooncake.targets.mooncake.driver_engines import DriverCommands
-from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
+from pytest_mooncake.targets.mooncake.deployment_control import (
+    ComponentControl,
+    FleetHolder,
+    not_allowed,
+)
+from pytest_mooncake.targets.mooncake.deployment_engines import METADATA_VAR, DeploymentEngine
+from pytest_mooncake.targets.mooncake.deployment_masters import DeploymentMasters
+from pytest_mooncake.targets.mooncake.deployment_wires import ENGINE_WIRES
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 
 
-class _Remote:
-    """Stands in for a process this target did not start (the control channel asks it for
-    liveness, names and logs)."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.returncode = None
-        self.pid = None
-
-    def alive(self) -> bool:
-        return True
-
-    def log_tail(self, lines: int = 30) -> str:
-        return f"(an engine of the existing deployment: {self.name}; its log is not ours)"
-
-
 class GuardedMetadata:
-    """The deployment's metadata store: reads always, writes only with ``metadata_writes``."""
+    """The deployment's metadata store: reads always, writes only with ``metadata_writes``;
+    a segment name a test uses that is an alias in the file means the engine's own."""
 
-    def __init__(self, inner: MetadataHandle, manifest: Manifest, never: str):
+    def __init__(self, inner: MetadataHandle, file: ClusterFile):
         self._inner = inner
-        self._manifest = manifest
-        self._never = never
+        self._file = file
 
     kind = property(lambda self: self._inner.kind)
     uri = property(lambda self: self._inner.uri)
     address = property(lambda self: self._inner.address)
 
     def _writable(self, what: str) -> None:
-        if not self._manifest.permits("metadata_writes"):
-            raise TargetLacks(Capability.METADATA_FAULTS,
-                              f"{what} in the deployment's etcd: {self._never}")
+        lacks = not_allowed(self._file, "metadata_writes", None,
+                            f"{what} in the deployment's etcd", Capability.METADATA_FAULTS)
+        if lacks is not None:
+            raise lacks
 
     def get(self, key: str) -> bytes | None:
         return self._inner.get(key)
@@ -81,7 +71,7 @@ class GuardedMetadata:
         return self._inner.keys(prefix)
 
     def segment_key(self, segment: str) -> str:
-        return self._inner.segment_key(segment)
+        return self._inner.segment_key(self._file.segment_name(segment))
 
     def put(self, key: str, value: bytes) -> None:
         self._writable(f"put {key!r}")
@@ -92,230 +82,200 @@ class GuardedMetadata:
         return self._inner.delete(key)
 
     def through(self, address: str) -> GuardedMetadata:
-        if not self._manifest.permits("metadata_faults"):
-            raise TargetLacks(Capability.METADATA_FAULTS,
-                              f"routing metadata through {address}: {self._never}")
-        return GuardedMetadata(self._inner.through(address), self._manifest, self._never)
+        lacks = not_allowed(self._file, "metadata_faults", None,
+                            f"routing metadata through {address}", Capability.METADATA_FAULTS)
+        if lacks is not None:
+            raise lacks
+        return GuardedMetadata(self._inner.through(address), self._file)
 
     def close(self) -> None:
         self._inner.close()
-
-
-def _never(manifest: Manifest, action: str, capability: Capability) -> TargetLacks:
-    return TargetLacks(capability, (
-        f"cluster:{manifest.path} never {action} (it only observes an existing deployment; "
-        f"faults allowed by the manifest: {', '.join(sorted(manifest.allow))})"))
-
-
-class DeploymentEngine(DriverCommands):
-    """An engine of the deployment, reached through its control endpoint; never stopped."""
-
-    def __init__(self, entry: EngineEntry, manifest: Manifest, metadata: MetadataHandle,
-                 lacks: Mapping[Capability, str]):
-        self.entry = entry
-        self.manifest = manifest
-        self.segment = entry.segment
-        self.metadata = metadata
-        self.lacks = dict(lacks)
-        host, _, port = entry.control.rpartition(":")
-        self.control = ControlClient(_Remote(entry.segment), int(port), host=host.strip("[]"))
-        self.info = {k: v for k, v in self._call("info").items() if k != "ok"}
-        self.pid = self.info.get("pid")
-
-    def register_buffer(self, length: int):
-        raise _never(self.manifest, "registers memory in a deployment's engines",
-                     Capability.REGISTER_MEMORY)
-
-    def _guard_transfers(self) -> None:
-        if not self.manifest.permits("transfers"):
-            raise _never(self.manifest, "drives transfers between engines (allow "
-                                        "\"transfers\" to let it)", Capability.ENGINE)
-
-    def write(self, peer: str, offset: int, data: bytes):
-        self._guard_transfers()
-        return super().write(peer, offset, data)
-
-    def read(self, peer: str, offset: int, length: int):
-        self._guard_transfers()
-        return super().read(peer, offset, length)
-
-    def write_at(self, peer: str, address: int, data: bytes):
-        self._guard_transfers()
-        return super().write_at(peer, address, data)
-
-    def local_write(self, offset: int, data: bytes) -> None:
-        self._guard_transfers()
-        super().local_write(offset, data)
-
-    def restart(self, keep_addresses: bool = False) -> None:
-        raise _never(self.manifest, "restarts engines", Capability.ENGINE_RESTART)
-
-    def kill(self) -> None:
-        raise _never(self.manifest, "kills engines", Capability.ENGINE_RESTART)
-
-    def stop(self) -> None:
-        """Detach: close the control connection; the engine keeps running."""
-        self.control.close()
-
-    def alive(self) -> bool:
-        try:
-            return bool(self._call("info").get("ok"))
-        except Exception:  # noqa: BLE001 (unreachable means: not known alive)
-            return False
-
-    def logs(self) -> str:
-        return self.control.process.log_tail()
-
-
-
-class DeploymentMasters(MooncakeMasters):
-    """The deployment's masters, read through their admin URLs; never started, killed or
-    drained."""
-
-    def __init__(self, manifest: Manifest, build: str):
-        self.manifest = manifest
-        self.masters = list(manifest.masters)
-        self.build = build
-        self.where = f"{manifest.path}'s masters"
-        self.drain_jobs: dict[str, str] = {}
-
-    def admin_url(self, index: int) -> str:
-        return self.masters[index].admin
-
-    def observed(self) -> list[int]:
-        return list(range(len(self.masters)))
-
-    def master_log(self, index: int) -> str:
-        raise TargetLacks(Capability.MASTER_CLUSTER,
-                          f"cluster:{self.manifest.path} gives no access to master logs")
-
-    def start_master(self, index: int | None = None,
-                     etcd: str | list[str] | None = None) -> int:
-        raise _never(self.manifest, "starts masters", Capability.MASTER_CLUSTER)
-
-    def kill_master(self, index: int) -> None:
-        raise _never(self.manifest, "kills masters", Capability.MASTER_CLUSTER)
-
-    def stop_master(self, index: int) -> None:
-        raise _never(self.manifest, "stops masters", Capability.MASTER_CLUSTER)
-
-    def start_client(self, client_id: str | None = None, version: str | None = None,
-                     wait_attached: bool = True) -> Any:
-        raise _never(self.manifest, "starts store clients", Capability.MASTER_CLUSTER)
-
-    def client(self, index: int = 0) -> Any:
-        raise _never(self.manifest, "starts store clients", Capability.MASTER_CLUSTER)
-
-    def client_segment(self, index: int) -> str:
-        raise _never(self.manifest, "starts store clients", Capability.MASTER_CLUSTER)
-
-    def drain_segment(self, segment: str) -> None:
-        raise _never(self.manifest, "drains segments", Capability.MASTER_CLUSTER)
-
-    def endpoint(self) -> MasterEndpoint:
-        raise TargetLacks(Capability.FOREIGN_MASTER, (
-            f"cluster:{self.manifest.path} observes the deployment's masters; it does not let "
-            f"store clients of another target attach to them"))
-
-    def logs(self) -> str:
-        return "\n".join(f"== master {i} {m.admin}: {self.health(i)}"
-                         for i, m in enumerate(self.masters))
-
-    def close(self) -> None:
-        """Nothing to stop: the masters are the deployment's."""
 
 
 # ------------------------------------------------------------------------------- placement
 
 
 class DeploymentPlacement:
-    """An existing deployment: what the manifest lists, attached to and observed."""
+    """An existing deployment: what the file lists, attached to, observed and, where it allows,
+    driven on its nodes."""
 
     kind = "cluster"
-    engine_options = frozenset({"ready_timeout"})
+    engine_options = frozenset({"ready_timeout", "ttl_ms"})
     master_options = frozenset({"ready_timeout"})
 
-    def __init__(self, manifest: Manifest):
-        self.manifest = manifest
-        self.variant = str(manifest.path)
+    def __init__(self, file: ClusterFile):
+        self.file = file
+        self.variant = str(file.path)
         self.facts: dict[str, Any] = {}
-        self.capabilities = self._probe()
-        self.etcd_routing = (f"cluster:{manifest.path} observes the deployment's masters and "
-                             f"never chooses their etcd")
-        self.fixed = ("it attaches to the deployment's components as they run and never "
-                      "starts one")
+        self.fleet = FleetHolder(file)
+        self._caps: frozenset[Capability] | None = None
+        self._lacks: dict[Capability, str] = {}
+        self.etcd_routing = (f"cluster:{file.path} starts its masters with their own command "
+                             f"lines and never chooses their etcd")
+        self.fixed = ("its engines run with the command lines the cluster file gives them")
+
+    @property
+    def manifest(self) -> ClusterFile:
+        return self.file
 
     @property
     def version(self) -> str:
-        return f"cluster {self.manifest.name} ({self.manifest.version or 'version not stated'})"
+        return f"cluster {self.file.name} ({self.file.version or 'version not stated'})"
 
-    def _probe(self) -> frozenset[Capability]:
-        m = self.manifest
-        caps = set()
-        if m.etcd:
-            caps.add(Capability.METADATA_ETCD)
-        if m.engines and m.etcd and m.permits("transfers"):
-            caps.add(Capability.ENGINE)
-        if m.masters:
-            caps.add(Capability.MASTER_CLUSTER)
-        if m.permits("metadata_faults") and m.etcd:
-            caps.add(Capability.METADATA_FAULTS)
-        return frozenset(caps)
+    @property
+    def where(self) -> str:
+        return f"cluster:{self.file.path}"
+
+    # ------------------------------------------------------------------ capabilities
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        if self._caps is None:
+            self._lacks = self._probe()
+            self._caps = frozenset(c for c in Capability if c not in self._lacks)
+        return self._caps
 
     def lack_reason(self, capability: Capability) -> str:
-        m = self.manifest
-        where = f"cluster:{m.path}"
-        if capability is Capability.ENGINE and m.engines and not m.permits("transfers"):
-            return f"{where} does not permit transfers (allow = {sorted(m.allow)})"
-        if capability is Capability.METADATA_FAULTS:
-            return (f"{where} does not permit metadata_faults (allow = {sorted(m.allow)})")
-        missing = {
-            Capability.ENGINE: "lists no [[engines]] with control endpoints (and [etcd])",
-            Capability.METADATA_ETCD: "lists no [etcd].endpoints",
-            Capability.MASTER_CLUSTER: "lists no [[masters]]",
-        }
-        if capability in missing:
-            return f"{where} {missing[capability]}"
-        return (f"{where} never starts, restarts or kills components, and an existing deployment "
-                f"offers no means for {capability.value}")
+        _ = self.capabilities
+        return self._lacks.get(capability, f"{self.where} offers no means for {capability.value}")
+
+    def _probe(self) -> dict[Capability, str]:
+        """Why each capability is missing, from the file (what it lists and allows) and from
+        probes of its nodes (each node that runs a linked component answers over SSH)."""
+        f, where = self.file, self.where
+        lacks: dict[Capability, str] = {}
+        driven = [e for e in f.engines if e.control]
+        if not f.etcd.endpoints:
+            lacks[Capability.METADATA_ETCD] = f"{where} lists no [etcd].endpoints"
+        lacks[Capability.METADATA_HTTP] = f"{where} describes an etcd deployment"
+        if not driven or not f.etcd.endpoints:
+            lacks[Capability.ENGINE] = (f"{where} lists no [[engines]] with a control endpoint "
+                                        f"(and [etcd])")
+        elif not f.permits("transfers"):
+            lacks[Capability.ENGINE] = f"{where} does not permit transfers (allow = {sorted(f.allow)})"
+        if Capability.ENGINE in lacks:
+            lacks[Capability.REGISTER_MEMORY] = lacks[Capability.ENGINE]
+        restart = self._engine_restart_lacks()
+        if restart:
+            lacks[Capability.ENGINE_RESTART] = restart
+        lacks[Capability.KEEP_ADDRESSES] = (
+            f"{where}'s engines are started by their components' command lines, which fix "
+            f"where they map their buffers")
+        for capability in (Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS):
+            reasons = sorted({ENGINE_WIRES[e.protocol].lacks_by_protocol[capability]
+                              for e in driven
+                              if capability in ENGINE_WIRES[e.protocol].lacks_by_protocol})
+            if reasons or not driven:
+                lacks[capability] = "; ".join(reasons) or lacks.get(Capability.ENGINE, "")
+        faults = self._metadata_faults_lacks()
+        if faults:
+            lacks[Capability.METADATA_FAULTS] = faults
+        if not f.masters:
+            lacks[Capability.MASTER_CLUSTER] = f"{where} lists no [[masters]]"
+        lacks[Capability.MASTER_SNAPSHOT] = (
+            f"{where}: the cluster target has no means to have a deployment's master write a "
+            f"snapshot on request")
+        lacks[Capability.MASTER_FAULT_PLANTING] = (
+            f"{where}: the cluster target has no means to plant an entry in a deployment's "
+            f"standby")
+        lacks[Capability.VERSION_SKEW] = f"{where} runs the builds it runs; skew pairs come " \
+                                         f"from --mc-matrix or mc_skew"
+        lacks[Capability.CLIENT_VERSION] = (f"{where}'s store clients announce their own "
+                                            f"build's version")
+        lacks[Capability.FOREIGN_MASTER] = (f"{where} does not let store clients of another "
+                                            f"target attach to its masters")
+        rdma = f"{where} offers no hook to hold, reorder or replay RDMA completions"
+        lacks[Capability.RDMA_CONTROL] = rdma
+        lacks[Capability.SCHEDULER] = rdma
+        return lacks
+
+    def _engine_restart_lacks(self) -> str | None:
+        f, where = self.file, self.where
+        linked = [e for e in f.engines if e.component]
+        if not linked:
+            return (f"{where} links no engine to a [[components]] entry on a [[nodes]] machine, "
+                    f"so it cannot kill or restart one")
+        for action in ("kill", "restart"):
+            lacks = not_allowed(f, action, "engine", "killing and restarting engines",
+                                Capability.ENGINE_RESTART)
+            if lacks is not None:
+                return lacks.reason
+        unstartable = [e.segment for e in linked if not f.component(e.component).startable]
+        if len(unstartable) == len(linked):
+            return (f"{where}'s engine components ({', '.join(unstartable)}) have no `start` or "
+                    f"`unit`: the run could kill them but never start them again")
+        unreachable = self._unreachable({e.component for e in linked})
+        if unreachable:
+            return f"{where}: the nodes of its engines do not answer over SSH: {unreachable}"
+        return None
+
+    def _metadata_faults_lacks(self) -> str | None:
+        f, where = self.file, self.where
+        lacks = not_allowed(f, "metadata_faults", None, "routing metadata through a proxy",
+                            Capability.METADATA_FAULTS)
+        if lacks is not None:
+            return lacks.reason
+        routable = [e.segment for e in f.engines
+                    if e.lifecycle == "per_test" and e.component
+                    and f.component(e.component).reads_env(METADATA_VAR)]
+        if not routable:
+            return (f"{where}: no engine can have its metadata traffic routed through a proxy "
+                    f"(that needs lifecycle = \"per_test\" and a component whose command line "
+                    f"reads ${METADATA_VAR})")
+        return None
+
+    def _unreachable(self, components: set[str]) -> str:
+        seen: dict[str, str | None] = {}
+        for name in sorted(components):
+            node = self.file.component(name).node
+            if node not in seen:
+                seen[node] = ComponentControl(self.fleet, name, Capability.ENGINE_RESTART
+                                              ).reachable()
+        return "; ".join(why for why in seen.values() if why)
 
     def describe(self) -> dict[str, Any]:
-        return {"manifest": str(self.manifest.path), "allow": sorted(self.manifest.allow)}
+        _ = self.capabilities
+        return {"manifest": str(self.file.path), "allow": sorted(self.file.allow),
+                "lacks": {c.value: r for c, r in sorted(self._lacks.items())}}
+
+    # ------------------------------------------------------------------ session
 
     def open(self, ctx: TargetContext) -> None:
         pass
 
     def close(self) -> None:
-        pass
+        self.fleet.close()
 
-    def _never_text(self) -> str:
-        return (f"cluster:{self.manifest.path} does not permit metadata_writes "
-                f"(allow = {sorted(self.manifest.allow)})")
+    # ------------------------------------------------------------------ factories
 
     def metadata_store(self, kind: str) -> MetadataHandle:
-        return GuardedMetadata(EtcdMetadata(list(self.manifest.etcd)), self.manifest,
-                               self._never_text())
+        return GuardedMetadata(EtcdMetadata(list(self.file.etcd.endpoints)), self.file)
 
     def engine(self, segment: str, metadata: MetadataHandle, options: Mapping[str, Any],
                lacks: Mapping[Capability, str]) -> DeploymentEngine:
-        """Attach to the listed engine named ``segment`` (or aliased so); starts nothing."""
-        entry = next((e for e in self.manifest.engines
-                      if segment == e.segment or segment in e.aliases), None)
+        """The listed engine named ``segment`` (or aliased so): attached, or started for the
+        test (``lifecycle``); its metadata routed through ``metadata`` where that is a proxy."""
+        entry = self.file.engine_entry(segment)
         if entry is None:
-            known = ", ".join(e.segment for e in self.manifest.engines)
+            known = ", ".join(e.segment for e in self.file.engines) or "none"
             raise TargetLacks(Capability.ENGINE, (
-                f"cluster:{self.manifest.path} lists no engine {segment!r} (listed: {known}; add "
-                f"it to an engine's aliases) and never starts engines"))
-        return DeploymentEngine(entry, self.manifest, metadata, lacks)
+                f"{self.where} lists no engine {segment!r} (listed: {known}; add it to an "
+                f"engine's aliases) and never starts an engine it does not list"))
+        own = "etcd://" + ";".join(self.file.etcd.endpoints)
+        route = metadata.uri if metadata.uri != own else None
+        if route is not None:
+            why = self._metadata_faults_lacks()
+            if why:
+                raise TargetLacks(Capability.METADATA_FAULTS, why)
+        return DeploymentEngine(entry, self.file, self.fleet, metadata, lacks, route=route,
+                                ttl_ms=options.get("ttl_ms"))
 
     def master_cluster(self, masters: int, clients: int,
                        options: Mapping[str, Any]) -> DeploymentMasters:
-        if clients:
-            raise _never(self.manifest, "starts store clients", Capability.MASTER_CLUSTER)
-        return DeploymentMasters(self.manifest, self.version)
+        return DeploymentMasters(self.file, self.fleet, self.version, masters, clients)
 
     def store_client(self, master: MasterEndpoint, client_id: str | None) -> Any:
-        raise _never(self.manifest, "starts store clients", Capability.FOREIGN_MASTER)
+        raise TargetLacks(Capability.FOREIGN_MASTER, self.lack_reason(Capability.FOREIGN_MASTER))
 
 
 class ClusterTarget(MooncakeFamilyTarget):
@@ -323,20 +283,37 @@ class ClusterTarget(MooncakeFamilyTarget):
 
     kind = "cluster"
 
-    def __init__(self, manifest: Manifest):
-        super().__init__(DeploymentPlacement(manifest))
+    def __init__(self, file: ClusterFile):
+        super().__init__(DeploymentPlacement(file))
 
     @property
-    def manifest(self) -> Manifest:
-        return self.placement.manifest
+    def manifest(self) -> ClusterFile:
+        return self.placement.file
+
+    @property
+    def toxiproxy_url(self) -> str | None:
+        """The Toxiproxy that fronts the deployment (``[toxiproxy].url``): the session's
+        fault proxy unless ``--mc-toxiproxy`` names another."""
+        return self.manifest.toxiproxy.url
+
+    def peer_host(self, who: str) -> str:
+        """Where components started on this host for a test beside the deployment (a skew role)
+        must listen: ``[cluster].controller_address``; n/a when the file does not say."""
+        address = self.manifest.cluster.controller_address
+        if address is None:
+            raise TargetLacks(Capability.VERSION_SKEW, (
+                f"{who}: cluster:{self.manifest.path} does not say at which address its nodes "
+                f"reach this host ([cluster].controller_address), so components started here "
+                f"beside it would be unreachable"))
+        return address
 
     @classmethod
     def from_spec(cls, variant: str | None) -> ClusterTarget:
         from pytest_mooncake.targets import UnknownTarget
 
         if not variant:
-            raise UnknownTarget("the cluster target needs a manifest: --mc-target=cluster:FILE "
-                                "(see fixtures/clusters/example.toml)")
+            raise UnknownTarget("the cluster target needs a cluster file: "
+                                "--mc-target=cluster:FILE (see fixtures/clusters/example.toml)")
         try:
             return cls(load_manifest(variant))
         except ManifestError as exc:

@@ -34,15 +34,12 @@ class EngineRestartFailed(AssertionError):
     implementation (e.g. 0.3.13 with an HTTP metadata server), not a setup problem."""
 
 
-class DriverCommands:
-    """Observation and transfer commands over a driver's control channel; shared by engines this
-    package starts and engines of an existing deployment (the cluster target)."""
+class PublishedDescriptor:
+    """The descriptor an engine published under its segment name, read from the metadata store
+    (what every engine handle of the Mooncake family reports, driven or only observed)."""
 
     segment: str
     metadata: MetadataHandle
-    lacks: dict[Capability, str]
-    info: dict[str, Any]
-    control: ControlClient | None
 
     def raw_descriptor(self) -> bytes | None:
         return self.metadata.get(self.metadata.segment_key(self.segment))
@@ -53,6 +50,15 @@ class DriverCommands:
             raise LookupError(f"no descriptor under {self.metadata.segment_key(self.segment)!r} "
                               f"in {self.metadata.uri}")
         return json.loads(raw)
+
+
+class DriverCommands(PublishedDescriptor):
+    """Observation and transfer commands over a driver's control channel; shared by engines this
+    package starts and engines of an existing deployment (the cluster target)."""
+
+    lacks: dict[Capability, str]
+    info: dict[str, Any]
+    control: ControlClient | None
 
     def buffers(self) -> list[tuple[int, int]]:
         return [(int(a), int(n)) for a, n in self.info.get("buffers", [])]

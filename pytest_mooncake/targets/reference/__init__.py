@@ -37,6 +37,8 @@ RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER,
 class ReferenceTarget(Target):
     kind = "reference"
     capabilities = ENGINE_CAPABILITIES | MASTER_CAPABILITIES | RDMA_CAPABILITIES
+    binds_any_host = True
+    """Its engines bind ``TargetContext.bind_host`` (``--host``)."""
     master_protocol = "reference-json-rpc"
     """Its masters and store clients speak the reference master protocol (length-prefixed
     JSON over TCP); ``targets/reference/masters.py`` spells it ``PROTOCOL``."""
@@ -56,7 +58,7 @@ class ReferenceTarget(Target):
             from pytest_mooncake.targets.reference.engines import ReferenceEngines
 
             self._engines = ReferenceEngines(self.ctx.workdir / "engines", self.profile,
-                                             self.ctx.etcd_endpoints)
+                                             self.ctx.etcd_endpoints, self.ctx.bind_host)
         return self._engines
 
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:

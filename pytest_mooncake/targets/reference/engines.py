@@ -154,8 +154,10 @@ class ReferenceEngineHandle:
 
     def __init__(self, supervisor: Supervisor, segment: str, metadata: Any, profile: str,
                  log_path: Path, ttl_ms: float | None = None, buffer_size: int = 1 << 20,
-                 fixed_address: int | None = None, data_port: int = 0):
+                 fixed_address: int | None = None, data_port: int = 0,
+                 host: str = "127.0.0.1"):
         self.segment = segment
+        self.host = host
         self.metadata = metadata
         self.profile = profile
         self._supervisor = supervisor
@@ -172,7 +174,8 @@ class ReferenceEngineHandle:
     def _argv(self, fixed_address: int | None, data_port: int) -> list[str]:
         argv = [sys.executable, "-m", "reference_engine", "engine", "--name", self.segment,
                 "--metadata", self.metadata.uri, "--protocol", "tcp", "--profile", self.profile,
-                "--buffer-size", str(self._buffer_size), "--data-port", str(data_port)]
+                "--buffer-size", str(self._buffer_size), "--data-port", str(data_port),
+                "--host", self.host]
         if self._ttl_ms is not None:
             argv += ["--ttl-ms", str(self._ttl_ms)]
         if fixed_address is not None:
@@ -188,7 +191,7 @@ class ReferenceEngineHandle:
             raise TargetError(f"engine {self.segment} did not start: {exc}") from exc
         self._ready = _ready_line(self._proc, f"engine {self.segment}")
         self._more_buffers: list[tuple[int, int]] = []
-        self._control = ControlClient(self._ready["control_port"])
+        self._control = ControlClient(self._ready["control_port"], host=self.host)
 
     def restart(self, keep_addresses: bool = False) -> None:
         """A new process under the same segment name (new instance_id). With
@@ -326,9 +329,11 @@ class ReferenceEngineHandle:
 class ReferenceEngines:
     """What the reference target starts: engines and metadata stores, all reaped on close."""
 
-    def __init__(self, workdir: Path, profile: str, etcd_endpoints: Any):
+    def __init__(self, workdir: Path, profile: str, etcd_endpoints: Any,
+                 bind_host: str = "127.0.0.1"):
         self.workdir = Path(workdir)
         self.profile = profile
+        self.bind_host = bind_host
         self._etcd_endpoints = etcd_endpoints
         self.supervisor = Supervisor(self.workdir / "logs", name=f"reference-{profile}")
         self._serial = itertools.count(1)
@@ -352,7 +357,8 @@ class ReferenceEngines:
                               f"known: {sorted(ENGINE_OPTIONS)}")
         profile = options.pop("profile", None) or self.profile
         return ReferenceEngineHandle(self.supervisor, segment, metadata, profile,
-                                     self._log_path(f"engine-{segment}"), **options)
+                                     self._log_path(f"engine-{segment}"), host=self.bind_host,
+                                     **options)
 
     def close(self) -> None:
         self.supervisor.stop_all()

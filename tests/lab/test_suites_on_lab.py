@@ -1,0 +1,25 @@
+"""CI's lab scenario: the conformance suites through ``--mc-target=cluster:FILE`` on a 3-node
+reference lab (network namespaces, an sshd each, node control over SSH) judge MR-16 as the
+local reference target does. Skipped with the probe's reason where this machine cannot build
+a lab (not root, no ``ip netns``, no sshd)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MR16 = [f"{ROOT}/suites/metadata/test_replacement.py::test_peer_killed_and_restarted_recovers",
+        f"{ROOT}/suites/metadata/test_chaos.py"]
+
+
+def test_mr16_on_the_reference_lab_passes_through_the_cluster_target(mc_lab, pytester):
+    result = pytester.runpytest_subprocess(
+        "-p", "pytest_mooncake", *MR16, f"--mc-target=cluster:{mc_lab.cluster_file}",
+        "--mc-chaos-seconds=3", "-p", "no:cacheprovider", timeout=600)
+    out = result.stdout.str()
+    result.assert_outcomes(passed=2)
+    assert f"target=cluster:{mc_lab.cluster_file} (cluster lab-{mc_lab.layout.name} " \
+           f"(reference))" in out
+    assert "toxiproxy=http://198.18." in out, "the lab file's Toxiproxy was not used"
+    row = next(line for line in out.splitlines() if line.startswith("MR-16"))
+    assert "pass (2)" in row, row
