@@ -15,6 +15,7 @@ from pytest_mooncake.targets.base import (
     MasterClusterHandle,
     MasterEndpoint,
     MetadataHandle,
+    ObservationFailed,
     RdmaHandle,
     Target,
     TargetContext,
@@ -25,7 +26,7 @@ from pytest_mooncake.targets.base import (
 
 __all__ = [
     "Capability", "EngineHandle", "LookupResult", "MasterClusterHandle", "MasterEndpoint",
-    "MetadataHandle", "RdmaHandle", "Target", "TargetContext", "TargetError", "TargetLacks", "TransferResult",
+    "MetadataHandle", "ObservationFailed", "RdmaHandle", "Target", "TargetContext", "TargetError", "TargetLacks", "TransferResult",
     "KNOWN_TARGETS", "UnknownTarget", "resolve_target",
 ]
 

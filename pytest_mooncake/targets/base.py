@@ -2,10 +2,18 @@
 
 A suite never touches an implementation directly. It asks the session's ``Target`` for
 handles (engines, metadata stores, master clusters, RDMA worker pools) and drives them
-through the protocols below. A target that lacks the *means* for something (no RDMA
-device, no hook to force an interleaving) says so through ``capabilities``; a test that
-needs a missing capability is reported n/a with the target's reason. A target that has
-the means but behaves wrongly makes the test FAIL.
+through the protocols below. The verdict rule (REQUIREMENTS.md, README "Reading the matrix"):
+
+- ``TargetLacks`` (n/a) only where a probe run in this session shows the target has no
+  *means* to drive or observe the test (no RDMA device it lets the test control, an admin
+  path that answers 404); its reason is that probe's answer, never stored prose.
+- A requirement that itself demands an interface (a TTL bound, a promotability predicate,
+  counters or log lines, a snapshot that restores what it reports) marks its tests
+  ``mc_demands(CAPABILITY)``: there a ``TargetLacks`` of that capability is a FAIL naming
+  what is missing, not n/a.
+- An observation that breaks (refused connection, 5xx, timeout, an answer of the wrong
+  shape) raises ``ObservationFailed``: a FAIL with what was seen, never n/a.
+- A target that has the means but behaves wrongly makes the test FAIL.
 """
 
 from __future__ import annotations
@@ -51,6 +59,9 @@ class Capability(str, enum.Enum):
     CLIENT_VERSION = "client_version"
     """Start store clients that announce a chosen protocol version instead of the build's own
     (``start_client(version=)``, ``store_client(version=)``): MP-8 version-skew runs."""
+    PROMOTABILITY = "promotability"
+    """A standby's promotability predicate on its admin endpoint (``promotable(i)``): MP-3
+    demands it; elsewhere it is a means for sub-checks."""
     FOREIGN_MASTER = "foreign_master"
     """Attach this target's store clients to a master cluster another target started
     (``Target.store_client(cluster.endpoint())``): mixed master/client pairs of ``mc_skew``."""
@@ -72,6 +83,17 @@ class TargetLacks(Exception):
 
 class TargetError(Exception):
     """A target could not start or drive a component (setup problem, not a verdict)."""
+
+
+class ObservationFailed(AssertionError):
+    """Observing the implementation broke: a refused connection, a 5xx, a timeout, an answer of
+    an unexpected shape. The test FAILs with what was seen (an ``AssertionError``), never n/a:
+    a standby that crashed or answers garbage is a finding, not a missing means."""
+
+    def __init__(self, what: str, seen: str):
+        self.what = what
+        self.seen = seen
+        super().__init__(f"{what}: {seen}")
 
 
 # ---------------------------------------------------------------------------------- handles
@@ -251,7 +273,15 @@ class MasterClusterHandle(Protocol):
 
     def promotable(self, index: int) -> Mapping[str, Any]:
         """{promotable, reason, validation: {ok, dropped_entries}, applied_seq, primary_seq,
-        keys_restorable} as the standby's admin endpoint reports it (MP-3)."""
+        keys_restorable} as the standby's admin endpoint reports it (MP-3); ``TargetLacks``
+        (promotability) where the admin service has no such endpoint, ``ObservationFailed``
+        where asking broke."""
+        ...
+
+    def replication(self, index: int) -> Mapping[str, Any]:
+        """Where master ``index`` stands in the replicated OpLog, from what the build shows:
+        {applied_seq, primary_seq (the leader's durable sequence; 0 before any write), lag,
+        state, role}."""
         ...
 
     def promote(self, index: int, timeout: float = 15.0) -> tuple[int, Mapping[str, Any]]:

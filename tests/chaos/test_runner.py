@@ -78,3 +78,26 @@ def test_recovery_phase_runs_the_workload_after_the_last_heal() -> None:
     after = [op for op in result.history.ops if op.type == "ok" and op.time > last_heal]
     assert after, "no workload op ran after the final heal"
     assert {op.process for op in after} == {1}, "recovery ops must use fresh process ids"
+
+
+def test_the_systems_exceptions_are_indeterminate_a_client_bug_ends_the_run() -> None:
+    """A refused connection (OSError) or an exception marked ``system_answer`` is the system's
+    answer: recorded ``info``. A TypeError in the client is not: the run ends in
+    ChaosRunError naming it, so no checker judges a history the client made up."""
+
+    class DriverGone(RuntimeError):
+        system_answer = True
+
+    answers = iter([ConnectionRefusedError("refused"), DriverGone("driver died")])
+
+    class Answering:
+        def invoke(self, spec):
+            raise next(answers, None) or TypeError("unsupported operand")
+
+    with pytest.raises(ChaosRunError, match="raised TypeError .*a bug of the client") as err:
+        run_chaos(lambda w: Answering(), Workload(gen.kv(), 1), seconds=5, workers=1)
+    history = err.value.result.history
+    infos = [op.error for op in history.ops if op.type == "info"]
+    assert infos[:2] == ["ConnectionRefusedError: refused", "DriverGone: driver died"]
+    assert "TypeError" in infos[2]
+    assert len(infos) == 3, "the worker stopped at the client's bug"

@@ -174,6 +174,7 @@ class DeploymentMasters(MooncakeMasters):
         self.build = build
         self.where = f"{manifest.path}'s masters"
         self.drain_jobs: dict[str, str] = {}
+        self.etcd = list(manifest.etcd)
 
     def admin_url(self, index: int) -> str:
         return self.masters[index].admin
@@ -254,6 +255,7 @@ class DeploymentPlacement:
             caps.add(Capability.ENGINE)
         if m.masters:
             caps.add(Capability.MASTER_CLUSTER)
+            caps.add(Capability.PROMOTABILITY)  # probed live by the first promotable()
         if m.permits("metadata_faults") and m.etcd:
             caps.add(Capability.METADATA_FAULTS)
         return frozenset(caps)

@@ -42,7 +42,8 @@ _IMAGE_RE = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
 SUPPORTED = frozenset({Capability.ENGINE, Capability.ENGINE_RESTART, Capability.METADATA_ETCD,
-                       Capability.MASTER_CLUSTER})
+                       Capability.MASTER_CLUSTER, Capability.PROMOTABILITY})
+"""(promotability is probed live by the first ``promotable()`` of a running master)"""
 
 
 def docker_host() -> str:

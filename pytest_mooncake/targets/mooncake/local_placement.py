@@ -116,6 +116,9 @@ class LocalPlacement(ProcessPlacement):
             f"version another build would (no client option sets it)")
         if Capability.MASTER_CLUSTER in lacks:
             lacks[Capability.FOREIGN_MASTER] = lacks[Capability.MASTER_CLUSTER]
+            lacks[Capability.PROMOTABILITY] = lacks[Capability.MASTER_CLUSTER]
+        # promotability is probed live: the first promotable() asks a running master's admin
+        # service (MooncakeMasters.promotable) and raises TargetLacks with what it answered
         caps = frozenset(c for c in Capability if c not in lacks)
         return caps, lacks
 

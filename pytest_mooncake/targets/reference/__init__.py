@@ -28,7 +28,7 @@ ENGINE_CAPABILITIES = frozenset({
 })
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
-    Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER,
+    Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER, Capability.PROMOTABILITY,
 })
 RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER})
 
