@@ -44,8 +44,8 @@ OPTIONS: tuple[Option, ...] = (
            "Default: sim.", "sim|pyverbs:DEVICE"),
     Option("schedules", "200", "schedules to explore per controlled-scheduler scenario. "
            "Default: 200.", "N"),
-    Option("strategy", "pct", "scheduling strategy for explorations: pct or random. "
-           "Default: pct.", "pct|random"),
+    Option("strategy", "mix", "scheduling strategy for explorations: mix (PCT and random walk "
+           "alternately), pct or random. Default: mix.", "mix|pct|random"),
     Option("replay", "", "replay token printed by a failing exploration; runs exactly that "
            "schedule.", "TOKEN"),
     Option("matrix", "", "run the suites over several targets in one session: a TOML file "
@@ -132,8 +132,9 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
     else:
         seed, given = secrets.randbelow(2**32), False
     strategy = raw["strategy"].strip().lower()
-    if strategy not in ("pct", "random"):
-        raise pytest.UsageError(f"--mc-strategy must be pct or random (got {raw['strategy']!r})")
+    if strategy not in ("mix", "pct", "random"):
+        raise pytest.UsageError(
+            f"--mc-strategy must be mix, pct or random (got {raw['strategy']!r})")
     verbs = raw["verbs"].strip()
     if verbs != "sim" and not (verbs.startswith("pyverbs:") and len(verbs) > len("pyverbs:")):
         raise pytest.UsageError(

@@ -3,7 +3,7 @@
     python -m reference_engine.rdma scenarios
     python -m reference_engine.rdma run NAME [--profile legacy] [--dedicated-poller]
     python -m reference_engine.rdma explore NAME [--profile legacy] [--schedules 500]
-                                           [--strategy pct|random] [--seed 1] [--depth 3]
+                                           [--strategy mix|pct|random] [--seed 1] [--depth 3]
     python -m reference_engine.rdma replay TOKEN [--trace]
 
 Exit status: 0 when no invariant was violated, 1 when one was, 2 on bad input.
@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from reference_engine.profiles import PROFILES
-from reference_engine.rdma.sim.exploration import Outcome, explore, replay, run_once
+from reference_engine.rdma.sim.exploration import STRATEGIES, Outcome, explore, replay, run_once
 from reference_engine.rdma.sim.scenarios import EXTRA_SCENARIOS, SCENARIOS
 from reference_engine.rdma.sim.scheduler import RoundRobin, ScheduleError
 
@@ -47,9 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--dedicated-poller", action="store_true")
         if name == "explore":
             p.add_argument("--schedules", type=int, default=500)
-            p.add_argument("--strategy", choices=("pct", "random"), default="pct")
+            p.add_argument("--strategy", choices=STRATEGIES, default="mix",
+                           help="mix (default): PCT and random walk alternately")
             p.add_argument("--seed", type=int, default=0)
-            p.add_argument("--depth", type=int, default=3)
+            p.add_argument("--depth", type=int, default=None,
+                           help="PCT bug depth (default: pct 2, mix 12)")
     p = sub.add_parser("replay")
     p.add_argument("token")
     p.add_argument("--trace", action="store_true", help="print every step")

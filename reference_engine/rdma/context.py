@@ -3,7 +3,6 @@ the QP -> endpoint map for async events, an active flag and a failure counter.""
 
 from __future__ import annotations
 
-from reference_engine.rdma.counters import Counter
 from reference_engine.rdma.endpoint import Endpoint
 from reference_engine.rdma.endpoint_store import EndpointStore
 from reference_engine.rdma.verbs import VerbsError
@@ -22,7 +21,8 @@ class LocalContext:
         self.pending_events = getattr(verbs_ctx, "pending_events", None)
         """How many async events wait (simulator); None when the backend cannot tell."""
         self.pd = verbs_ctx.alloc_pd()
-        self.cqs = [(verbs_ctx.create_cq(config.max_cqe), Counter(f"{self.nic_path}/cq{i}"))
+        self.cqs = [(verbs_ctx.create_cq(config.max_cqe),
+                     transport.counter_type(f"{self.nic_path}/cq{i}"))
                     for i in range(config.num_cq_per_ctx)]
         self._cq_next = 0
         self.config = config

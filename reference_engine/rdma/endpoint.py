@@ -81,7 +81,8 @@ class Endpoint:
         for qp in self.qps:
             ctx.qp_owner[qp.qp_num] = self
             ctx.qp_slot[qp.qp_num] = self.slot
-        self.depth = [Counter(f"{self.peer_nic_path}#{self.generation}/qp{i}")
+        counter = ctx.transport.counter_type
+        self.depth = [counter(f"{self.peer_nic_path}#{self.generation}/qp{i}")
                       for i in range(num_qp)]
         self.state = UNCONNECTED
 
@@ -186,10 +187,11 @@ class Endpoint:
                     rest.extend(part[n:])
                 wrs = []
                 wr_id = ownership.wr_id
+                posted = S.POSTED
                 for s in batch:
                     wrs.append(WorkRequest(wr_id(s, self, depth), s.opcode, s.source_addr,
                                            s.length, s.source_lkey, s.dest_addr, s.dest_rkey))
-                    s.status = S.POSTED
+                    s.status = posted
                 depth.add(n)
                 cq.add(n)
                 if observer is not None:

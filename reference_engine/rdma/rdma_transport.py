@@ -8,6 +8,7 @@ cache's lookup: ``force`` bypasses the TTL). Handshakes go through ``rpc(server,
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,6 +19,7 @@ from reference_engine.rdma import points as P
 from reference_engine.rdma.clock import RealClock
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.context import LocalContext
+from reference_engine.rdma.counters import Counter, SerialCounter
 from reference_engine.rdma.endpoint import UNCONNECTED, Rpc, device_of
 from reference_engine.rdma.rail_state import RailTable
 from reference_engine.rdma.rdma_policies import RdmaPolicies
@@ -26,6 +28,7 @@ from reference_engine.rdma.verbs import CONTEXT_FATAL_EVENTS, AsyncEventType, Op
 from reference_engine.rdma.worker_pool import WorkerPool, shard_of
 
 Lookup = Callable[[str, bool], "SegmentDescriptor | None"]
+_WRITE, _READ = Opcode.RDMA_WRITE, Opcode.RDMA_READ
 log = logging.getLogger("reference_engine.rdma")
 
 
@@ -50,6 +53,8 @@ class RdmaTransport:
         self.config = config or RdmaConfig()
         self.clock = clock or RealClock()
         self.virtual_time = self.clock.virtual
+        self.counter_type = SerialCounter if self.virtual_time else Counter
+        """On a virtual clock every actor runs on the controlled scheduler's one thread."""
         self.lookup_fn = lookup
         self.rpc = rpc
         self.instance_id = instance_id
@@ -93,23 +98,25 @@ class RdmaTransport:
     def submit(self, target: str, requests: Iterable[tuple[int, int, int, int]]) -> Task:
         """Queue transfers ``(opcode, source_addr, length, dest_addr)`` to segment ``target``."""
         task = Task(target)
-        size = self.config.slice_size
-        own = self.ownership
+        config = self.config
+        size, retry_cnt = config.slice_size, config.retry_cnt
+        register = self.ownership.register
+        slices = task.slices
         for opcode, src, length, dst in requests:
-            if opcode not in (Opcode.RDMA_WRITE, Opcode.RDMA_READ):
+            if opcode != _WRITE and opcode != _READ:
                 raise ValueError(f"opcode must be RDMA_WRITE or RDMA_READ, got {opcode!r}")
             for off in range(0, length, size):
-                s = Slice(task, opcode, src + off, min(size, length - off), dst + off,
-                          self.config.retry_cnt)
-                own.register(s)
-                task.slices.append(s)
-        task.slice_count = len(task.slices)
+                s = Slice(task, opcode, src + off, min(size, length - off), dst + off, retry_cnt)
+                register(s)
+                slices.append(s)
+        task.slice_count = len(slices)
         desc = self.lookup(target, False)
         batches: dict[tuple[int, str, int], list[Slice]] = {}
-        for s in task.slices:
-            self._rr += 1
-            if desc is None or not self.select_local(s, self._rr) or not self.select_peer(
-                    s, desc, s.ctx_index):
+        select_local, select_peer = self.select_local, self.select_peer
+        rr = self._rr
+        for s in slices:
+            rr += 1
+            if desc is None or not select_local(s, rr) or not select_peer(s, desc, s.ctx_index):
                 self.stats["submit_failures"] += 1
                 s.mark_failed()
                 continue
@@ -119,7 +126,8 @@ class RdmaTransport:
                 batches[key] = [s]
             else:
                 batch.append(s)
-        shards = self.config.shards
+        self._rr = rr
+        shards = config.shards
         for (ctx_index, path, device_id), batch in batches.items():
             self.contexts[ctx_index].pool.enqueue(shard_of(target, device_id, shards), path, batch)
         return task
@@ -133,13 +141,18 @@ class RdmaTransport:
         pool.enqueue(shard_of(s.target, s.device_id, self.config.shards), s.peer_nic_path, [s])
 
     def select_local(self, s: Slice, start: int) -> bool:
-        buf = next((b for b in self.buffers if b.contains(s.source_addr, s.length)), None)
-        if buf is None:
+        addr = s.source_addr
+        end = addr + s.length
+        for buf in self.buffers:
+            if buf.addr <= addr and end <= buf.addr + buf.length:
+                break
+        else:
             return False
-        n = len(self.contexts)
+        contexts = self.contexts
+        n = len(contexts)
         for k in range(n):
             i = (start + k) % n
-            if self.contexts[i].active:
+            if contexts[i].active:
                 s.ctx_index = i
                 s.source_lkey = buf.lkeys[i]
                 return True
@@ -373,6 +386,9 @@ class RdmaTransport:
 
     def start(self) -> None:
         """Free-running: one real thread per worker plus the monitor."""
+        if self.virtual_time:
+            raise RuntimeError(f"{self.server_name}: a transport on a virtual clock runs under "
+                               f"the controlled scheduler (actors()), not in threads")
         self.stopped = False
         for ctx in self.contexts:
             for t in range(self.model.workers):
@@ -406,4 +422,4 @@ class RdmaTransport:
 
 
 def _bind(fn, arg):
-    return lambda: fn(arg)
+    return functools.partial(fn, arg)

@@ -40,9 +40,10 @@ class TokenPool:
         self._grow = threading.Lock()
 
     def acquire(self, slice, endpoint, qp_depth: Counter, cq_outstanding: Counter) -> PostToken:
-        try:
-            tok = self.free.pop()
-        except IndexError:
+        free = self.free
+        if free:
+            tok = free.pop()
+        else:
             with self._grow:
                 tok = PostToken(len(self.tokens))
                 self.tokens.append(tok)

@@ -29,7 +29,7 @@ class WorkerPool:
         self.model = model
         self.shards: list[dict[str, list]] = [{} for _ in range(model.shards)]
         self.lock = threading.Lock()
-        self.wakeup = threading.Event()
+        self._wakeup: threading.Event | None = None
         self.poll_batch = transport.config.poll_batch
         self._post = [model.post_shards(t) for t in range(model.workers)]
         self._polled = [[ctx.cqs[ci][0] for ci in model.poll_cqs(t)] for t in range(model.workers)]
@@ -43,8 +43,17 @@ class WorkerPool:
                 q[path] = list(slices)
             else:
                 lst.extend(slices)
-        if not self.wakeup.is_set():
-            self.wakeup.set()
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.is_set():
+            wakeup.set()
+
+    @property
+    def wakeup(self) -> threading.Event:
+        """Set when work is queued; made on first use (only free-running threads wait on it,
+        and a controlled run builds thousands of pools that never run a thread)."""
+        if self._wakeup is None:
+            self._wakeup = threading.Event()
+        return self._wakeup
 
     def queued(self) -> int:
         return sum(len(v) for q in self.shards for v in q.values())

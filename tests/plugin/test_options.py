@@ -14,7 +14,7 @@ def test_defaults(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(PROBE)
     result = pytester.runpytest("-s")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*TARGET reference SEED * ETCD () TOXI None SCHED 200 STRAT pct*"])
+    result.stdout.fnmatch_lines(["*TARGET reference SEED * ETCD () TOXI None SCHED 200 STRAT mix*"])
     result.stdout.fnmatch_lines(["mooncake: target=reference (*) seed=* (random; rerun with --mc-seed=*)"])
 
 
@@ -49,7 +49,7 @@ def test_ini_keys_and_cli_precedence(pytester: pytest.Pytester) -> None:
         (["--mc-target=reference:bogus"], "*unknown reference profile 'bogus'*reference:legacy*"),
         (["--mc-seed=abc"], "*--mc-seed must be an integer (got 'abc')*"),
         (["--mc-schedules=0"], "*--mc-schedules must be a positive integer (got '0')*"),
-        (["--mc-strategy=dfs"], "*--mc-strategy must be pct or random (got 'dfs')*"),
+        (["--mc-strategy=dfs"], "*--mc-strategy must be mix, pct or random (got 'dfs')*"),
         (["--mc-etcd=nohostport"], "*--mc-etcd takes comma-separated host:port (got 'nohostport')*"),
         (["--mc-toxiproxy=localhost:8474"], "*--mc-toxiproxy must be a URL*"),
         (["--mc-verbs=rxe"], "*--mc-verbs must be sim or pyverbs:DEVICE*"),

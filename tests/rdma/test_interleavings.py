@@ -8,7 +8,7 @@ replay token reproduces the same violation.
 
 import pytest
 
-from reference_engine.rdma.sim.exploration import explore, replay, run_once
+from reference_engine.rdma.sim.exploration import explore, replay, run_once, strategy_for
 from reference_engine.rdma.sim.scenarios import SCENARIOS
 from reference_engine.rdma.sim.scheduler import RoundRobin
 
@@ -66,19 +66,22 @@ def test_pinned_interleaving_on_legacy(name):
 
 
 @pytest.mark.parametrize("env", MODELS)
-@pytest.mark.parametrize("strategy", ["pct", "random"])
+@pytest.mark.parametrize("strategy", ["mix", "pct", "random"])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_exploration_finds_nothing_on_rfc(name, strategy, env, mc_seed):
-    result = explore(name, "rfc", 120, strategy, seed=mc_seed, depth=3, env=env)
+    result = explore(name, "rfc", 120, strategy, seed=mc_seed,
+                     depth=3 if strategy == "pct" else None, env=env)
     if result.found:
         pytest.fail(f"{name}: {result.failure.violations[0]} -- replay token "
                     f"{result.failure.token}")
 
 
+@pytest.mark.parametrize("strategy", ["mix", "pct"])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_exploration_finds_legacy_failure_and_its_token_replays_it(name, mc_seed):
-    result = explore(name, "legacy", 1000, "pct", seed=mc_seed, depth=3)
-    assert result.found, f"{name}: no violation on legacy in 1000 PCT schedules"
+def test_exploration_finds_legacy_failure_and_its_token_replays_it(name, strategy, mc_seed):
+    result = explore(name, "legacy", 1000, strategy, seed=mc_seed,
+                     depth=3 if strategy == "pct" else None)
+    assert result.found, f"{name}: no violation on legacy in 1000 {strategy} schedules"
     failure = result.failure
     print(f"{name}: legacy violates after {result.schedules} schedule(s): "
           f"{failure.violations[0]}\n  replay token: {failure.token}\n  exact: "
@@ -97,3 +100,13 @@ def test_eviction_of_a_posted_endpoint_keeps_invariants_on_rfc_only(mc_seed):
     assert not explore(name, "rfc", 150, "random", seed=mc_seed).found
     bad = run_once(name, "legacy", RoundRobin(), pinned=True)
     assert "negative_counter" in {v.kind for v in bad.violations}
+
+
+def test_mix_alternates_pct_and_random_walk_and_its_tokens_name_them(mc_seed):
+    """The default strategy runs PCT on even schedules and a random walk on odd ones; each
+    schedule's token is a plain PCT or random-walk token (no new token kind)."""
+    kinds = [strategy_for("mix", 7, index=i).name for i in range(4)]
+    assert kinds == ["pct", "random", "pct", "random"]
+    assert strategy_for("mix", 7).params() == {"st": "pct", "seed": 7, "d": 12, "k": 40}
+    with pytest.raises(ValueError, match="mix, pct, random"):
+        explore("stale_completion_after_retry", "rfc", 1, "dfs")

@@ -97,7 +97,7 @@ class ReferenceRdma:
     """The RDMA handle of ``ReferenceTarget``; one per test (``mc_completions``)."""
 
     def __init__(self, profile: str = "rfc", seed: int = 0, schedules: int = 200,
-                 strategy: str = "pct", replay: str | None = None, verbs: str = "sim",
+                 strategy: str = "mix", replay: str | None = None, verbs: str = "sim",
                  **_: Any):
         self.profile = profile
         self.seed = seed
@@ -115,13 +115,16 @@ class ReferenceRdma:
                                          DEDICATED if dedicated_poller else {}, pinned=True))
 
     def explore(self, name: str, schedules: int | None = None, strategy: str | None = None,
-                seed: int | None = None, depth: int = 3,
+                seed: int | None = None, depth: int | None = None,
                 dedicated_poller: bool = False) -> RdmaExploration:
         if self.replay_token:
             run = self.replay(self.replay_token)
             return RdmaExploration(run.scenario, run.profile, 1, None if run.ok else run)
+        strategy = strategy or self.strategy
+        if depth is None and strategy == "pct":
+            depth = 3
         result = exploration.explore(
-            name, self.profile, schedules or self.schedules, strategy or self.strategy,
+            name, self.profile, schedules or self.schedules, strategy,
             self.seed if seed is None else seed, depth, env=DEDICATED if dedicated_poller else {})
         return RdmaExploration(name, self.profile, result.schedules,
                                _run(result.failure) if result.failure else None)

@@ -56,7 +56,11 @@ class InvariantChecker:
                     s = tr.ownership.peek(wr_id)
                     if s is not None:
                         self.owning_post[s] = seq
-                        self.posts.setdefault(s, []).append((seq, qp_num, wr_id))
+                        posts = self.posts.get(s)
+                        if posts is None:
+                            self.posts[s] = [(seq, qp_num, wr_id)]
+                        else:
+                            posts.append((seq, qp_num, wr_id))
                     return
 
     def on_post(self, ep, batch) -> None:

@@ -35,6 +35,8 @@ from reference_engine.rdma.verbs import Opcode, QPState, WcStatus
 from reference_engine.rdma.worker_pool import shard_of
 
 SLICE = 4096
+PATTERN = bytes(range(1, 17)) * SLICE
+"""What node A's buffer holds before a scenario runs (16 slices, each byte naming its offset)."""
 CHAOS_ACTOR = "chaos"
 FABRIC_ACTOR = "fabric"
 
@@ -105,7 +107,7 @@ def _setup(name, profile, env, a_nics=("mlx5_0",), b_nics=("mlx5_0",), extra_nod
     cluster.fabric.observer = checker
     a.transport.observer = checker
     checker.watch(a.transport)
-    a.node.memory.view(a.buffer_addr, 16 * SLICE)[:] = bytes(range(1, 17)) * SLICE
+    a.node.memory.view(a.buffer_addr, 16 * SLICE)[:] = PATTERN
     return cluster, a, b, checker
 
 

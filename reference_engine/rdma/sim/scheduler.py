@@ -49,12 +49,15 @@ class RoundRobin:
         self.last = -1
 
     def choose(self, enabled: list[Actor], step: int) -> Actor:
-        for a in enabled:
+        return enabled[self.pick(enabled, step)]
+
+    def pick(self, enabled: list[Actor], step: int) -> int:
+        for i, a in enumerate(enabled):
             if a.index > self.last:
                 self.last = a.index
-                return a
+                return i
         self.last = enabled[0].index
-        return enabled[0]
+        return 0
 
     def params(self) -> dict[str, Any]:
         return {"st": self.name}
@@ -70,9 +73,11 @@ class RandomWalk:
         self.rng = random.Random(self.seed)
 
     def choose(self, enabled: list[Actor], step: int) -> Actor:
-        if len(enabled) == 1:
-            return enabled[0]
-        return enabled[self.rng.randrange(len(enabled))]
+        return enabled[self.pick(enabled, step)]
+
+    def pick(self, enabled: list[Actor], step: int) -> int:
+        n = len(enabled)
+        return 0 if n == 1 else self.rng.randrange(n)
 
     def params(self) -> dict[str, Any]:
         return {"st": self.name, "seed": self.seed}
@@ -100,14 +105,19 @@ class PCT:
         self.changes = {step: self.depth - 1 - i for i, step in enumerate(sorted(points))}
 
     def choose(self, enabled: list[Actor], step: int) -> Actor:
+        return enabled[self.pick(enabled, step)]
+
+    def pick(self, enabled: list[Actor], step: int) -> int:
+        """The highest-priority enabled actor (the first of equals); at a change point its
+        priority drops to that point's low value."""
         prio = self.prio
-        best = enabled[0]
-        for a in enabled:
-            if prio[a.index] > prio[best.index]:
-                best = a
-        low = self.changes.get(step)
-        if low is not None:
-            prio[best.index] = low
+        best, top = 0, prio[enabled[0].index]
+        for i in range(1, len(enabled)):
+            p = prio[enabled[i].index]
+            if p > top:
+                best, top = i, p
+        if step in self.changes:
+            prio[enabled[best].index] = self.changes[step]
         return best
 
     def params(self) -> dict[str, Any]:
@@ -124,13 +134,16 @@ class Replay:
         pass
 
     def choose(self, enabled: list[Actor], step: int) -> Actor:
+        return enabled[self.pick(enabled, step)]
+
+    def pick(self, enabled: list[Actor], step: int) -> int:
         if step < len(self.choices):
             i = self.choices[step]
             if i >= len(enabled):
                 raise ScheduleError(f"replay step {step}: choice {i} but only "
                                     f"{len(enabled)} actors enabled (scenario changed?)")
-            return enabled[i]
-        return enabled[0]
+            return i
+        return 0
 
     def params(self) -> dict[str, Any]:
         return {"st": self.name, "c": base64.urlsafe_b64encode(
@@ -200,24 +213,37 @@ class Scheduler:
         acts = [Actor(name, gen, has_work, i) for i, (name, gen, has_work) in enumerate(actors)]
         strategy = self.strategy
         strategy.reset(acts)
+        pick = getattr(strategy, "pick", None)
+        choose = strategy.choose
         observe = getattr(strategy, "observe", None)
         choices = bytearray()
+        record = choices.append
         trace: list[tuple[str, str]] = []
         on_step = self.on_step
+        record_trace = self.record_trace
+        max_steps = self.max_steps
+        live = list(acts)
+        """Actors not finished, in index order: ``enabled`` is their runnable subsequence."""
         step = 0
         while True:
-            enabled = [a for a in acts if not a.done and (not a.blocked or a.has_work())]
+            enabled = [a for a in live if not a.blocked or a.has_work()]
             if not enabled:
                 return RunResult(step, True, bytes(choices), trace)
-            if step >= self.max_steps:
+            if step >= max_steps:
                 return RunResult(step, False, bytes(choices), trace)
-            actor = strategy.choose(enabled, step)
-            choices.append(enabled.index(actor))
+            if pick is not None:
+                i = pick(enabled, step)
+                actor = enabled[i]
+            else:
+                actor = choose(enabled, step)
+                i = enabled.index(actor)
+            record(i)
             step += 1
             try:
                 point = next(actor.gen)
             except StopIteration:
                 actor.done = True
+                live.remove(actor)
                 point = None
             except Exception as exc:  # noqa: BLE001 - a crash is a finding with a schedule
                 return RunResult(step, False, bytes(choices), trace,
@@ -225,7 +251,7 @@ class Scheduler:
             actor.blocked = point is IDLE
             if observe is not None:
                 observe(actor, point)
-            if self.record_trace:
+            if record_trace:
                 trace.append((actor.name, point))
             if on_step is not None:
                 on_step(actor, point)

@@ -36,15 +36,19 @@ class SimDirectory:
 
     def publish(self, desc: SegmentDescriptor) -> None:
         self.published[desc.name] = desc
-        self.raw[desc.name] = encode(desc)
+        self.raw.pop(desc.name, None)
 
     def fetch(self, segment: str) -> bytes | None:
-        """The published value as a metadata store holds it (for ``SegmentCache``)."""
+        """The published value as a metadata store holds it (for ``SegmentCache``); encoded on
+        first read, as most simulated runs never read raw values."""
         if self.fail_refresh:
             self.fail_refresh -= 1
             raise OSError(f"injected metadata failure fetching {segment!r}")
         self.fetches += 1
-        return self.raw.get(segment)
+        raw = self.raw.get(segment)
+        if raw is None and segment in self.published:
+            raw = self.raw[segment] = encode(self.published[segment])
+        return raw
 
     def lookup_for(self, reader: str):
         def lookup(segment: str, force: bool) -> SegmentDescriptor | None:

@@ -33,6 +33,13 @@ from reference_engine.rdma.verbs import (
     WorkRequest,
 )
 
+_SUCCESS = WcStatus.SUCCESS
+_FLUSH = WcStatus.WR_FLUSH_ERR
+_ERR = QPState.ERR
+_RTS = QPState.RTS
+_RTR = QPState.RTR
+_WRITE = Opcode.RDMA_WRITE
+
 FAIL_POST = "fail_post"
 ERROR = "error"
 DROP = "drop"
@@ -82,7 +89,7 @@ class _Pending:
         self.wr = wr
         self.seq = seq
         self.done = False
-        self.status = WcStatus.SUCCESS
+        self.status = _SUCCESS
         self.delay = 0
 
 
@@ -132,15 +139,18 @@ class SimMemory:
 
 
 class SimMR:
-    __slots__ = ("pd", "addr", "length", "lkey", "rkey", "access")
+    __slots__ = ("pd", "addr", "length", "lkey", "rkey", "access", "view")
 
-    def __init__(self, pd: SimPD, addr: int, length: int, key: int, access: int):
+    def __init__(self, pd: SimPD, addr: int, length: int, key: int, access: int,
+                 view: memoryview):
         self.pd = pd
         self.addr = addr
         self.length = length
         self.lkey = key
         self.rkey = key
         self.access = access
+        self.view = view
+        """The registered bytes (a region is contiguous node memory, looked up once)."""
 
     def covers(self, addr: int, length: int) -> bool:
         return self.addr <= addr and addr + length <= self.addr + self.length
@@ -154,9 +164,9 @@ class SimPD:
         ctx = self.ctx
         if ctx.closed:
             raise VerbsError(f"{ctx.device_name}: context closed")
-        ctx.node.memory.view(addr, length)
+        view = ctx.node.memory.view(addr, length)
         ctx.mr_seq += 1
-        mr = SimMR(self, addr, length, (ctx.ordinal << 16) | ctx.mr_seq, access)
+        mr = SimMR(self, addr, length, (ctx.ordinal << 16) | ctx.mr_seq, access, view)
         ctx.mrs[mr.lkey] = mr
         return mr
 
@@ -404,20 +414,21 @@ class SimFabric:
         with self.lock:
             if qp.destroyed or qp.ctx.dead:
                 raise PostSendError(0, errno.EIO, f"qp {qp.qp_num}: device or QP gone")
-            if qp.state != QPState.RTS and qp.state != QPState.ERR:
+            if qp.state != _RTS and qp.state != _ERR:
                 raise PostSendError(0, errno.EINVAL, f"qp {qp.qp_num}: post in {qp.state.name}")
             faults = self.faults
             observer = self.observer
+            qp_num = qp.qp_num
             for i, wr in enumerate(wrs):
                 fault = self._match((FAIL_POST,), qp, wr) if faults else None
                 if fault is not None:
                     raise PostSendError(i, errno.ENOMEM, f"qp {qp.qp_num}: injected bad_wr at {i}")
-                self.seq += 1
-                rec = _Pending(qp, wr, self.seq)
+                seq = self.seq = self.seq + 1
+                rec = _Pending(qp, wr, seq)
                 if observer is not None:
-                    observer.on_wr_posted(rec.seq, qp.qp_num, wr.wr_id)
-                if qp.state == QPState.ERR:
-                    self._complete(rec, WcStatus.WR_FLUSH_ERR)
+                    observer.on_wr_posted(seq, qp_num, wr.wr_id)
+                if qp.state == _ERR:
+                    self._complete(rec, _FLUSH)
                     continue
                 fault = self._match((ERROR, DROP, HOLD, DELAY), qp, wr) if faults else None
                 if fault is None:
@@ -449,14 +460,15 @@ class SimFabric:
             self._execute(rec)
 
     def _enqueue(self, rec: _Pending) -> None:
-        if rec.qp.destroyed:
+        qp = rec.qp
+        if qp.destroyed:
             return
-        if rec.qp.state == QPState.ERR:
-            self._complete(rec, WcStatus.WR_FLUSH_ERR)
+        if qp.state == _ERR:
+            self._complete(rec, _FLUSH)
         elif self.auto_deliver and not rec.delay:
             self._execute(rec)
         else:
-            rec.qp.pending.add(rec)
+            qp.pending.add(rec)
             self.in_flight.append(rec)
             self.deliverable += 1
 
@@ -488,36 +500,38 @@ class SimFabric:
         qp = rec.qp
         if qp.destroyed:
             return
-        if qp.state == QPState.ERR:
-            self._complete(rec, WcStatus.WR_FLUSH_ERR)
+        if qp.state == _ERR:
+            self._complete(rec, _FLUSH)
             return
-        if rec.status != WcStatus.SUCCESS:
+        if rec.status != _SUCCESS:
             self._fail(rec, rec.status)
             return
         wr = rec.wr
+        length = wr.length
         local = qp.ctx.mrs.get(wr.lkey)
-        if local is None or local.pd is not qp.pd or not local.covers(wr.local_addr, wr.length):
+        lo = wr.local_addr - local.addr if local is not None else -1
+        if local is None or local.pd is not qp.pd or lo < 0 or lo + length > local.length:
             self._fail(rec, WcStatus.LOC_PROT_ERR)
             return
         peer = self.qps.get(qp.dest_qp_num)
         if (peer is None or peer.ctx.gid != qp.dest_gid or peer.dest_qp_num != qp.qp_num
-                or peer.state not in (QPState.RTR, QPState.RTS) or peer.ctx.dead):
+                or (peer.state != _RTS and peer.state != _RTR) or peer.ctx.dead):
             self._fail(rec, WcStatus.RETRY_EXC_ERR)
             return
         remote = peer.ctx.mrs.get(wr.rkey)
-        need = ACCESS_REMOTE_WRITE if wr.opcode == Opcode.RDMA_WRITE else ACCESS_REMOTE_READ
+        write = wr.opcode == _WRITE
+        need = ACCESS_REMOTE_WRITE if write else ACCESS_REMOTE_READ
+        ro = wr.remote_addr - remote.addr if remote is not None else -1
         if (remote is None or remote.pd is not peer.pd or not remote.access & need
-                or not remote.covers(wr.remote_addr, wr.length)):
+                or ro < 0 or ro + length > remote.length):
             self._fail(rec, WcStatus.REM_ACCESS_ERR)
             self._to_err(peer)
             return
-        lmem = qp.ctx.node.memory
-        rmem = peer.ctx.node.memory
-        if wr.opcode == Opcode.RDMA_WRITE:
-            rmem.view(wr.remote_addr, wr.length)[:] = lmem.view(wr.local_addr, wr.length)
+        if write:
+            remote.view[ro:ro + length] = local.view[lo:lo + length]
         else:
-            lmem.view(wr.local_addr, wr.length)[:] = rmem.view(wr.remote_addr, wr.length)
-        self._complete(rec, WcStatus.SUCCESS)
+            local.view[lo:lo + length] = remote.view[ro:ro + length]
+        self._complete(rec, _SUCCESS)
 
     def _fail(self, rec: _Pending, status: int) -> None:
         self._complete(rec, status)
@@ -526,9 +540,10 @@ class SimFabric:
     def _complete(self, rec: _Pending, status: int) -> None:
         rec.done = True
         wr = rec.wr
-        rec.qp.cq.entries.append(
+        qp = rec.qp
+        qp.cq.entries.append(
             WorkCompletion(wr.wr_id, status, wr.opcode, wr.length if status == 0 else 0,
-                           rec.qp.qp_num, rec.seq))
+                           qp.qp_num, rec.seq))
 
     def _to_err(self, qp: SimQP) -> None:
         if qp.destroyed:
