@@ -241,3 +241,37 @@ def test_failing_test_shows_the_etcd_log(pytester: pytest.Pytester) -> None:
     assert re.search(r"--- start #1: \S*etcd --name mc-etcd-\d+ ", with_etcd), with_etcd
     assert "Captured etcd log" not in sections["test_fails_without_etcd"], (
         "a test that did not use mc_etcd shows its log")
+
+
+def _connections_to(port: int) -> int:
+    """Established TCP connections this process holds to 127.0.0.1:``port`` (from /proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table_path in ("/proc/net/tcp", "/proc/net/tcp6"):  # gRPC dials v4-mapped IPv6
+        with open(table_path) as table:
+            for row in list(table)[1:]:
+                fields = row.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if remote_port == port and fields[3] == "01" and fields[9] in inodes:
+                    count += 1
+    return count
+
+
+def test_each_client_has_a_connection_of_its_own(mc_etcd) -> None:
+    """gRPC would share one socket per address; after an etcd restart a new client then inherits
+    the old client's dead socket ("sendmsg: Broken pipe"). Each client must dial its own."""
+    port = int(mc_etcd.endpoints[0].rpartition(":")[2])
+    before = _connections_to(port)
+    first, second = mc_etcd.client(), mc_etcd.client()
+    first.get("k")
+    second.get("k")
+    assert _connections_to(port) - before == 2
+    first.close()
+    second.close()

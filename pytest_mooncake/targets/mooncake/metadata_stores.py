@@ -6,6 +6,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from pytest_mooncake.runtime.etcd_process import etcd_client
 from pytest_mooncake.runtime.loopback_http import http_request
 from pytest_mooncake.runtime.processes import ManagedProcess
 
@@ -38,10 +39,7 @@ class EtcdMetadata:
 
     def _etcd(self) -> Any:
         if self._client is None:
-            import etcd3
-
-            host, _, port = self._origin[0].rpartition(":")
-            self._client = etcd3.client(host=host, port=int(port), timeout=5)
+            self._client = etcd_client(self._origin[0], timeout=5)
         return self._client
 
     def get(self, key: str) -> bytes | None:
