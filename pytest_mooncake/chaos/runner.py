@@ -269,8 +269,11 @@ def run_chaos(
                                               name="mc-chaos-nemesis", daemon=True)
         for t in threads + ([nemesis_thread] if nemesis_thread else []):
             t.start()
-        deadline = t0 + seconds
-        next_report = t0 + progress_every
+        # the window starts when workers and nemesis run: making the clients (slow on a loaded
+        # machine) must not eat the time the nemesis has to inject a fault
+        started = time.monotonic()
+        deadline = started + seconds
+        next_report = started + progress_every
         while True:
             alive = [t for t in threads if t.is_alive()]
             now = time.monotonic()

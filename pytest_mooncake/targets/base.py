@@ -37,7 +37,15 @@ class Capability(str, enum.Enum):
     KEEP_ADDRESSES = "keep_addresses"
     """Restart so that buffer addresses (and keys) equal the old process's."""
     CACHE_CONTROL = "cache_control"
-    """Set ``metadata_cache_ttl_ms``, look up a peer, force a refresh, read cache counters."""
+    """Look up a peer's descriptor the way a transfer would (``lookup``): the whole descriptor,
+    or what the build reveals of it (``LookupResult.partial``)."""
+    CACHE_TTL = "cache_ttl"
+    """Bound how long a remote descriptor is served from cache (``ttl_ms=``): the RFC's
+    ``metadata_cache_ttl_ms``, or a real build's own refresh interval (whole seconds; 0: no
+    cache). MR-1, MR-3, MR-4, MR-6 and MR-14 demand it."""
+    FORCED_REFRESH = "forced_refresh"
+    """Refresh one peer's descriptor now, bypassing the TTL (``lookup(force=True)``), as a
+    transport failure does. MR-5 demands it."""
     ENGINE_COUNTERS = "engine_counters"
     """Read refresh/replacement/retire/exhaustion counters of an engine."""
     METADATA_ETCD = "metadata_etcd"
@@ -148,6 +156,9 @@ class LookupResult:
     ok: bool
     descriptor: Mapping[str, Any] | None = None
     error: str | None = None
+    partial: bool = False
+    """True when the target reveals only part of the cached descriptor (a real build's Python
+    API: the first buffer's address); compare with ``planting.shows``."""
 
 
 @runtime_checkable
@@ -156,6 +167,9 @@ class EngineHandle(Protocol):
 
     segment: str
     pid: int | None
+    cache_ttl_ms: float | None
+    """How long this engine serves a remote descriptor from its cache at most, as it runs (a
+    real build rounds ``ttl_ms`` up to its whole-second refresh interval); None: no bound."""
 
     def descriptor(self) -> Mapping[str, Any]:
         """The engine's own published descriptor, decoded from the metadata store."""
@@ -201,6 +215,11 @@ class EngineHandle(Protocol):
         ...
 
     def logs(self) -> str: ...
+    def log_events(self) -> Mapping[str, int]:
+        """What the engine's log shows, read as the counters ``stats`` names (an event the log
+        never mentions is absent): MR-15's log lines, where a build has no counter API."""
+        ...
+
     def restart(self, keep_addresses: bool = False) -> None: ...
     def kill(self) -> None: ...
     def stop(self) -> None: ...

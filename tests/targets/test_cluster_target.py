@@ -33,6 +33,7 @@ def test_example_manifest_is_valid():
     target = resolve_target(f"cluster:{EXAMPLE}")
     assert target.version == "cluster example (0.3.13)"
     assert target.capabilities == {Capability.ENGINE, Capability.MASTER_CLUSTER,
+                                   Capability.PROMOTABILITY,  # probed live by promotable()
                                    Capability.METADATA_ETCD, Capability.METADATA_FAULTS}
 
 
@@ -104,12 +105,12 @@ def test_faults():
     pass
 ''')
     result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{good}",
-                                           "-rs", timeout=60)
+                                           "-rs", timeout=180)  # a bound for a hung child, not a speed check
     result.assert_outcomes(skipped=2)
     assert f"n/a: cluster:{good} lists no [[engines]]" in result.stdout.str()
     bad = manifest(tmp_path, '[[masters]]\nadmin = "nope"\n', name="bad.toml")
     result = pytester.runpytest_subprocess("-p", "pytest_mooncake", f"--mc-target=cluster:{bad}",
-                                           timeout=60)
+                                           timeout=180)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"{bad}: field 'masters[0].admin': expected an http" in result.stderr.str()
 
@@ -186,7 +187,7 @@ def test_observed_masters_report_a_leader_and_are_never_killed(mooncake_target, 
             observed.drain_segment("any")
         with pytest.raises(TargetLacks, match="never kills masters"):
             observed.kill_master(leader)
-        with pytest.raises(TargetLacks, match="exposes no promotability endpoint"):
+        with pytest.raises(TargetLacks, match="exposes no promotability predicate"):
             observed.promotable(1 - leader)
         with pytest.raises(TargetLacks, match="never starts store clients"):
             target.master_cluster(masters=2, clients=1)

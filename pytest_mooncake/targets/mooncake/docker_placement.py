@@ -288,6 +288,9 @@ class ContainerLauncher:
     def host_port(self, process: Any, port: int) -> int:
         return process.published(port)
 
+    def environment(self, extra: Mapping[str, str]) -> Mapping[str, str]:
+        return dict(extra)  # a container starts from the image's environment and ``extra``
+
     def driver_argv(self, *args: str) -> list[str]:
         return ["python3", f"{DRIVER_DIR_IN_CONTAINER}/driver.py", *args]
 

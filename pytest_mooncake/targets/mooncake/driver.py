@@ -69,6 +69,15 @@ def _unb64(text: str) -> bytes:
 # ------------------------------------------------------------------------------------- probe
 
 
+def env_names(path: str) -> list[str]:
+    """The ``MC_*`` environment variable names stored in a compiled module (C strings): the
+    settings it can read; a name that is not there is never read."""
+    import re
+
+    with open(path, "rb") as f:
+        return sorted({m.decode() for m in re.findall(rb"MC_[A-Z0-9_]{3,}", f.read())})
+
+
 def probe() -> dict:
     """What this Mooncake build offers: import paths, Python API surface, binaries."""
     import mooncake
@@ -78,6 +87,7 @@ def probe() -> dict:
         from mooncake.engine import TransferEngine
 
         facts["engine_methods"] = sorted(n for n in dir(TransferEngine) if not n.startswith("_"))
+        facts["engine_env"] = env_names(sys.modules[TransferEngine.__module__].__file__)
     except Exception as exc:  # noqa: BLE001 (report, do not crash)
         facts["engine_error"] = f"{type(exc).__name__}: {exc}"
     try:

@@ -18,6 +18,9 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
     TransferResult,
 )
+from pytest_mooncake.targets.log_events import count_events
+from pytest_mooncake.targets.mooncake import mooncake_log
+from pytest_mooncake.targets.mooncake.cache_knobs import bound_ms
 from pytest_mooncake.targets.mooncake.driver_control import (
     ControlClient,
     ControlError,
@@ -42,6 +45,9 @@ class DriverCommands:
     lacks: dict[Capability, str]
     info: dict[str, Any]
     control: ControlClient | None
+    cache_ttl_ms: float | None = None
+    """The bound on its remote segment cache (``cache_knobs.bound_ms`` of the environment it
+    was started with; None: none known)."""
 
     def raw_descriptor(self) -> bytes | None:
         return self.metadata.get(self.metadata.segment_key(self.segment))
@@ -79,22 +85,31 @@ class DriverCommands:
         return self._result(self._call("read_at", peer=peer, address=address, length=length))
 
     def lookup(self, peer: str, force: bool = False) -> LookupResult:
+        """The peer's first buffer address as the engine resolves it for a transfer (through
+        its cache): all of the cached descriptor the Python API reveals (``partial``)."""
         if force:
-            raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
-                Capability.CACHE_CONTROL, "the engine offers no forced metadata refresh"))
+            raise TargetLacks(Capability.FORCED_REFRESH, self.lacks.get(
+                Capability.FORCED_REFRESH, "the engine offers no forced metadata refresh"))
         reply = self._call("lookup", peer=peer)
         if not reply.get("ok"):
-            return LookupResult(ok=False, error=reply.get("error"))
+            return LookupResult(ok=False, error=reply.get("error"), partial=True)
         addr = int(reply["first_buffer_address"])
-        return LookupResult(ok=True, descriptor={"name": peer, "buffers": [{"addr": addr}]})
+        return LookupResult(ok=True, descriptor={"name": peer, "buffers": [{"addr": addr}]},
+                            partial=True)
 
     def set_ttl_ms(self, ttl_ms: int) -> None:
-        raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
-            Capability.CACHE_CONTROL, "the engine has no metadata cache TTL setting"))
+        """A running build cannot change its cache bound: it reads it from its environment at
+        start (``start_engine(ttl_ms=)``)."""
+        raise TargetLacks(Capability.CACHE_TTL, (
+            f"engine {self.segment!r} reads its cache bound from its environment at start; "
+            f"start it with ttl_ms= instead (it runs with {self.cache_ttl_ms} ms)"))
 
     def stats(self) -> Mapping[str, int]:
         raise TargetLacks(Capability.ENGINE_COUNTERS, self.lacks.get(
             Capability.ENGINE_COUNTERS, "the engine exposes no counters"))
+
+    def log_events(self) -> Mapping[str, int]:
+        return count_events(self.logs(), mooncake_log.RULES)
 
     def driver_stats(self) -> Mapping[str, int]:
         """What the driver itself counted (transfers and lookups it issued and their outcome);
@@ -127,8 +142,11 @@ class MooncakeEngine(DriverCommands):
 
     def __init__(self, launcher: Launcher, workdir: Path,
                  segment: str, metadata: MetadataHandle, lacks: Mapping[Capability, str],
-                 buffer_size: int = 1 << 20, fixed_address: int = 0, ready_timeout: float = 30.0):
+                 buffer_size: int = 1 << 20, fixed_address: int = 0, ready_timeout: float = 30.0,
+                 env: Mapping[str, str] | None = None):
         self.launcher = launcher
+        self.env = dict(env or {})
+        self.cache_ttl_ms = bound_ms(launcher.environment(self.env))
         self.segment = segment
         self.metadata = metadata
         self.lacks = dict(lacks)
@@ -165,7 +183,7 @@ class MooncakeEngine(DriverCommands):
         try:
             if self.process is None:
                 self.process = self.launcher.start(
-                    f"mooncake-engine-{self.segment}", argv, None, self._ready,
+                    f"mooncake-engine-{self.segment}", argv, self.env, self._ready,
                     self.ready_timeout, publish=[self._control_port] if self._control_port else [])
             else:
                 self.process.argv = argv

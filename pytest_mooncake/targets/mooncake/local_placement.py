@@ -17,6 +17,7 @@ from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import Supervisor, port_open
 from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetContext, TargetError
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
+from pytest_mooncake.targets.mooncake.cache_knobs import REFRESH_ENV, CacheKnobs
 from pytest_mooncake.targets.mooncake.install import MooncakeInstall, SpecError, locate
 from pytest_mooncake.targets.mooncake.launchers import LocalLauncher
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
@@ -25,7 +26,7 @@ from pytest_mooncake.targets.mooncake.process_placement import ProcessPlacement
 
 ENGINE_API = ("initialize", "register_memory", "transfer_sync_write", "transfer_sync_read",
               "get_first_buffer_address")
-CACHE_API = ("sync_segment_cache", "set_metadata_cache_ttl_ms", "metadata_cache_ttl_ms")
+FORCED_API = ("sync_segment_cache", "refresh_segment", "force_refresh")
 COUNTER_API = re.compile(r"^(get_)?(stats|metrics|counters)$")
 STORE_API = ("setup", "put", "get", "is_exist", "remove")
 
@@ -75,11 +76,18 @@ class LocalPlacement(ProcessPlacement):
                         Capability.METADATA_ETCD, Capability.METADATA_HTTP,
                         Capability.METADATA_FAULTS):
                 lacks[cap] = f"mooncake.engine of {ver} is unusable: {why}"
-        if not (engine & set(CACHE_API)):
-            lacks[Capability.CACHE_CONTROL] = (
-                f"mooncake.engine of {ver} exposes no metadata_cache_ttl_ms setting and no forced "
-                f"refresh (TransferEngine has none of {', '.join(CACHE_API)}; its remote segment "
-                f"cache has no TTL)")
+        if Capability.ENGINE in lacks:
+            lacks[Capability.CACHE_CONTROL] = lacks[Capability.ENGINE]
+        self.cache_knobs = CacheKnobs.of(facts.get("engine_env", []), ver)
+        no_ttl = self.cache_knobs.missing()
+        if no_ttl:
+            lacks[Capability.CACHE_TTL] = no_ttl
+        forced = sorted(engine & set(FORCED_API))
+        lacks[Capability.FORCED_REFRESH] = (
+            f"the mooncake target does not drive {', '.join(forced)} of {ver} yet" if forced
+            else f"mooncake.engine of {ver} offers no forced refresh of one peer (TransferEngine "
+                 f"has none of {', '.join(FORCED_API)}; its cache refreshes only on "
+                 f"{REFRESH_ENV}'s interval)")
         counters = sorted(m for m in engine if COUNTER_API.match(m))
         lacks[Capability.ENGINE_COUNTERS] = (
             f"the mooncake target does not read {', '.join(counters)} of {ver} yet" if counters

@@ -23,8 +23,8 @@ PROFILES = ("rfc", "legacy")
 
 ENGINE_CAPABILITIES = frozenset({
     Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
-    Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD,
-    Capability.METADATA_HTTP,
+    Capability.CACHE_CONTROL, Capability.CACHE_TTL, Capability.FORCED_REFRESH,
+    Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD, Capability.METADATA_HTTP,
 })
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
