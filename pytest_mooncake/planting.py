@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_mooncake.targets.base import MetadataHandle
+from pytest_mooncake.targets.base import LookupResult, MetadataHandle
 
 
 def published(store: MetadataHandle, segment: str) -> dict[str, Any]:
@@ -32,11 +32,15 @@ def plant(store: MetadataHandle, segment: str, doc: dict[str, Any] | bytes) -> N
     store.put(store.segment_key(segment), raw)
 
 
-def with_probe_buffer(doc: dict[str, Any], tag: str) -> dict[str, Any]:
-    """A valid new version of ``doc``: one more buffer named ``tag``, past the existing ones."""
+def with_probe_buffer(doc: dict[str, Any], tag: str, first: bool = False) -> dict[str, Any]:
+    """A valid new version of ``doc``: one more buffer named ``tag``, at an address past the
+    existing ones; ``first`` lists it first, so a target that reveals only a peer's first
+    buffer (a real build's lookup) shows which version it serves. Only for lookups: nothing
+    backs the probe buffer's memory."""
     new = json.loads(json.dumps(doc))
     end = max(b["addr"] + b["length"] for b in new["buffers"])
-    new["buffers"].append({"name": tag, "addr": end + (1 << 20), "length": 4096})
+    probe = {"name": tag, "addr": end + (1 << 20), "length": 4096}
+    new["buffers"] = [probe, *new["buffers"]] if first else [*new["buffers"], probe]
     return new
 
 
@@ -110,6 +114,37 @@ def buffer_names(desc: dict[str, Any] | None) -> list[str]:
     return [b.get("name") for b in (desc or {}).get("buffers", [])]
 
 
+def shows(result: LookupResult, doc: dict[str, Any]) -> bool:
+    """Whether a lookup served ``doc``, judged on what the target reveals: the whole buffer
+    list, or where the result is ``partial`` (a real build: the first buffer's address) the
+    fields it carries."""
+    if not result.ok or result.descriptor is None:
+        return False
+    seen = list(result.descriptor.get("buffers", []))
+    want = list(doc.get("buffers", []))
+    if not result.partial:
+        return _whole(dict(result.descriptor)) == _whole(doc)
+    return len(seen) <= len(want) and all(
+        all(w.get(k) == v for k, v in s.items()) for s, w in zip(seen, want, strict=False))
+
+
+def _whole(doc: dict[str, Any]) -> tuple:
+    """What a descriptor says, whole: its identity and every buffer's name and range."""
+    return (doc.get("instance_id"),
+            sorted((b.get("name"), b.get("addr"), b.get("length")) for b in doc.get("buffers", [])))
+
+
+def described(result: LookupResult) -> str:
+    """What a lookup served, for a message: buffer names, or the addresses a partial result
+    reveals, or the failure."""
+    if not result.ok:
+        return f"failure: {result.error}"
+    bufs = (result.descriptor or {}).get("buffers", [])
+    if result.partial:
+        return "first buffer at " + ", ".join(hex(int(b["addr"])) for b in bufs)
+    return str(buffer_names(dict(result.descriptor or {})))
+
+
 @dataclass(frozen=True)
 class MalformedValue:
     name: str
@@ -118,10 +153,12 @@ class MalformedValue:
 
 
 def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
-    """Broken versions of a real descriptor (``valid``), one per way a value can be wrong."""
+    """Broken versions of a real descriptor (``valid``), one per way a value can be wrong. Each
+    one that still decodes moves the first buffer, so a target that reveals only a peer's
+    first buffer address shows whether it adopted it."""
     good = json.dumps(valid, separators=(",", ":")).encode()
     first = dict(valid["buffers"][0])
-    overlap = dict(valid, buffers=[first, dict(first, name="overlap", addr=first["addr"] + 1)])
+    overlap = dict(valid, buffers=[dict(first, name="overlap", addr=first["addr"] + 1), first])
     return [
         MalformedValue("truncated", good[: len(good) // 2], "JSON cut in half"),
         MalformedValue("not-json", b"this is not json", "not JSON at all"),
@@ -131,7 +168,8 @@ def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
         MalformedValue("wrong-type-addr", json.dumps(
             dict(valid, buffers=[dict(first, addr="0x10")])).encode(), "a buffer addr is a string"),
         MalformedValue("zero-length", json.dumps(
-            dict(valid, buffers=[dict(first, length=0)])).encode(), "a buffer of length 0"),
+            dict(valid, buffers=[dict(first, addr=first["addr"] + (8 << 20), length=0)])).encode(),
+            "a buffer of length 0"),
         MalformedValue("overlapping-buffers", json.dumps(overlap).encode(), "two buffers overlap"),
         # over any sane descriptor limit (1 MiB), under etcd's default 1.5 MiB request limit
         MalformedValue("huge", b'{"name":"' + b"x" * 1_400_000 + b'"}', "a 1.4 MB value"),

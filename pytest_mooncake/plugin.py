@@ -195,8 +195,18 @@ def pytest_collection_modifyitems(
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test whose ``mc_requires`` names a means its target lacks is n/a: ``TargetLacks``,
-    turned into the n/a report below like one raised by a factory."""
+    turned into the n/a report below like one raised by a factory; one whose ``mc_demands``
+    names an interface it lacks FAILs (the report below)."""
     missing = markers.missing_means(item, target_for(item))
+    if missing:
+        raise TargetLacks(*missing)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """An interface ``mc_demands`` names and the target lacks: raised in the call phase, so the
+    report below makes it a FAIL of the test (a setup failure would read as an error)."""
+    missing = markers.missing_means(item, target_for(item), "mc_demands")
     if missing:
         raise TargetLacks(*missing)
 
@@ -207,9 +217,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = outcome.get_result()
     not_applicable = None
     if call.excinfo is not None and call.excinfo.errisinstance(TargetLacks):
-        not_applicable = call.excinfo.value.not_applicable
-        report.outcome = "skipped"
-        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {not_applicable}")
+        lacks = call.excinfo.value
+        if lacks.capability in markers.demanded(item):
+            report.outcome = "failed"
+            report.longrepr = markers.demand_failure(item, lacks.capability, lacks.reason)
+        else:
+            not_applicable = lacks.not_applicable
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0,
+                               f"Skipped: {not_applicable}")
     unjudged = (report.failed and call.excinfo is not None
                 and call.excinfo.errisinstance(ComponentStartError))
     if report.failed:

@@ -241,14 +241,24 @@ READING = """\
 - **FAIL (k/n)**: k of n tests failed. The build was driven and behaved against the requirement;
   the pytest output shows the failure message and the logs of every process the test used
   (engines, masters, clients, etcd, the fault proxy), and `--alluredir` attaches them in Allure.
-- **n/a**: every test was skipped because the target lacks the *means* (no RDMA device it lets the
-  test control, no cache-TTL knob, no admin endpoint); the reason names what is missing, as
-  probed in that run. n/a is not a pass.
+- **n/a**: every test was skipped because a probe run in this session showed the target has no
+  *means* to drive or observe it (no RDMA device it lets the test control, an admin path that
+  answers 404); the reason is that probe's answer, computed in the run (`--help` of a binary,
+  the module's attributes, an HTTP probe), never stored prose. n/a is not a pass.
+- A requirement that itself demands an interface (a TTL bound, a promotability predicate,
+  counters or log lines, a snapshot that restores what it reports) marks its tests
+  `mc_demands(...)`: a build without that interface **FAILs** them, the message naming what is
+  missing. The absence is the finding, not a missing means.
+- An observation that breaks (a refused connection, a 5xx, a timeout, an answer of the wrong
+  shape) is **FAIL** with what was seen (`ObservationFailed`), never n/a. Suites assert the
+  behaviour first and gate only the sub-checks that need a means (a split test), so a missing
+  counter leaves the behaviour judged.
 - **error (k/n)**: a setup or teardown broke, or a component never started, so nothing was
   judged; the message says what was seen.
 - `reference` is the RFC behaviour, `reference:legacy` the reference engine configured like
-  Mooncake 0.3.13 (the suites must catch it: `tests/test_detection_proof.py`), the other columns
-  the real releases.
+  Mooncake 0.3.13 (the suites must catch it: `tests/test_detection_proof.py`; where both are
+  judged it must agree with the real 0.3.13 or a line of `fixtures/verdicts/legacy-vs-0.3.13.toml`
+  says why), the other columns the real releases.
 - Version-skew pairs count in their column: pairs with the column's own build (`target`), and
   pairs of two releases in the column of the release they judge (the reader, the release
   upgraded to, the masters).

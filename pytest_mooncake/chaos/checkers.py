@@ -1,8 +1,10 @@
 """Checkers: judge a history after the run, each for one property.
 
 Every checker takes a ``History`` (or a list of ``Op``) and returns a ``CheckResult``: ``valid``
-is True, False, or None when the history cannot decide (e.g. no final read); ``explanation``
-names the offending operations; ``ops`` holds them. Checkers are sound and partial: a reported
+is True, False, or None (*unknown*) when the history cannot decide: no final read, or nothing
+to judge at all (no acknowledged write, no replacement, no heal). A checker that judged nothing
+says so; ``Verdict.assert_valid`` fails on unknown as on invalid. ``explanation`` names the
+offending operations; ``ops`` holds them. Checkers are sound and partial: a reported
 violation is a real one under the model below; they do not search for linearizations.
 
 Operation vocabulary (``f``), values and keys:
@@ -164,7 +166,7 @@ def no_lost_acks(history: History | Iterable[Op], final_only: bool = True,
         if acked:
             return CheckResult(name, None, f"no final read in the history, so "
                                f"{len(acked)} acknowledged put(s) cannot be judged")
-        return CheckResult(name, True, "no acknowledged puts and no final reads")
+        return CheckResult(name, None, "nothing to judge: no acknowledged put and no final read")
 
     # A read r that saw v misses an acknowledged put p (p ended before r began) unless some
     # write q producing v (a put of v; a remove when v is None) may come after p and before
@@ -222,6 +224,9 @@ def no_lost_acks(history: History | Iterable[Op], final_only: bool = True,
         return CheckResult(name, None, f"no final read of key(s) {sorted(map(str, unread))} "
                            f"with acknowledged puts")
     judged = len({o.read.invoke.index for o in observations})
+    if not judged or not acked:
+        return CheckResult(name, None, f"nothing to judge: {judged} ok read(s), "
+                           f"{sum(len(a.calls) for a in acked.values())} acknowledged put(s)")
     return CheckResult(name, True, f"{judged} read(s) saw every acknowledged put")
 
 
@@ -303,7 +308,10 @@ def _never_written(name: str, what: str, history: History | Iterable[Op],
         involved = [o.read for o, _ in bad]
         return CheckResult(name, False, f"{len(bad)} {what}:" + _listing(lines),
                            _ops_of(involved))
-    return CheckResult(name, True, "every value read had been written")
+    judged = sum(o.value is not None for o in _observations(calls, reads, scans, versions))
+    if not judged:
+        return CheckResult(name, None, "nothing to judge: no ok read saw a value")
+    return CheckResult(name, True, f"every value read had been written ({judged} judged)")
 
 
 def no_phantom_reads(history: History | Iterable[Op], puts: Sequence[str] = (PUT,),
@@ -412,6 +420,12 @@ def transfers_reach_new_instance(history: History | Iterable[Op],
                            f"{missed} epoch(s) with missed writes:" + _listing(lines),
                            _ops_of(involved))
     replacements = sum(len(a) for a in announced.values())
+    epochs_read = sum(1 for seg in {segment_of(c.key) for c in calls if c.f in transfers}
+                      for _ in _epochs(ops, calls, seg, announced.get(seg, []), writes, reads))
+    if not replacements or not (judged or epochs_read > 1):
+        return CheckResult(name, None, f"nothing to judge: {replacements} replacement(s) "
+                           f"announced, {judged} transfer(s) after one named an instance, "
+                           f"{epochs_read} incarnation(s) with reads")
     return CheckResult(name, True, f"{replacements} replacement(s); {judged} transfer(s) named "
                        f"the current instance; reads saw every write since the replacement")
 
@@ -469,6 +483,10 @@ def bounded_recovery(within: float) -> Checker:
                 f"first ok operation {(after - heal.time) / 1e9:.3f}s later"
             slow.append((heal, gap))
         worst = max(times, default=0.0)
+        if not slow and not times:
+            return CheckResult(name, None, f"nothing to judge: {len(heals)} heal(s), none "
+                               f"followed by a window of {within}s before the next fault or "
+                               f"the end of the history")
         if slow:
             lines = [f"heal #{h.index} of {h.key}: {gap}" for h, gap in slow]
             return CheckResult(name, False, f"{len(slow)} fault(s) not recovered from within "

@@ -11,8 +11,12 @@ with deadlines.
 
 A *client* is the only target-specific part: ``client_for(worker)`` returns an object whose
 ``invoke(spec)`` performs one op and returns its result (recorded ``ok``), or ``ok(...)``,
-``fail(...)``, ``info(...)`` to say more; an exception is recorded ``info`` (indeterminate). A
-client must bound each call itself (socket timeouts, RPC deadlines): a call cannot be
+``fail(...)``, ``info(...)`` to say more. An exception that is the system's answer (an
+``OSError`` such as a refused or reset connection, a timeout, an ``EOFError``, or any exception
+whose class sets ``system_answer = True``) is recorded ``info`` (indeterminate); any other
+(a ``TypeError`` in the client, a ``KeyError``) is a bug of the client, not an answer: that
+worker stops and the run ends in ``ChaosRunError`` naming it, so no checker judges a history
+the client made up. A client must bound each call itself (socket timeouts, RPC deadlines): a call cannot be
 interrupted from outside. It may define ``close()``.
 
 Fault actions run on the caller's thread, not the nemesis thread: the nemesis thread decides
@@ -127,10 +131,28 @@ class _Budget:
             return True
 
 
+SYSTEM_ANSWERS = (OSError, TimeoutError, EOFError)
+"""Exceptions a client call raises because of the system (besides ``system_answer = True``)."""
+
+
+class ClientBug(Exception):
+    """A client raised an exception that is not the system's answer."""
+
+
+def is_system_answer(exc: BaseException) -> bool:
+    return isinstance(exc, SYSTEM_ANSWERS) or bool(getattr(exc, "system_answer", False))
+
+
 def _call(client: Any, spec: OpSpec) -> Outcome:
+    """One op through ``client``: its outcome, ``info`` for the system's exceptions (as Jepsen
+    records a crashed client); ``ClientBug`` for any other exception."""
     try:
         result = client.invoke(spec)
-    except Exception as exc:  # indeterminate, as Jepsen records a crashed client
+    except Exception as exc:
+        if not is_system_answer(exc):
+            raise ClientBug(f"client {type(client).__name__} raised {type(exc).__name__} on "
+                            f"{spec.f} {spec.key!r}: {exc} (a bug of the client, not the "
+                            f"system's answer)") from exc
         return info(f"{type(exc).__name__}: {exc}")
     return result if isinstance(result, Outcome) else ok(result)
 
@@ -228,7 +250,12 @@ def run_chaos(
             if stop.is_set() or (spec.delay and stop.wait(spec.delay)) or not budget.take():
                 return
             op = history.invoke(process, spec.f, spec.key, spec.value)
-            out = _call(client, spec)
+            try:
+                out = _call(client, spec)
+            except ClientBug as bug:
+                history.info(op, error=str(bug))
+                errors.append(str(bug))
+                return
             _record(history, op, out)
             if out.type == INFO:
                 process += workers  # a crashed process is retired, as in Jepsen
@@ -327,7 +354,11 @@ def _final_phase(history: History, client: Any, workload: Workload, process: int
         def attempt(spec: OpSpec = spec, last: list[Outcome] = last) -> bool:
             nonlocal process
             op = history.invoke(process, spec.f, spec.key, spec.value, final=True)
-            out = _call(client, spec)
+            try:
+                out = _call(client, spec)
+            except ClientBug as bug:
+                history.info(op, error=str(bug))
+                raise
             _record(history, op, out)
             last[:] = [out]
             if out.type == INFO:
@@ -340,6 +371,9 @@ def _final_phase(history: History, client: Any, workload: Workload, process: int
         except Timeout:
             errors.append(f"final {spec.f} {spec.key} did not succeed within {timeout}s "
                           f"(last: {last[0].error})")
+            return
+        except ClientBug as bug:
+            errors.append(str(bug))
             return
 
 

@@ -26,7 +26,9 @@ class EngineTransferClient:
     """Transfers from ``source`` (an ``EngineHandle``) into fixed-size slots of peer
     segments. A failed write is ``info`` (part of it may have landed), a failed read ``fail``.
     Empty (all-zero) slots read as None. ``instance_of(segment)``, if given, names the
-    incarnation that served an ok transfer."""
+    incarnation that served an ok transfer. A peer given in ``peers`` is addressed in the buffer
+    its current process registered (``buffers()``), as a user who read its new descriptor
+    would; any other segment at its first buffer as the source resolves it."""
 
     def __init__(self, source: Any, peers: Mapping[str, Any] | None = None, slot_size: int = 64,
                  instance_of: Callable[[str], str | None] | None = None):
@@ -64,13 +66,17 @@ class EngineTransferClient:
         segment, offset = self._where(spec.key)
         if spec.f == READ and spec.final and segment in self.peers:
             return ok(self._decode(self.peers[segment].local_read(offset, self.slot_size)))
+        peer = self.peers.get(segment)
         if spec.f == WRITE:
-            result = self.source.write(segment, offset, self._encode(spec.value))
+            data = self._encode(spec.value)
+            result = (self.source.write_at(segment, peer.buffers()[0][0] + offset, data)
+                      if peer is not None else self.source.write(segment, offset, data))
             if result.ok:
                 return ok(None, instance=self._instance(segment))
             return info(result.error or "write failed")
         if spec.f == READ:
-            result = self.source.read(segment, offset, self.slot_size)
+            result = (self.source.read_at(segment, peer.buffers()[0][0] + offset, self.slot_size)
+                      if peer is not None else self.source.read(segment, offset, self.slot_size))
             if result.ok:
                 return ok(self._decode(result.data), instance=self._instance(segment))
             return fail(result.error or "read failed")

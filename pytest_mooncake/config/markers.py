@@ -1,5 +1,7 @@
-"""The plugin's markers: ``mc_req`` (requirements a test checks) and ``mc_requires`` (means the
-target must have); their registration, their validation after collection, and ``--mc-only``.
+"""The plugin's markers: ``mc_req`` (requirements a test checks), ``mc_requires`` (means the
+target must have: n/a without them) and ``mc_demands`` (interfaces the requirement itself
+demands: FAIL without them); their registration, their validation after collection, and
+``--mc-only``.
 (``mc_skew`` belongs to ``fixtures/version_skew.py``.)"""
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ def register(config: pytest.Config) -> None:
         "with the target's reason. Capabilities: "
         + ", ".join(c.value for c in Capability),
     )
+    config.addinivalue_line(
+        "markers",
+        "mc_demands(*CAPABILITIES): interfaces the requirement itself demands (a TTL bound, a "
+        "promotability predicate, counters or log lines, a snapshot that restores what it "
+        "reports): where the target lacks one the test FAILs naming what is missing, never n/a",
+    )
 
 
 def check_and_label(items: list[pytest.Item], catalogue: Catalogue) -> None:
@@ -42,15 +50,16 @@ def check_and_label(items: list[pytest.Item], catalogue: Catalogue) -> None:
                 fam = catalogue.families[catalogue[req].family]
                 item.add_marker(pytest.mark.allure_label(f"{fam.id}: {fam.name}", label_type="epic"))
                 item.add_marker(pytest.mark.allure_label(req, label_type="feature"))
-        for mark in item.iter_markers("mc_requires"):
-            for cap in mark.args:
-                try:
-                    Capability(cap)
-                except ValueError:
-                    known = ", ".join(c.value for c in Capability)
-                    problems.append(
-                        f"{item.nodeid}: unknown capability {cap!r} in mc_requires (known: {known})"
-                    )
+        for name in ("mc_requires", "mc_demands"):
+            for mark in item.iter_markers(name):
+                for cap in mark.args:
+                    try:
+                        Capability(cap)
+                    except ValueError:
+                        known = ", ".join(c.value for c in Capability)
+                        problems.append(
+                            f"{item.nodeid}: unknown capability {cap!r} in {name} (known: {known})"
+                        )
     if problems:
         raise pytest.UsageError("mooncake markers:\n  " + "\n  ".join(problems))
 
@@ -71,11 +80,27 @@ def select_only(config: pytest.Config, items: list[pytest.Item], only: tuple[str
         items[:] = keep
 
 
-def missing_means(item: pytest.Item, target: object) -> tuple[Capability, str] | None:
-    """The first ``mc_requires`` capability ``target`` lacks for ``item``, with its reason."""
-    for mark in item.iter_markers("mc_requires"):
+def missing_means(item: pytest.Item, target: object,
+                  marker: str = "mc_requires") -> tuple[Capability, str] | None:
+    """The first capability of ``item``'s ``marker`` marks (``mc_requires`` or ``mc_demands``)
+    that ``target`` lacks, with its reason."""
+    for mark in item.iter_markers(marker):
         for cap in mark.args:
             reason = target.missing(cap)  # type: ignore[attr-defined]
             if reason:
                 return Capability(cap), reason
     return None
+
+
+def demanded(item: pytest.Item) -> frozenset[Capability]:
+    """The capabilities ``item``'s requirement demands (``mc_demands``): lacking one is a FAIL."""
+    return frozenset(Capability(cap) for mark in item.iter_markers("mc_demands")
+                     for cap in mark.args)
+
+
+def demand_failure(item: pytest.Item, capability: Capability, reason: str) -> str:
+    """The failure message of a test whose requirement demands ``capability`` the target lacks."""
+    reqs = ", ".join(requirement_ids(item)) or "its requirement"
+    return (f"{reqs} demands {capability.value}, and the target lacks it: {reason}. A "
+            f"requirement that itself demands an interface fails where the build has none "
+            f"(the absence is the finding, not a missing means)")

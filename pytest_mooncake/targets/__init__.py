@@ -16,6 +16,7 @@ from pytest_mooncake.targets.base import (
     MasterClusterHandle,
     MasterEndpoint,
     MetadataHandle,
+    ObservationFailed,
     RdmaHandle,
     Target,
     TargetContext,
@@ -25,8 +26,9 @@ from pytest_mooncake.targets.base import (
 )
 
 __all__ = [
-    "Capability", "ComponentStartError", "EngineHandle", "LookupResult", "MasterClusterHandle", "MasterEndpoint",
-    "MetadataHandle", "RdmaHandle", "Target", "TargetContext", "TargetError", "TargetLacks", "TransferResult",
+    "Capability", "ComponentStartError", "EngineHandle", "LookupResult", "MasterClusterHandle",
+    "MasterEndpoint", "MetadataHandle", "ObservationFailed", "RdmaHandle", "Target",
+    "TargetContext", "TargetError", "TargetLacks", "TransferResult",
     "KNOWN_TARGETS", "UnknownTarget", "names_release", "resolve_target", "target_identity",
 ]
 

@@ -2,10 +2,18 @@
 
 A suite never touches an implementation directly. It asks the session's ``Target`` for
 handles (engines, metadata stores, master clusters, RDMA worker pools) and drives them
-through the protocols below. A target that lacks the *means* for something (no RDMA
-device, no hook to force an interleaving) says so through ``capabilities``; a test that
-needs a missing capability is reported n/a with the target's reason. A target that has
-the means but behaves wrongly makes the test FAIL.
+through the protocols below. The verdict rule (REQUIREMENTS.md, README "Reading the matrix"):
+
+- ``TargetLacks`` (n/a) only where a probe run in this session shows the target has no
+  *means* to drive or observe the test (no RDMA device it lets the test control, an admin
+  path that answers 404); its reason is that probe's answer, never stored prose.
+- A requirement that itself demands an interface (a TTL bound, a promotability predicate,
+  counters or log lines, a snapshot that restores what it reports) marks its tests
+  ``mc_demands(CAPABILITY)``: there a ``TargetLacks`` of that capability is a FAIL naming
+  what is missing, not n/a.
+- An observation that breaks (refused connection, 5xx, timeout, an answer of the wrong
+  shape) raises ``ObservationFailed``: a FAIL with what was seen, never n/a.
+- A target that has the means but behaves wrongly makes the test FAIL.
 """
 
 from __future__ import annotations
@@ -31,7 +39,15 @@ class Capability(str, enum.Enum):
     REGISTER_MEMORY = "register_memory"
     """Register more memory in a running engine, which republishes its descriptor."""
     CACHE_CONTROL = "cache_control"
-    """Set ``metadata_cache_ttl_ms``, look up a peer, force a refresh, read cache counters."""
+    """Look up a peer's descriptor the way a transfer would (``lookup``): the whole descriptor,
+    or what the build reveals of it (``LookupResult.partial``)."""
+    CACHE_TTL = "cache_ttl"
+    """Bound how long a remote descriptor is served from cache (``ttl_ms=``): the RFC's
+    ``metadata_cache_ttl_ms``, or a real build's own refresh interval (whole seconds; 0: no
+    cache). MR-1, MR-3, MR-4, MR-6 and MR-14 demand it."""
+    FORCED_REFRESH = "forced_refresh"
+    """Refresh one peer's descriptor now, bypassing the TTL (``lookup(force=True)``), as a
+    transport failure does. MR-5 demands it."""
     ENGINE_COUNTERS = "engine_counters"
     """Read refresh/replacement/retire/exhaustion counters of an engine."""
     METADATA_ETCD = "metadata_etcd"
@@ -56,6 +72,9 @@ class Capability(str, enum.Enum):
     CLIENT_VERSION = "client_version"
     """Start store clients that announce a chosen protocol version instead of the build's own
     (``start_client(version=)``, ``store_client(version=)``): MP-8 version-skew runs."""
+    PROMOTABILITY = "promotability"
+    """A standby's promotability predicate on its admin endpoint (``promotable(i)``): MP-3
+    demands it; elsewhere it is a means for sub-checks."""
     FOREIGN_MASTER = "foreign_master"
     """Attach this target's store clients to a master cluster another target started
     (``Target.store_client(cluster.endpoint())``): mixed master/client pairs of ``mc_skew``."""
@@ -83,6 +102,16 @@ class ComponentStartError(TargetError):
     """A component (engine, master, store client) did not start where the target has the means
     to start it: nothing was judged, so the test's verdict is error, with what was seen, even
     when it is raised inside the test body (never FAIL of the requirement, never n/a)."""
+
+class ObservationFailed(AssertionError):
+    """Observing the implementation broke: a refused connection, a 5xx, a timeout, an answer of
+    an unexpected shape. The test FAILs with what was seen (an ``AssertionError``), never n/a:
+    a standby that crashed or answers garbage is a finding, not a missing means."""
+
+    def __init__(self, what: str, seen: str):
+        self.what = what
+        self.seen = seen
+        super().__init__(f"{what}: {seen}")
 
 
 # ---------------------------------------------------------------------------------- handles
@@ -137,6 +166,9 @@ class LookupResult:
     ok: bool
     descriptor: Mapping[str, Any] | None = None
     error: str | None = None
+    partial: bool = False
+    """True when the target reveals only part of the cached descriptor (a real build's Python
+    API: the first buffer's address); compare with ``planting.shows``."""
 
 
 @runtime_checkable
@@ -145,6 +177,9 @@ class EngineHandle(Protocol):
 
     segment: str
     pid: int | None
+    cache_ttl_ms: float | None
+    """How long this engine serves a remote descriptor from its cache at most, as it runs (a
+    real build rounds ``ttl_ms`` up to its whole-second refresh interval); None: no bound."""
 
     def descriptor(self) -> Mapping[str, Any]:
         """The engine's own published descriptor, decoded from the metadata store."""
@@ -195,6 +230,11 @@ class EngineHandle(Protocol):
         ...
 
     def logs(self) -> str: ...
+    def log_events(self) -> Mapping[str, int]:
+        """What the engine's log shows, read as the counters ``stats`` names (an event the log
+        never mentions is absent): MR-15's log lines, where a build has no counter API."""
+        ...
+
     def restart(self, keep_addresses: bool = False) -> None: ...
     def kill(self) -> None: ...
     def stop(self) -> None: ...
@@ -267,7 +307,15 @@ class MasterClusterHandle(Protocol):
 
     def promotable(self, index: int) -> Mapping[str, Any]:
         """{promotable, reason, validation: {ok, dropped_entries}, applied_seq, primary_seq,
-        keys_restorable} as the standby's admin endpoint reports it (MP-3)."""
+        keys_restorable} as the standby's admin endpoint reports it (MP-3); ``TargetLacks``
+        (promotability) where the admin service has no such endpoint, ``ObservationFailed``
+        where asking broke."""
+        ...
+
+    def replication(self, index: int) -> Mapping[str, Any]:
+        """Where master ``index`` stands in the replicated OpLog, from what the build shows:
+        {applied_seq, primary_seq (the leader's durable sequence; 0 before any write), lag,
+        state, role}."""
         ...
 
     def promote(self, index: int, timeout: float = 15.0) -> tuple[int, Mapping[str, Any]]:

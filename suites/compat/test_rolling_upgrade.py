@@ -34,7 +34,7 @@ class Cluster:
 
     def start(self, role: str, segment: str):
         target = self.skew.target(role)
-        options = {"ttl_ms": TTL_MS} if target.missing("cache_control") is None else {}
+        options = {"ttl_ms": TTL_MS} if target.missing("cache_ttl") is None else {}
         engine = target.start_engine(segment, self.metadata, **options)
         self.engines.append(engine)
         return engine

@@ -24,6 +24,7 @@ def test_transfers_into_a_replaced_engine(mc_chaos, mc_engine) -> None:
         lambda w: EngineTransferClient(b, peers={"A": a}),
         gen.transfers(["A"], slots=SLOTS).stagger(0.01), [engine_kill(a)], workers=1,
         seconds=2.5, quiet=(0.3, 0.6), hold=(0.1, 0.3),
+        recovery=6.0,  # writes after the last restart, so every checker has something to judge
         final=gen.final_reads(gen.transfer_keys(["A"], SLOTS), f="read"))
     assert result.faults_injected >= 1
     heals = [op for op in result.history.ops if op.f == "heal" and op.type == "info"]
@@ -33,5 +34,5 @@ def test_transfers_into_a_replaced_engine(mc_chaos, mc_engine) -> None:
     result.check(
         transfers_reach_new_instance,
         lambda h: no_phantom_reads(h, puts=("write",), reads=("read",)),
-        bounded_recovery(15.0),
+        bounded_recovery(5.0),
     ).assert_valid()

@@ -87,7 +87,7 @@ def test_etcd_stop_start(mc_chaos, mc_etcd) -> None:
     result = mc_chaos.run(lambda w: EtcdKv(mc_etcd, prefix), gen.kv(keys=8).stagger(0.01),
                           [etcd_outage(mc_etcd)], seconds=3.0, workers=2,
                           final=gen.final_reads(8), quiet=(0.3, 0.6), hold=(0.2, 0.5),
-                          each_fault=1)
+                          each_fault=1, recovery=6.0)  # recovery: bounded_recovery judges the heal
     result.check(*CHECKS).assert_valid()
     assert _injected(result), "etcd was never stopped"
     assert mc_etcd.healthy()

@@ -112,3 +112,26 @@ def test_a_fault_that_never_heals_ends_the_run_at_the_fault_timeout() -> None:
     result = run_chaos(lambda w: Counting(), Workload(gen.kv().stagger(0.001), 1), seconds=0.01,
                        workers=1, nemesis=nemesis, each_fault=1, fault_timeout=0.2)
     assert result.faults_injected == 0 and recorder.events == []
+
+
+def test_the_systems_exceptions_are_indeterminate_a_client_bug_ends_the_run() -> None:
+    """A refused connection (OSError) or an exception marked ``system_answer`` is the system's
+    answer: recorded ``info``. A TypeError in the client is not: the run ends in
+    ChaosRunError naming it, so no checker judges a history the client made up."""
+
+    class DriverGone(RuntimeError):
+        system_answer = True
+
+    answers = iter([ConnectionRefusedError("refused"), DriverGone("driver died")])
+
+    class Answering:
+        def invoke(self, spec):
+            raise next(answers, None) or TypeError("unsupported operand")
+
+    with pytest.raises(ChaosRunError, match="raised TypeError .*a bug of the client") as err:
+        run_chaos(lambda w: Answering(), Workload(gen.kv(), 1), seconds=5, workers=1)
+    history = err.value.result.history
+    infos = [op.error for op in history.ops if op.type == "info"]
+    assert infos[:2] == ["ConnectionRefusedError: refused", "DriverGone: driver died"]
+    assert "TypeError" in infos[2]
+    assert len(infos) == 3, "the worker stopped at the client's bug"

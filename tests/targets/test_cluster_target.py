@@ -35,12 +35,15 @@ def test_example_manifest_is_valid():
     target = resolve_target(f"cluster:{EXAMPLE}")
     assert target.version == "cluster example (0.3.13)"
     assert target.capabilities == {Capability.ENGINE, Capability.MASTER_CLUSTER,
-                                   Capability.METADATA_ETCD}
+                                   Capability.METADATA_ETCD, Capability.REGISTER_MEMORY,
+                                   Capability.CACHE_CONTROL,  # the driver's lookup
+                                   Capability.PROMOTABILITY}  # probed live by promotable()
     assert "links no engine to a [[components]] entry" in target.missing(
         Capability.ENGINE_RESTART)
     assert "no engine can have its metadata traffic routed" in target.missing(
         Capability.METADATA_FAULTS)
-    assert "exposes no metadata_cache_ttl_ms" in target.missing(Capability.CACHE_CONTROL)
+    assert "cannot set ttl_ms" in target.missing(Capability.CACHE_TTL)
+    assert "no forced refresh" in target.missing(Capability.FORCED_REFRESH)
     assert target.toxiproxy_url == "http://127.0.0.1:8474"
 
 
@@ -201,7 +204,7 @@ def test_observed_masters_report_a_leader_and_are_never_killed(mooncake_target, 
             observed.drain_segment("any")
         with pytest.raises(TargetLacks, match="links no component; the run cannot kill it"):
             observed.kill_master(leader)
-        with pytest.raises(TargetLacks, match="exposes no promotability endpoint"):
+        with pytest.raises(TargetLacks, match="exposes no promotability predicate"):
             observed.promotable(1 - leader)
         with pytest.raises(TargetLacks, match="lacks \"store\""):
             target.master_cluster(masters=2, clients=1)

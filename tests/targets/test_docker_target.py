@@ -226,7 +226,7 @@ def test_probe_with_an_answering_engine_reads_the_image(tmp_path):
     assert Capability.ENGINE in target.capabilities and Capability.MASTER_CLUSTER in target.capabilities
     assert fake.pings == 1
     assert target.version == f"{IMAGE} (0.3.13)"
-    assert "no means for cache_control" in target.missing(Capability.CACHE_CONTROL)
+    assert "no means for cache_ttl" in target.missing(Capability.CACHE_TTL)
 
 
 def test_only_the_probe_uses_the_short_timeout(tmp_path):

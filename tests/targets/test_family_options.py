@@ -62,11 +62,16 @@ def test_unknown_engine_option_is_a_type_error_everywhere(tmp_path):
             target.start_engine("a", _Metadata(), colour="blue")
 
 
-def test_ttl_and_foreign_profile_are_na_with_the_capability_everywhere(tmp_path):
+def test_ttl_and_foreign_profile_are_refused_with_the_capability_everywhere(tmp_path):
+    """ttl_ms: a build without a cache bound lacks cache_ttl (a FAIL where a requirement
+    demands it); a deployment cannot restart its engines with one, so it refuses the option
+    (engine: n/a) before asking the build."""
     for target in _placements(tmp_path):
-        with pytest.raises(TargetLacks) as lacks:
-            target.start_engine("a", _Metadata(), ttl_ms=200)
-        assert lacks.value.capability is Capability.CACHE_CONTROL, target.label
+        if target.kind != "mooncake":
+            with pytest.raises(TargetLacks) as lacks:
+                target.start_engine("a", _Metadata(), ttl_ms=200)
+            want = Capability.ENGINE if target.kind == "cluster" else Capability.CACHE_TTL
+            assert lacks.value.capability is want, target.label
         with pytest.raises(TargetLacks) as lacks:
             target.start_engine("a", _Metadata(), profile="legacy")
         assert lacks.value.capability is Capability.VERSION_SKEW, target.label

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -83,16 +84,31 @@ def test_missing_means_raise_target_lacks_with_named_reason(engines, mooncake_ta
     a = engines("lack")
     with pytest.raises(TargetLacks) as ttl:
         a.set_ttl_ms(100)
-    assert ttl.value.capability is Capability.CACHE_CONTROL
-    assert "metadata_cache_ttl_ms" in ttl.value.reason and "0.3" in ttl.value.reason
+    assert ttl.value.capability is Capability.CACHE_TTL
+    assert "start it with ttl_ms=" in ttl.value.reason
     with pytest.raises(TargetLacks) as counters:
         a.stats()
     assert counters.value.capability is Capability.ENGINE_COUNTERS
-    with pytest.raises(TargetLacks):
+    with pytest.raises(TargetLacks) as forced:
         a.lookup(a.segment, force=True)
-    with pytest.raises(TargetLacks):
-        engines("ttl", ttl_ms=100)
+    assert forced.value.capability is Capability.FORCED_REFRESH
+    assert "0.3" in forced.value.reason
     assert a.driver_stats()["lookups_ok"] == 0
+    assert a.cache_ttl_ms is None, "0.3.13 serves a cached descriptor for ever by default"
+
+
+def test_ttl_becomes_the_builds_whole_second_refresh_interval(engines, mooncake_target):
+    """ttl_ms rounds up to MC_TE_METADATA_REFRESH_INTERVAL_SECONDS in the driver's environment
+    (0.3.13 ignores a fraction); ttl_ms=0 turns the cache off (MC_DISABLE_METACACHE)."""
+    a = engines("ttl-a")
+    b = engines("ttl-b", ttl_ms=200)
+    off = engines("ttl-off", ttl_ms=0)
+    assert (b.cache_ttl_ms, off.cache_ttl_ms) == (1000.0, 0.0)
+    environ = Path(f"/proc/{b.pid}/environ").read_bytes().split(b"\0")
+    assert b"MC_TE_METADATA_REFRESH_INTERVAL_SECONDS=1" in environ
+    assert b"MC_DISABLE_METACACHE=1" in Path(f"/proc/{off.pid}/environ").read_bytes().split(b"\0")
+    assert b.lookup(a.segment).descriptor["buffers"][0]["addr"] == a.buffers()[0][0]
+    assert b.lookup(a.segment).partial
 
 
 def test_kill_and_restart_leave_no_process_behind(engines):

@@ -1,5 +1,6 @@
-"""A forced lookup on the mooncake target: a fetch when nothing of the peer is cached, n/a once
-the 0.3.13 engine may hold the peer's descriptor (it has no forced refresh)."""
+"""A forced lookup on the mooncake target: a fetch when nothing of the peer is cached,
+``TargetLacks`` (forced_refresh) once the 0.3.13 engine may hold the peer's descriptor (it has no
+forced refresh of one peer)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def test_forced_lookup_of_an_unopened_peer_is_a_fetch_and_lacks_once_opened(pair
     assert b.driver_stats()["lookups_ok"] == 1
     with pytest.raises(TargetLacks) as again:
         b.lookup(a.segment, force=True)
-    assert again.value.capability is Capability.CACHE_CONTROL
+    assert again.value.capability is Capability.FORCED_REFRESH
     with pytest.raises(TargetLacks):
         b.lookup(b.segment, force=True)
     b.restart()

@@ -52,13 +52,31 @@ def test_ha_pair_elects_a_leader_and_serves_a_store_client(cluster):
     assert client.exists(key)["result"]["exists"] is False
 
 
-def test_promotability_is_reported_missing_not_invented(cluster):
+def test_promotability_is_probed_live_and_reported_missing_not_invented(cluster):
+    """0.3.13's admin service answers 404 on every promotability path: the live probe says
+    so (TargetLacks of ``promotability``: n/a where it is a means, FAIL under MP-3's
+    ``mc_demands``; tests/plugin/test_verdict_rule.py). A master that does not answer is an
+    ObservationFailed, never n/a."""
     standby = cluster.standbys()[0]
     with pytest.raises(TargetLacks) as lacks:
         cluster.promotable(standby)
-    assert lacks.value.capability is Capability.MASTER_CLUSTER
-    assert "exposes no promotability endpoint" in lacks.value.reason
+    assert lacks.value.capability is Capability.PROMOTABILITY
+    assert "exposes no promotability predicate" in lacks.value.reason
     assert "GET /ha/promotable -> 404" in lacks.value.reason
+
+
+def test_standby_progress_is_seen_from_its_applied_sequence_and_etcd(cluster):
+    """A 0.3.13 standby reports master_key_count 0, but its ha_oplog_applied_sequence_id
+    follows the leader's durable OpLog prefix in etcd: replication() reads both."""
+    leader = cluster.leader(timeout=30)
+    standby = cluster.standbys()[0]
+    client = cluster.client()
+    for i in range(3):
+        assert client.put(f"progress-{os.getpid()}-{i}", 64)["ok"]
+    at = wait_until(lambda: (r := cluster.replication(standby))["applied_seq"] >= r["primary_seq"]
+                    > 0 and r, 30, "the standby to apply the leader's durable prefix")
+    assert at["role"] == "standby" and at["lag"] == 0
+    assert cluster.replication(leader)["primary_seq"] == at["primary_seq"]
 
 
 def test_sigkill_of_the_leader_observed(mooncake_target, request):

@@ -15,8 +15,8 @@ def test_write_then_read(mc_engine):
     assert a.write(b.segment, 0, b"real").ok
     assert b.local_read(0, 4) == b"real"
 
-@pytest.mark.mc_requires("cache_control")
-def test_needs_cache_control(mc_engine):
+@pytest.mark.mc_requires("forced_refresh")
+def test_needs_forced_refresh(mc_engine):
     mc_engine("never")
 
 def test_counters_without_marker(mc_engine):
@@ -49,7 +49,7 @@ def test_session_against_the_real_wheel_gives_verdicts_and_reasons(pytester: pyt
     out = result.stdout.str()
     assert "target=mooncake (mooncake-transfer-engine" in out
     assert "n/a: mooncake.engine of mooncake-transfer-engine" in out
-    assert "exposes no metadata_cache_ttl_ms setting" in out
+    assert "offers no forced refresh of one peer" in out
     assert "exposes no counters" in out
     assert "offers no means to have a snapshot written on request" in out
     assert "get_first_buffer_address('no-such-peer') returned" in out

@@ -142,19 +142,19 @@ class MooncakeFamilyTarget(Target):
 
     def start_engine(self, segment: str, metadata: MetadataHandle,
                      **options: Any) -> EngineHandle:
-        """Options: ``buffer_size``, ``fixed_address``, ``ready_timeout``; ``ttl_ms`` (needs
-        cache_control) and ``profile`` (only the build's own) are refused where the build
-        lacks the means."""
+        """Options: ``buffer_size``, ``fixed_address``, ``ready_timeout``, ``ttl_ms`` (a build
+        with no cache bound lacks cache_ttl: a FAIL where the requirement demands one; a
+        placement that cannot set it refuses it as any option) and ``profile`` (only the
+        build's own) are refused where the build lacks the means."""
         self._require(Capability.ENGINE)
         unknown_options("start_engine", options, ENGINE_OPTIONS)
         if options.get("ttl_ms") is not None:
-            self._require(Capability.CACHE_CONTROL)
+            self._refuse_unhonoured("start_engine", {"ttl_ms": options["ttl_ms"]},
+                                    self.placement.engine_options, Capability.ENGINE)
+            self._require(Capability.CACHE_TTL)
         if options.get("profile") not in (None, "", "mooncake"):
             raise TargetLacks(Capability.VERSION_SKEW, self.lack_reason(Capability.VERSION_SKEW))
-        # ttl_ms reaches a placement that says it sets it (an existing deployment's engine
-        # that has a TTL knob); the processes this family starts get none (no cache_control)
-        rest = {k: v for k, v in options.items() if k != "profile"
-                and (k != "ttl_ms" or k in self.placement.engine_options)}
+        rest = {k: v for k, v in options.items() if k != "profile"}
         self._refuse_unhonoured("start_engine", rest, self.placement.engine_options,
                                 Capability.ENGINE)
         lacks = {c: self.lack_reason(c) for c in Capability if c not in self.capabilities}

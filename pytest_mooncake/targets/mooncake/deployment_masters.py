@@ -121,6 +121,7 @@ class DeploymentMasters(MooncakeMasters):
         self.build = build
         self.where = f"cluster:{file.path}'s masters"
         self.drain_jobs: dict[str, str] = {}
+        self.etcd = list(file.etcd.endpoints)
         self.nodes = [ComponentControl(fleet, m.component, Capability.MASTER_CLUSTER)
                       if m.component else None for m in self.masters]
         self.took_down: set[int] = set()

@@ -161,7 +161,8 @@ class DeploymentPlacement:
         lacks[Capability.KEEP_ADDRESSES] = (
             f"{where}'s engines are started by their components' command lines, which fix "
             f"where they map their buffers")
-        for capability in (Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS):
+        for capability in (Capability.CACHE_CONTROL, Capability.CACHE_TTL,
+                           Capability.FORCED_REFRESH, Capability.ENGINE_COUNTERS):
             reasons = sorted({ENGINE_WIRES[e.protocol].lacks_by_protocol[capability]
                               for e in driven
                               if capability in ENGINE_WIRES[e.protocol].lacks_by_protocol})
@@ -172,6 +173,8 @@ class DeploymentPlacement:
             lacks[Capability.METADATA_FAULTS] = faults
         if not f.masters:
             lacks[Capability.MASTER_CLUSTER] = f"{where} lists no [[masters]]"
+            lacks[Capability.PROMOTABILITY] = lacks[Capability.MASTER_CLUSTER]
+        # with masters, promotability is probed live by the first promotable()
         lacks[Capability.MASTER_SNAPSHOT] = (
             f"{where}: the cluster target has no means to have a deployment's master write a "
             f"snapshot on request")

@@ -47,9 +47,13 @@ def _split(endpoint: str) -> tuple[str, int]:
 
 
 DRIVER_LACKS = {
-    Capability.CACHE_CONTROL: (
+    Capability.CACHE_TTL: (
+        "engines behind pytest_mooncake's driver in a cluster file read their cache bound "
+        "(MC_TE_METADATA_REFRESH_INTERVAL_SECONDS) from the environment their component's "
+        "command line gives them; the cluster target cannot set ttl_ms"),
+    Capability.FORCED_REFRESH: (
         "engines behind pytest_mooncake's driver run mooncake.engine.TransferEngine, which "
-        "exposes no metadata_cache_ttl_ms setting and no forced refresh"),
+        "offers no forced refresh of one peer's descriptor"),
     Capability.ENGINE_COUNTERS: (
         "engines behind pytest_mooncake's driver run mooncake.engine.TransferEngine, which "
         "exposes no counters (the driver counts only its own calls)"),

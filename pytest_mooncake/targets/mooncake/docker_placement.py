@@ -46,7 +46,8 @@ _IMAGE_RE = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
 SUPPORTED = frozenset({Capability.ENGINE, Capability.ENGINE_RESTART, Capability.METADATA_ETCD,
-                       Capability.MASTER_CLUSTER})
+                       Capability.MASTER_CLUSTER, Capability.PROMOTABILITY})
+"""(promotability is probed live by the first ``promotable()`` of a running master)"""
 
 
 def docker_host() -> str:
@@ -291,6 +292,9 @@ class ContainerLauncher:
 
     def host_port(self, process: Any, port: int) -> int:
         return process.published(port)
+
+    def environment(self, extra: Mapping[str, str]) -> Mapping[str, str]:
+        return dict(extra)  # a container starts from the image's environment and ``extra``
 
     def driver_argv(self, *args: str) -> list[str]:
         return ["python3", f"{DRIVER_DIR_IN_CONTAINER}/driver.py", *args]

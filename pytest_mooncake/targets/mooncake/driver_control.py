@@ -17,6 +17,10 @@ from pytest_mooncake.runtime.processes import ManagedProcess
 class ControlError(RuntimeError):
     """The driver did not answer (it died, hung past the deadline, or broke the protocol)."""
 
+    system_answer = True
+    """For a chaos history: the system under test did not answer (its process died or hung),
+    an indeterminate operation, not a bug of the client (``chaos.runner``)."""
+
 
 def read_ready_file(path: Path) -> dict[str, Any] | None:
     try:

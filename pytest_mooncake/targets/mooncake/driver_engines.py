@@ -19,6 +19,9 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
     TransferResult,
 )
+from pytest_mooncake.targets.log_events import count_events
+from pytest_mooncake.targets.mooncake import mooncake_log
+from pytest_mooncake.targets.mooncake.cache_knobs import bound_ms
 from pytest_mooncake.targets.mooncake.driver_control import (
     ControlClient,
     ControlError,
@@ -59,6 +62,9 @@ class DriverCommands(PublishedDescriptor):
     lacks: dict[Capability, str]
     info: dict[str, Any]
     control: ControlClient | None
+    cache_ttl_ms: float | None = None
+    """The bound on its remote segment cache (``cache_knobs.bound_ms`` of the environment it
+    was started with; None: none known)."""
 
     def buffers(self) -> list[tuple[int, int]]:
         return [(int(a), int(n)) for a, n in self.info.get("buffers", [])]
@@ -86,18 +92,24 @@ class DriverCommands(PublishedDescriptor):
         return self._result(self._call("read_at", peer=peer, address=address, length=length))
 
     def lookup(self, peer: str, force: bool = False) -> LookupResult:
+        """The peer's first buffer address as the engine resolves it for a transfer (through
+        its cache): all of the cached descriptor the Python API reveals (``partial``)."""
         if force:
-            raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
-                Capability.CACHE_CONTROL, "the engine offers no forced metadata refresh"))
+            raise TargetLacks(Capability.FORCED_REFRESH, self.lacks.get(
+                Capability.FORCED_REFRESH, "the engine offers no forced metadata refresh"))
         reply = self._call("lookup", peer=peer)
         if not reply.get("ok"):
-            return LookupResult(ok=False, error=reply.get("error"))
+            return LookupResult(ok=False, error=reply.get("error"), partial=True)
         addr = int(reply["first_buffer_address"])
-        return LookupResult(ok=True, descriptor={"name": peer, "buffers": [{"addr": addr}]})
+        return LookupResult(ok=True, descriptor={"name": peer, "buffers": [{"addr": addr}]},
+                            partial=True)
 
     def set_ttl_ms(self, ttl_ms: int) -> None:
-        raise TargetLacks(Capability.CACHE_CONTROL, self.lacks.get(
-            Capability.CACHE_CONTROL, "the engine has no metadata cache TTL setting"))
+        """A running build cannot change its cache bound: it reads it from its environment at
+        start (``start_engine(ttl_ms=)``)."""
+        raise TargetLacks(Capability.CACHE_TTL, (
+            f"engine {self.segment!r} reads its cache bound from its environment at start; "
+            f"start it with ttl_ms= instead (it runs with {self.cache_ttl_ms} ms)"))
 
     def stats(self) -> Mapping[str, int]:
         raise TargetLacks(Capability.ENGINE_COUNTERS, self.lacks.get(
@@ -113,6 +125,9 @@ class DriverCommands(PublishedDescriptor):
         buffer = [int(reply["address"]), int(reply["length"])]
         self.info.setdefault("buffers", []).append(buffer)
         return buffer[0], buffer[1]
+
+    def log_events(self) -> Mapping[str, int]:
+        return count_events(self.logs(), mooncake_log.RULES)
 
     def driver_stats(self) -> Mapping[str, int]:
         """What the driver itself counted (transfers and lookups it issued and their outcome);
@@ -170,6 +185,7 @@ class MooncakeEngine(DriverCommands):
         self.protocol = protocol
         self.devices = devices
         self.env = dict(env or {})
+        self.cache_ttl_ms = bound_ms(launcher.environment(self.env))
         self.segment = segment
         self.metadata = metadata
         self.lacks = dict(lacks)

@@ -33,6 +33,9 @@ class Launcher(Protocol):
     def host_port(self, process: Any, port: int) -> int:
         """The port on 127.0.0.1 of this host where ``port`` of ``process`` is reachable."""
         ...
+    def environment(self, extra: Mapping[str, str]) -> Mapping[str, str]:
+        """The environment a process started with ``env=extra`` runs with."""
+        ...
     def driver_argv(self, *args: str) -> list[str]: ...
     def master_binary(self) -> str: ...
     def host_name(self, name: str) -> str:
@@ -73,6 +76,9 @@ class LocalLauncher:
 
     def host_port(self, process: Any, port: int) -> int:
         return port
+
+    def environment(self, extra: Mapping[str, str]) -> Mapping[str, str]:
+        return self.install.env(dict(extra))
 
     def driver_argv(self, *args: str) -> list[str]:
         return self.install.driver_argv(*args)

@@ -20,6 +20,7 @@ from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import Supervisor, port_open
 from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetContext, TargetError
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
+from pytest_mooncake.targets.mooncake.cache_knobs import NO_CACHE_ENV, REFRESH_ENV, CacheKnobs
 from pytest_mooncake.targets.mooncake.emulated_rdma import MooncakeRdma
 from pytest_mooncake.targets.mooncake.install import (
     MooncakeInstall,
@@ -35,7 +36,7 @@ from pytest_mooncake.targets.mooncake.verbs_layers import VerbsLayer, verbs_laye
 
 ENGINE_API = ("initialize", "register_memory", "transfer_sync_write", "transfer_sync_read",
               "get_first_buffer_address")
-CACHE_API = ("sync_segment_cache", "set_metadata_cache_ttl_ms", "metadata_cache_ttl_ms")
+FORCED_API = ("sync_segment_cache", "refresh_segment", "force_refresh")
 COUNTER_API = re.compile(r"^(get_)?(stats|metrics|counters)$")
 RDMA_STATE_API = re.compile(r"(slice|endpoint|rail|token|qp)", re.I)
 STORE_API = ("setup", "put", "get", "is_exist", "remove")
@@ -116,11 +117,19 @@ class LocalPlacement(ProcessPlacement):
                         Capability.METADATA_ETCD, Capability.METADATA_HTTP,
                         Capability.METADATA_FAULTS, Capability.REGISTER_MEMORY):
                 lacks[cap] = f"mooncake.engine of {ver} is unusable: {why}"
-        if not (engine & set(CACHE_API)):
-            lacks[Capability.CACHE_CONTROL] = (
-                f"mooncake.engine of {ver} exposes no metadata_cache_ttl_ms setting and no forced "
-                f"refresh (TransferEngine has none of {', '.join(CACHE_API)}; its remote segment "
-                f"cache has no TTL)")
+        if Capability.ENGINE in lacks:
+            lacks[Capability.CACHE_CONTROL] = lacks[Capability.ENGINE]
+        self.cache_knobs = CacheKnobs.of(
+            [name for name in (REFRESH_ENV, NO_CACHE_ENV) if facts.reads_env(name)], ver)
+        no_ttl = self.cache_knobs.missing()
+        if no_ttl:
+            lacks[Capability.CACHE_TTL] = no_ttl
+        forced = sorted(engine & set(FORCED_API))
+        lacks[Capability.FORCED_REFRESH] = (
+            f"the mooncake target does not drive {', '.join(forced)} of {ver} yet" if forced
+            else f"mooncake.engine of {ver} offers no forced refresh of one peer (TransferEngine "
+                 f"has none of {', '.join(FORCED_API)}; its cache refreshes only on "
+                 f"{REFRESH_ENV}'s interval)")
         counters = sorted(m for m in engine if COUNTER_API.match(m))
         lacks[Capability.ENGINE_COUNTERS] = (
             f"the mooncake target does not read {', '.join(counters)} of {ver} yet" if counters
@@ -163,6 +172,9 @@ class LocalPlacement(ProcessPlacement):
             f"version another build would (no client option sets it)")
         if Capability.MASTER_CLUSTER in lacks:
             lacks[Capability.FOREIGN_MASTER] = lacks[Capability.MASTER_CLUSTER]
+            lacks[Capability.PROMOTABILITY] = lacks[Capability.MASTER_CLUSTER]
+        # promotability is probed live: the first promotable() asks a running master's admin
+        # service (MooncakeMasters.promotable) and raises TargetLacks with what it answered
         caps = frozenset(c for c in Capability if c not in lacks)
         return caps, lacks
 

@@ -1,13 +1,16 @@
 """The one reading of mooncake_master's admin service (``--metrics_port``), by master index:
 role and leader from ``/health`` (``role``, ``ha_state``, ``service_ready``), key counts and
-metrics from ``/metrics``, promotability where the build has an endpoint for it, segments and
-drains (MP-10) through the serving leader.
+metrics from ``/metrics``, replication progress (``ha_oplog_applied_sequence_id`` and the
+primary's durable OpLog prefix in etcd), promotability where the build has an endpoint for it,
+segments and drains (MP-10) through the serving leader.
 
 ``MooncakeMasters`` is the base of the masters this family starts (``master_processes``) and of
 those of an existing deployment (``deployment_placement``): a subclass says where each admin
 service is (``admin_url``), which masters to ask (``observed``) and names the build (``build``)
 and the cluster (``where``) in messages. Promotability is probed, not invented: the first call
-asks for an endpoint and, when none answers, raises ``TargetLacks`` naming what was asked.
+asks for an endpoint and, when every path answers 404, raises ``TargetLacks`` naming what was
+asked; a refused connection, a 5xx or an answer of the wrong shape is ``ObservationFailed`` (a
+FAIL with what was seen), never n/a.
 Segments go through the serving leader: ``/get_segments_detail`` (names, endpoints, status),
 ``/batch_query_keys`` (replica endpoints, without granting a read lease), ``POST
 /api/v1/drain_jobs`` and ``/api/v1/segments/status``.
@@ -22,10 +25,48 @@ from typing import Any
 
 from pytest_mooncake.runtime.deadlines import wait_until
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
-from pytest_mooncake.targets.base import Capability, TargetError, TargetLacks
+from pytest_mooncake.targets.base import Capability, ObservationFailed, TargetError, TargetLacks
 from pytest_mooncake.targets.mooncake.admin_http import admin_get, admin_post, json_or_none
 
 PROMOTABILITY_PATHS = ("/ha/promotable", "/promotable", "/api/v1/ha/promotable")
+PROMOTABILITY_FIELDS = ("promotable", "reason", "validation", "applied_seq", "primary_seq",
+                        "keys_restorable")
+OPLOG_ROOT = "/oplog/"
+"""etcd prefix of mooncake_master's batch OpLog: ``/oplog/<cluster>/batches/<id>`` and
+``/oplog/<cluster>/durable_prefix`` (``{"schema_version", "batch_id", "last_seq"}``)."""
+
+
+def seen(status: int | None, body: str) -> str:
+    """What an admin request answered, for a message."""
+    return f"no answer ({body})" if status is None else f"HTTP {status}: {body[:200]!r}"
+
+
+def durable_prefix(etcd: list[str], cluster_id: str | None) -> dict | None:
+    """The leader's durable OpLog prefix as it stands in etcd (``{"batch_id", "last_seq"}``), or
+    None when there is none yet. Without ``cluster_id`` the only ``/oplog/*/durable_prefix`` in
+    that etcd is taken."""
+    from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata  # noqa: PLC0415
+
+    store = EtcdMetadata(list(etcd))
+    try:
+        if cluster_id:
+            raw = store.get(f"{OPLOG_ROOT}{cluster_id.rstrip('/')}/durable_prefix")
+        else:
+            keys = [k for k in store.keys(OPLOG_ROOT) if k.endswith("/durable_prefix")]
+            if len(keys) > 1:
+                raise ObservationFailed("the durable OpLog prefix in etcd", (
+                    f"several clusters keep an OpLog there ({', '.join(keys)}) and none was "
+                    f"named"))
+            raw = store.get(keys[0]) if keys else None
+    finally:
+        store.close()
+    if raw is None:
+        return None
+    doc = json_or_none(raw.decode(errors="replace"))
+    if not isinstance(doc, dict) or not isinstance(doc.get("last_seq"), int):
+        raise ObservationFailed("the durable OpLog prefix in etcd",
+                                f"unexpected value {raw[:200]!r}")
+    return doc
 
 
 class MooncakeMasters:
@@ -37,6 +78,11 @@ class MooncakeMasters:
     """The cluster, as messages name it (``cluster mc_123``)."""
     drain_jobs: dict[str, str]
     """Drain job ids by segment, of the drains this handle started."""
+    etcd: list[str]
+    """Endpoints of the etcd the masters keep their OpLog in (empty when unknown)."""
+    oplog_cluster: str | None = None
+    """The cluster id under ``/oplog/`` (None: the only one in that etcd)."""
+    _promotability: str | None = None
 
     def admin_url(self, index: int) -> str:
         """``http://host:port`` of master ``index``'s admin service, as this host reaches it."""
@@ -47,9 +93,11 @@ class MooncakeMasters:
         raise NotImplementedError
 
     def health(self, index: int) -> dict[str, Any]:
+        """/health of master ``index``; ``{"error": ...}`` when it does not answer 200 JSON (a
+        master that is down is no leader and no standby)."""
         status, body = admin_get(self.admin_url(index) + "/health")
         if status != 200:
-            return {"error": f"GET /health answered {status}: {body[:200]}"}
+            return {"error": f"GET /health answered {seen(status, body)}"}
         try:
             return json.loads(body)
         except ValueError:
@@ -77,24 +125,57 @@ class MooncakeMasters:
 
     def promotable(self, index: int) -> Mapping[str, Any]:
         """The master's own promotability answer, when its admin service has an endpoint for
-        it; otherwise ``TargetLacks`` naming the paths that were asked."""
+        it. The first call probes ``PROMOTABILITY_PATHS``: every one answering 404 is
+        ``TargetLacks`` (promotability) naming them; a refused connection or a 5xx is
+        ``ObservationFailed``, as is any later answer that is not a 200 JSON object with the
+        predicate's fields."""
         admin = self.admin_url(index)
-        if getattr(self, "_promotability", None) is None:
+        if self._promotability is None:
             tried = []
             for path in PROMOTABILITY_PATHS:
                 status, body = admin_get(admin + path)
+                if status is None or status >= 500:
+                    raise ObservationFailed(
+                        f"GET {path} on master {index}'s admin service ({admin})",
+                        seen(status, body))
                 tried.append(f"GET {path} -> {status}")
                 if status == 200:
                     self._promotability = path
                     break
             else:
                 health = self.health(index)
-                raise TargetLacks(Capability.MASTER_CLUSTER, (
-                    f"mooncake_master of {self.build} exposes no promotability "
-                    f"endpoint ({'; '.join(tried)}); its /health reports only "
-                    f"ha_state={health.get('ha_state')!r}"))
+                raise TargetLacks(Capability.PROMOTABILITY, (
+                    f"mooncake_master of {self.build} exposes no promotability predicate "
+                    f"({'; '.join(tried)}); its /health reports only "
+                    f"ha_state={health.get('ha_state')!r}, role={health.get('role')!r}"))
         status, body = admin_get(admin + self._promotability)
-        return json.loads(body) if status == 200 else {"error": f"{status}: {body[:200]}"}
+        doc = json_or_none(body) if status == 200 else None
+        if not isinstance(doc, dict) or "promotable" not in doc:
+            raise ObservationFailed(
+                f"GET {self._promotability} on master {index} ({admin}), the promotability "
+                f"predicate", seen(status, body) if status != 200 else
+                f"an answer without the field 'promotable': {body[:200]!r}")
+        return doc
+
+    def replication(self, index: int) -> dict[str, Any]:
+        """Where master ``index`` stands in the OpLog, from outside: ``applied_seq``
+        (``ha_oplog_applied_sequence_id`` of its /metrics), ``primary_seq`` (``last_seq`` of
+        the leader's durable OpLog prefix in etcd; 0 before the first write), ``lag``
+        (``ha_oplog_standby_lag``), ``state`` (``ha_standby_state``, a number) and ``role``
+        (of /health)."""
+        metrics = self.metrics(index)
+        health = self.health(index)
+        prefix = durable_prefix(self.etcd, self.oplog_cluster) if self.etcd else None
+        applied = metrics.get("ha_oplog_applied_sequence_id")
+        if applied is None:
+            raise TargetLacks(Capability.MASTER_CLUSTER, (
+                f"mooncake_master of {self.build} reports no ha_oplog_applied_sequence_id in "
+                f"its /metrics (master {index}); its replication progress cannot be seen"))
+        return {"applied_seq": int(applied),
+                "primary_seq": int(prefix["last_seq"]) if prefix else 0,
+                "lag": metrics.get("ha_oplog_standby_lag"),
+                "state": metrics.get("ha_standby_state"),
+                "role": health.get("role")}
 
     def _require_serving(self, index: int, what: str) -> None:
         """0.3.13 counts and lists keys only on the serving leader: a standby's /metrics says
@@ -120,8 +201,8 @@ class MooncakeMasters:
         self._require_serving(index, "key list")
         status, body = admin_get(self.admin_url(index) + "/get_all_keys", timeout=10.0)
         if status != 200:
-            raise TargetError(f"GET /get_all_keys of master {index} answered {status}: "
-                              f"{body[:200]}")
+            raise ObservationFailed(f"GET /get_all_keys of the serving master {index}",
+                                    seen(status, body))
         return [line.strip() for line in body.splitlines() if line.strip()]
 
     def promote(self, index: int, timeout: float = 15.0) -> Any:
@@ -142,7 +223,8 @@ class MooncakeMasters:
     def metrics(self, index: int) -> Mapping[str, float]:
         status, body = admin_get(self.admin_url(index) + "/metrics", timeout=5.0)
         if status != 200:
-            raise TargetError(f"GET /metrics of master {index} answered {status}: {body[:200]}")
+            raise ObservationFailed(f"GET /metrics of master {index} ({self.admin_url(index)})",
+                                    seen(status, body))
         return parse_metrics(body)
 
     def _leader_admin(self) -> str:

@@ -79,6 +79,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.etcd = list(etcd_endpoints)
         self.cluster_id = options.get("cluster_id") or f"mc_{os.getpid()}_{self.workdir.name}"
+        self.oplog_cluster = self.cluster_id
         self.options = options
         self.ready_timeout = float(options.get("ready_timeout") or 30.0)
         self.client_ttl = (None if options.get("client_ttl") is None

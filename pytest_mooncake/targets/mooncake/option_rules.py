@@ -12,7 +12,7 @@ from typing import Any
 from pytest_mooncake.targets.base import Capability, TargetLacks
 
 ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_timeout")
-"""``start_engine`` options a Mooncake engine understands (``ttl_ms`` needs cache_control,
+"""``start_engine`` options a Mooncake engine understands (``ttl_ms`` needs cache_ttl,
 ``profile`` other than the build's own needs version_skew)."""
 MASTER_OPTIONS = ("oplog", "snapshots", "client_ttl", "lease_ttl", "flags", "env", "cluster_id",
                   "ready_timeout")

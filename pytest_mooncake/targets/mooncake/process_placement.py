@@ -17,6 +17,7 @@ from pytest_mooncake.targets.base import (
     TargetContext,
     TargetError,
 )
+from pytest_mooncake.targets.mooncake.cache_knobs import CacheKnobs
 from pytest_mooncake.targets.mooncake.driver_engines import MooncakeEngine
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_processes import MooncakeMasterCluster
@@ -37,6 +38,8 @@ class ProcessPlacement:
     engine_ready_timeout = 30.0
     fixed = ""
     ctx: TargetContext | None = None
+    cache_knobs: CacheKnobs | None = None
+    """The cache settings the build reads (set by the capability probe; None: none known)."""
 
     def launcher(self) -> Launcher:
         raise NotImplementedError
@@ -56,8 +59,11 @@ class ProcessPlacement:
 
     def engine(self, segment: str, metadata: MetadataHandle, options: Mapping[str, Any],
                lacks: Mapping[Capability, str]) -> MooncakeEngine:
+        ttl_ms = options.get("ttl_ms")
+        env = {} if ttl_ms is None or self.cache_knobs is None else self.cache_knobs.env_for(
+            float(ttl_ms))
         return MooncakeEngine(
-            self.launcher(), self.workdir, segment, metadata, lacks,
+            self.launcher(), self.workdir, segment, metadata, lacks, env=env,
             buffer_size=int(options.get("buffer_size") or 1 << 20),
             fixed_address=int(options.get("fixed_address") or 0),
             ready_timeout=float(options.get("ready_timeout") or self.engine_ready_timeout))

@@ -23,12 +23,13 @@ PROFILES = ("rfc", "legacy")
 
 ENGINE_CAPABILITIES = frozenset({
     Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
-    Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD,
-    Capability.METADATA_HTTP, Capability.REGISTER_MEMORY,
+    Capability.CACHE_CONTROL, Capability.CACHE_TTL, Capability.FORCED_REFRESH,
+    Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD, Capability.METADATA_HTTP,
+    Capability.REGISTER_MEMORY,
 })
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
-    Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER,
+    Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER, Capability.PROMOTABILITY,
 })
 RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER,
                                Capability.RDMA_STATE})

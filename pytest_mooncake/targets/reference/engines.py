@@ -19,6 +19,8 @@ from typing import Any
 
 from pytest_mooncake.runtime.processes import ManagedProcess, Supervisor
 from pytest_mooncake.targets.base import LookupResult, TargetError, TransferResult
+from pytest_mooncake.targets.log_events import count_events
+from pytest_mooncake.targets.reference import reference_log
 from reference_engine.descriptor import DescriptorError, decode, to_json
 from reference_engine.engine.control_client import ControlClient, ControlError
 from reference_engine.metadata import KeyLayout, MetadataError, open_store
@@ -235,6 +237,9 @@ class ReferenceEngineHandle:
     def logs(self) -> str:
         return self._proc.log_text() if self._proc is not None else ""
 
+    def log_events(self) -> Mapping[str, int]:
+        return count_events(self.logs(), reference_log.RULES)
+
     def _close_control(self) -> None:
         if self._control is not None:
             self._control.close()
@@ -318,6 +323,11 @@ class ReferenceEngineHandle:
 
     def set_ttl_ms(self, ttl_ms: int) -> None:
         self._call("set_ttl", ttl_ms=ttl_ms)
+
+    @property
+    def cache_ttl_ms(self) -> float | None:
+        """The TTL its cache policy runs with (None: the legacy policy never expires)."""
+        return self.info().get("ttl_ms")
 
     def stats(self) -> Mapping[str, int]:
         return self._call("stats")

@@ -18,7 +18,7 @@ from pytest_mooncake.runtime.loopback_http import http_request, json_body
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError, http_ok
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
-from pytest_mooncake.targets.base import MasterEndpoint, TargetError
+from pytest_mooncake.targets.base import MasterEndpoint, ObservationFailed, TargetError
 from pytest_mooncake.targets.process_masters import ProcessMasters
 
 PLANT_OP_PUT_END = 1
@@ -294,8 +294,26 @@ class ReferenceMasterCluster(ProcessMasters):
 
     def promotable(self, index: int) -> Mapping[str, Any]:
         """``GET /ha/promotable``: {promotable, reason, validation{ok, dropped_entries},
-        applied_seq, primary_seq, keys_restorable}."""
-        return _http("GET", self.masters[index].admin + "/ha/promotable", timeout=10.0)[1]
+        applied_seq, primary_seq, keys_restorable}; ``ObservationFailed`` for anything else
+        (no answer, another status, another shape)."""
+        url = self.masters[index].admin + "/ha/promotable"
+        try:
+            status, body = _http("GET", url, timeout=10.0)
+        except OSError as exc:
+            raise ObservationFailed(f"GET {url} (master {index})", f"no answer ({exc})") from None
+        if status != 200 or not isinstance(body, dict) or "promotable" not in body:
+            raise ObservationFailed(f"GET {url} (master {index})",
+                                    f"HTTP {status}: {str(body)[:200]!r}")
+        return body
+
+    def replication(self, index: int) -> dict[str, Any]:
+        """Where master ``index`` stands in the OpLog: ``applied_seq`` and ``primary_seq`` (of
+        its promotability answer), ``lag`` (``ha_oplog_standby_lag``), ``state``, ``role``."""
+        answer = self.promotable(index)
+        return {"applied_seq": int(answer["applied_seq"]),
+                "primary_seq": int(answer["primary_seq"]),
+                "lag": self.metrics(index).get("ha_oplog_standby_lag"),
+                "state": answer.get("state"), "role": self.health(index).get("role")}
 
     def promote(self, index: int, timeout: float = 15.0) -> tuple[int, Mapping[str, Any]]:
         """Planned handover to standby ``index`` (``POST /ha/promote``): (HTTP status, body).
