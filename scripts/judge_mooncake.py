@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Judge a Mooncake release and write what was observed into README.md.
 
-Runs the conformance suites in one pytest session over the matrix ``fixtures/matrices/release``
+Runs the conformance suites in one pytest session over the shipped matrix ``release``
 (the reference engine's two profiles beside the real build), keeps the JSON report in
 ``fixtures/reports/release.json`` with the date and the versions judged, and rewrites only the
 README region between the ``mooncake-judging`` markers from that report. Rendering depends on the
@@ -193,10 +193,10 @@ A docker image (needs a Docker engine; this machine has none, so there every tes
 An existing deployment described in a file (it observes, and injects only the faults the file
 allows; it never starts or kills what it was not told it may):
 
-    python -m pytest -p pytest_mooncake suites/ --mc-target=cluster:fixtures/clusters/example.toml --mc-report=cluster.json
+    python -m pytest -p pytest_mooncake suites/ --mc-target=cluster:example --mc-report=cluster.json
 
 Side by side with the reference engine, one session and one column per target
-(`fixtures/matrices/release.toml`: reference, reference:legacy, mooncake):
+(`pytest_mooncake/data/matrices/release.toml`: reference, reference:legacy, mooncake):
 
     python -m pytest -p pytest_mooncake suites/ -n 2 --mc-matrix=release --mc-report=release.json
 

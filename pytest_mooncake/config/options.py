@@ -49,8 +49,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("replay", "", "replay token printed by a failing exploration; runs exactly that "
            "schedule.", "TOKEN"),
     Option("matrix", "", "run the suites over several targets in one session: a TOML file "
-           "listing [[column]] target = \"...\" entries (e.g. fixtures/matrices/release.toml); "
-           "the matrix gets a column per target. Overrides --mc-target.", "FILE.toml"),
+           "listing [[column]] target = \"...\" entries, or the name of a shipped one "
+           "(reference-profiles, release) or of the project's fixtures/matrices/NAME.toml; "
+           "the matrix gets a column per target. Overrides --mc-target.", "FILE.toml|NAME"),
     Option("only", "", "run only the tests that name one of these requirements (comma-separated "
            "IDs, e.g. MR-3,CO-4); the others are deselected. Default: all.", "ID,..."),
     Option("chaos_seconds", "10", "length of each nemesis (chaos) run in seconds. Default: 10.",

@@ -1,5 +1,5 @@
 """The manifest of an existing deployment (``--mc-target=cluster:FILE``;
-``fixtures/clusters/example.toml`` documents every field)::
+``pytest_mooncake/data/clusters/example.toml`` documents every field)::
 
     [cluster]   name, version                 (optional; the report header shows them)
     [etcd]      endpoints = ["host:port", ...]
@@ -23,6 +23,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from pytest_mooncake.schemas.shipped_files import NotShipped, find
 from pytest_mooncake.schemas.toml_documents import SchemaError, load, problem
 
 PERMISSIONS = ("observe", "transfers", "metadata_writes", "metadata_faults")
@@ -139,10 +140,13 @@ class Manifest:
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    """Read and validate a cluster manifest; ``ManifestError`` naming the file and the field."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise ManifestError(f"{path}: no such manifest file (--mc-target=cluster:FILE)")
+    """Read and validate a cluster manifest (a path, or the name of a shipped one such as
+    ``example``); ``ManifestError`` naming the file and the field."""
+    try:
+        path = find("clusters", str(Path(path).expanduser()))
+    except NotShipped as exc:
+        raise ManifestError(f"{path}: no such manifest file (--mc-target=cluster:FILE or a "
+                            f"shipped name; {exc})") from None
     try:
         doc = load(ClusterManifestFile, path)
     except SchemaError as exc:

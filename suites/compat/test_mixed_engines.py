@@ -1,5 +1,5 @@
 """MR-8 between two real implementations: a real Mooncake engine and a reference engine on the
-same etcd, in both writer/reader roles of fixtures/skew/mixed-engines.toml.
+same etcd, in both writer/reader roles of pytest_mooncake/data/skew/mixed-engines.toml.
 
 The writer publishes its descriptor; the reader resolves it from the shared etcd and transfers
 both ways (writes into the writer's buffer, reads back what the writer holds). With the real

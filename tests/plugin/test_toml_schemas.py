@@ -13,10 +13,10 @@ from pytest_mooncake.schemas.skew_matrix import SkewMatrixFile
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = [(SkewMatrixFile, p) for p in sorted((ROOT / "fixtures" / "skew").glob("*.toml"))] + \
-    [(RunMatrixFile, p) for p in sorted((ROOT / "fixtures" / "matrices").glob("*.toml"))] + \
-    [(ClusterManifestFile, ROOT / "fixtures" / "clusters" / "example.toml")]
-# fixtures/clusters/nodes-example.toml is read by pytest_mooncake/nodes/schema.py (node control);
+SHIPPED = [(SkewMatrixFile, p) for p in sorted((ROOT / "pytest_mooncake" / "data" / "skew").glob("*.toml"))] + \
+    [(RunMatrixFile, p) for p in sorted((ROOT / "pytest_mooncake" / "data" / "matrices").glob("*.toml"))] + \
+    [(ClusterManifestFile, ROOT / "pytest_mooncake" / "data" / "clusters" / "example.toml")]
+# pytest_mooncake/data/clusters/nodes-example.toml is read by pytest_mooncake/nodes/schema.py (node control);
 # the cluster target does not read its [[nodes]] tables yet (tests/lab loads that file).
 
 SKEW = """

@@ -1,6 +1,6 @@
 """The ``cluster`` target: an existing Mooncake deployment described by a TOML manifest
 (``--mc-target=cluster:FILE``; ``schemas/cluster_manifest.py``,
-``fixtures/clusters/example.toml``).
+``pytest_mooncake/data/clusters/example.toml``).
 
 The manifest names what exists (etcd endpoints, master admin URLs, engine control endpoints
 served by ``driver.py``, an optional Toxiproxy URL) and which faults the run may inject
@@ -332,7 +332,7 @@ class ClusterTarget(MooncakeFamilyTarget):
 
         if not variant:
             raise UnknownTarget("the cluster target needs a manifest: --mc-target=cluster:FILE "
-                                "(see fixtures/clusters/example.toml)")
+                                "(see pytest_mooncake/data/clusters/example.toml)")
         try:
             return cls(load_manifest(variant))
         except ManifestError as exc:
