@@ -55,14 +55,19 @@ def test_json_report_shape(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
     pytester.runpytest("--mc-seed=123", "--mc-report=report.json")
     doc = json.loads((pytester.path / "report.json").read_text())
-    assert set(doc) == {"target", "seed", "requirements"}
+    assert set(doc) == {"schema_version", "started", "duration_s", "seed", "target",
+                        "target_version", "summary", "requirements", "fail_on"}
     assert doc["target"] == "reference"
+    assert doc["target_version"].startswith("reference-engine ")
     assert doc["seed"] == 123
     assert set(doc["requirements"]) == {"MR-1", "MR-2", "CO-3", "MP-1", "MP-2"}
-    assert doc["requirements"]["MR-1"] == {
-        "verdict": "pass",
-        "tests": [{"nodeid": "test_json_report_shape.py::test_pass", "outcome": "passed"}],
-    }
+    [test] = doc["requirements"]["MR-1"]["tests"]
+    assert doc["requirements"]["MR-1"]["verdict"] == "pass"
+    assert test["nodeid"] == "test_json_report_shape.py::test_pass"
+    assert test["outcome"] == "passed" and test["duration_s"] >= 0
+    assert doc["summary"] == {"requirements": 5,
+                              "verdicts": {"pass": 3, "FAIL": 1, "n/a": 1, "error": 0},
+                              "tests": {"passed": 3, "failed": 1, "skipped": 1, "error": 0}}
     mr2 = doc["requirements"]["MR-2"]
     assert mr2["verdict"] == "FAIL"
     assert sorted(t["outcome"] for t in mr2["tests"]) == ["failed", "passed"]
