@@ -11,9 +11,20 @@ from pathlib import Path
 
 from pytest_mooncake.toxiproxy import VERSION
 from pytest_mooncake.toxiproxy.errors import ApiError
+from pytest_mooncake.toxiproxy.http import IDLE_TIMEOUT, READ_TIMEOUT, Timeouts
 from pytest_mooncake.toxiproxy.server import ToxiproxyServer
 
 READY_PREFIX = "mc-toxiproxy ready:"
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number of seconds")
+    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,6 +53,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="create the proxies listed in this JSON file (an array of {name, listen, "
              "upstream, enabled}, as for POST /populate) at startup, like Toxiproxy's -config")
     parser.add_argument(
+        "--read-timeout", type=_seconds, default=READ_TIMEOUT, metavar="SECONDS",
+        help=f"close an API connection whose request body stops arriving for this long "
+             f"(default {READ_TIMEOUT:g}, as Toxiproxy's server)")
+    parser.add_argument(
+        "--idle-timeout", type=_seconds, default=IDLE_TIMEOUT, metavar="SECONDS",
+        help=f"close an API connection that sends no complete request head for this long, "
+             f"idle or stalled (default {IDLE_TIMEOUT:g})")
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log level of the messages written to stderr (default INFO)")
     parser.add_argument("--version", action="version", version=f"mc-toxiproxy {VERSION}",
@@ -56,7 +75,8 @@ async def _run(args: argparse.Namespace) -> int:
         return 2
     seed = args.seed if args.seed is not None else secrets.randbelow(2**32)
     try:
-        server = ToxiproxyServer(host.strip("[]"), int(port), seed, args.allow_non_loopback)
+        server = ToxiproxyServer(host.strip("[]"), int(port), seed, args.allow_non_loopback,
+                                 Timeouts(read=args.read_timeout, idle=args.idle_timeout))
         url = await server.start()
     except ApiError as exc:
         print(f"mc-toxiproxy: --listen {args.listen}: {exc.message}", file=sys.stderr)

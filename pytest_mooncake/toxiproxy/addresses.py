@@ -10,6 +10,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from pytest_mooncake.toxiproxy.errors import BAD_REQUEST_BODY, ApiError
+from pytest_mooncake.toxiproxy.names import brief
 
 
 def split_hostport(text: str, what: str) -> tuple[str, int]:
@@ -18,7 +19,7 @@ def split_hostport(text: str, what: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise BAD_REQUEST_BODY.joined(f"{what} must be host:port with a port 0-65535, got {text!r}")
+        raise BAD_REQUEST_BODY.joined(f"{what} must be host:port with a port 0-65535, got {brief(text)}")
     return host, int(port)
 
 
@@ -46,12 +47,12 @@ class AddressPolicy:
     def upstream(self, text: str) -> tuple[str, int]:
         host, port = split_hostport(text, "upstream")
         if port == 0:
-            raise BAD_REQUEST_BODY.joined(f"upstream port must not be 0, got {text!r}")
+            raise BAD_REQUEST_BODY.joined(f"upstream port must not be 0, got {brief(text)}")
         self._check(host, "upstream", text)
         return host, port
 
     def _check(self, host: str, what: str, text: str) -> None:
         if not self.allow_non_loopback and not is_loopback(host):
             raise ApiError(
-                f"{what} address {text!r} is not a loopback address; this server only proxies "
+                f"{what} address {brief(text)} is not a loopback address; this server only proxies "
                 f"on 127.0.0.1 unless started with --allow-non-loopback", 400)

@@ -28,14 +28,38 @@ def error_response(err: ApiError) -> Response:
     return plain_error(err.status, json.dumps(err.to_json(), separators=(",", ":")))
 
 
+MAX_NESTING = 128
+"""Arrays/objects nested deeper than this are a bad request (the JSON decoder would otherwise
+raise RecursionError, a 500); Toxiproxy's bodies nest 3 deep."""
+
+
 def _decode(body: bytes) -> Any:
     try:
-        return json.loads(body.decode("utf-8"))
+        value = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise errors.BAD_REQUEST_BODY.joined("body is not UTF-8") from None
+    except RecursionError:
+        value = None
     except json.JSONDecodeError as exc:
         detail = "EOF" if not body.strip() else f"invalid JSON: {exc.msg} at char {exc.pos}"
         raise errors.BAD_REQUEST_BODY.joined(detail) from None
+    else:
+        if body.count(b"[") + body.count(b"{") <= MAX_NESTING or _nesting(value) <= MAX_NESTING:
+            return value
+    raise errors.BAD_REQUEST_BODY.joined(f"JSON nested deeper than {MAX_NESTING} levels")
+
+
+def _nesting(value: Any) -> int:
+    """How deep arrays and objects nest in a decoded value, walked without recursion."""
+    deepest = 0
+    todo = [(value, 0)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, (list, dict)):
+            level += 1
+            deepest = max(deepest, level)
+            todo.extend((v, level) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 class Api:

@@ -8,6 +8,7 @@ from typing import Any
 from pytest_mooncake.toxiproxy import errors
 from pytest_mooncake.toxiproxy.addresses import AddressPolicy
 from pytest_mooncake.toxiproxy.errors import ApiError
+from pytest_mooncake.toxiproxy.names import check_name
 from pytest_mooncake.toxiproxy.proxy import Proxy
 
 
@@ -26,8 +27,7 @@ def _proxy_fields(body: Any, where: str = "") -> tuple[str, str, str, bool | Non
         raise errors.MISSING_FIELD.joined(f"name{where}")
     if not upstream:
         raise errors.MISSING_FIELD.joined(f"upstream{where}")
-    if "/" in name:
-        raise errors.BAD_REQUEST_BODY.joined(f"proxy name {name!r} must not contain '/'")
+    check_name(name, "proxy")
     return name, body.get("listen", ""), upstream, enabled
 
 

@@ -2,8 +2,9 @@
 
 Keep-alive, ``Content-Length`` and chunked request bodies, ``Expect: 100-continue``. Requests
 with headers over ``MAX_HEADER_BYTES`` or bodies over ``MAX_BODY_BYTES`` are answered with
-431/413 and the connection is closed; a client that stalls mid-request is dropped after
-``READ_TIMEOUT`` seconds (Toxiproxy's server uses 15 s too).
+431/413 and the connection is closed; a client whose request body stalls is dropped after
+``Timeouts.read`` seconds (15 s, as Toxiproxy's server), one that sends no complete request head
+for ``Timeouts.idle`` seconds (60 s) too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ READ_TIMEOUT = 15.0
 IDLE_TIMEOUT = 60.0
 DISCARD_BYTES = 16 * 1024 * 1024
 DISCARD_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Receive deadlines of the API's connections (``mc-toxiproxy --read-timeout/--idle-timeout``)."""
+
+    read: float = READ_TIMEOUT
+    """Seconds a request body may take to arrive once its head has."""
+    idle: float = IDLE_TIMEOUT
+    """Seconds a connection may go without sending a complete request head."""
+
+
+DEFAULT_TIMEOUTS = Timeouts()
 
 
 @dataclass
@@ -67,7 +81,7 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
     except ValueError:
         raise RequestError(400, "malformed request line") from None
     if not version.startswith("HTTP/1."):
-        raise RequestError(505, f"unsupported protocol {version!r}")
+        raise RequestError(505, f"unsupported protocol {version[:20]!r}")
     headers: dict[str, str] = {}
     for line in lines[1:]:
         if not line:
@@ -99,22 +113,22 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 
 
 async def _read_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     headers: dict[str, str]) -> bytes:
+                     headers: dict[str, str], timeout: float) -> bytes:
     chunked = "chunked" in headers.get("transfer-encoding", "").lower()
     length_text = headers.get("content-length")
     if not chunked and length_text is None:
         return b""
     if not chunked:
         if not length_text.isdigit():
-            raise RequestError(400, f"bad Content-Length {length_text!r}")
+            raise RequestError(400, f"bad Content-Length {length_text[:40]!r}")
         if int(length_text) > MAX_BODY_BYTES:
             raise RequestError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
     if headers.get("expect", "").lower() == "100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     try:
         if chunked:
-            return await asyncio.wait_for(_read_chunked(reader), READ_TIMEOUT)
-        return await asyncio.wait_for(reader.readexactly(int(length_text)), READ_TIMEOUT)
+            return await asyncio.wait_for(_read_chunked(reader), timeout)
+        return await asyncio.wait_for(reader.readexactly(int(length_text)), timeout)
     except (asyncio.IncompleteReadError, asyncio.TimeoutError, asyncio.LimitOverrunError):
         raise RequestError(400, "incomplete request body") from None
 
@@ -152,16 +166,15 @@ def plain_error(status: int, message: str) -> Response:
 
 
 async def serve_connection(handler: Handler, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> None:
+                           writer: asyncio.StreamWriter, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
     try:
-        timeout = IDLE_TIMEOUT
         while True:
             try:
-                head = await _read_head(reader, timeout)
+                head = await _read_head(reader, timeouts.idle)
                 if head is None:
                     return
                 method, path, version, headers = _parse_head(head)
-                body = await _read_body(reader, writer, headers)
+                body = await _read_body(reader, writer, headers, timeouts.read)
             except RequestError as exc:
                 writer.write(_encode(plain_error(exc.status, f"{exc.status} {exc}"), False))
                 await writer.drain()
@@ -173,13 +186,12 @@ async def serve_connection(handler: Handler, reader: asyncio.StreamReader,
             try:
                 resp = await handler(Request(method, path, headers, body))
             except Exception:
-                log.exception("internal error handling %s %s", method, path)
+                log.exception("internal error handling %s %.200s", method, path)
                 resp = plain_error(500, '{"error":"internal server error","status":500}')
             writer.write(_encode(resp, keep_alive))
             await writer.drain()
             if not keep_alive:
                 return
-            timeout = IDLE_TIMEOUT
     except (ConnectionError, asyncio.IncompleteReadError):
         return
     except asyncio.CancelledError:  # server shutdown; ending quietly avoids asyncio noise
@@ -190,6 +202,8 @@ async def serve_connection(handler: Handler, reader: asyncio.StreamReader,
             await writer.wait_closed()
 
 
-async def start_http_server(handler: Handler, host: str, port: int) -> asyncio.Server:
+async def start_http_server(handler: Handler, host: str, port: int,
+                            timeouts: Timeouts = DEFAULT_TIMEOUTS) -> asyncio.Server:
     return await asyncio.start_server(
-        lambda r, w: serve_connection(handler, r, w), host, port, limit=MAX_HEADER_BYTES)
+        lambda r, w: serve_connection(handler, r, w, timeouts), host, port,
+        limit=MAX_HEADER_BYTES)

@@ -16,6 +16,7 @@ from pytest_mooncake.toxiproxy import errors
 from pytest_mooncake.toxiproxy.addresses import AddressPolicy
 from pytest_mooncake.toxiproxy.errors import ApiError
 from pytest_mooncake.toxiproxy.link import DIRECTIONS, Connection
+from pytest_mooncake.toxiproxy.names import brief
 from pytest_mooncake.toxiproxy.side import Side
 from pytest_mooncake.toxiproxy.toxic_spec import ToxicSpec
 
@@ -96,7 +97,7 @@ class Proxy:
         if not isinstance(listen, str) or not isinstance(upstream, str):
             raise errors.BAD_REQUEST_BODY.joined("listen and upstream must be strings")
         if not isinstance(enabled, bool):
-            raise errors.BAD_REQUEST_BODY.joined(f"enabled must be true or false, got {enabled!r}")
+            raise errors.BAD_REQUEST_BODY.joined(f"enabled must be true or false, got {brief(enabled)}")
         self.policy.upstream(upstream)
         if self.differs(listen, upstream):
             await self.stop()

@@ -12,7 +12,7 @@ from pytest_mooncake.toxiproxy import VERSION
 from pytest_mooncake.toxiproxy.addresses import AddressPolicy
 from pytest_mooncake.toxiproxy.api import Api
 from pytest_mooncake.toxiproxy.collection import ProxyCollection
-from pytest_mooncake.toxiproxy.http import start_http_server
+from pytest_mooncake.toxiproxy.http import DEFAULT_TIMEOUTS, Timeouts, start_http_server
 
 log = logging.getLogger("mc-toxiproxy")
 
@@ -21,12 +21,13 @@ class ToxiproxyServer:
     """A Toxiproxy-compatible server: ``start()``, then ``url``; ``stop()`` closes every proxy."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8474, seed: int = 0,
-                 allow_non_loopback: bool = False):
+                 allow_non_loopback: bool = False, timeouts: Timeouts = DEFAULT_TIMEOUTS):
         self.policy = AddressPolicy(allow_non_loopback)
         self.host, self.port = self.policy.listen(f"{host}:{port}")
         self.seed = seed
         self.collection = ProxyCollection(self.policy, seed)
         self.api = Api(self.collection, VERSION)
+        self.timeouts = timeouts
         self._http: asyncio.Server | None = None
 
     @property
@@ -35,7 +36,8 @@ class ToxiproxyServer:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> str:
-        self._http = await start_http_server(self.api.handle, self.host, self.port)
+        self._http = await start_http_server(self.api.handle, self.host, self.port,
+                                             self.timeouts)
         self.port = self._http.sockets[0].getsockname()[1]
         return self.url
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from pytest_mooncake.toxiproxy import errors
 from pytest_mooncake.toxiproxy.link import DIRECTIONS, DOWNSTREAM
+from pytest_mooncake.toxiproxy.names import brief, check_name
 from pytest_mooncake.toxiproxy.toxics import TOXIC_TYPES, Toxic, ToxicAttributeError
 
 
@@ -44,7 +45,7 @@ class ToxicSpec:
         value = _number(body["toxicity"])
         if value is None or not 0.0 <= value <= 1.0:
             raise errors.BAD_REQUEST_BODY.joined(
-                f"toxicity must be a number from 0 to 1, got {body['toxicity']!r}")
+                f"toxicity must be a number from 0 to 1, got {brief(body['toxicity'])}")
         return value
 
     @classmethod
@@ -61,10 +62,10 @@ class ToxicSpec:
             raise errors.INVALID_STREAM
         stream = stream.lower()
         toxic_type = body.get("type", "")
-        name = body.get("name", "") or f"{toxic_type}_{stream}"
         if toxic_type not in TOXIC_TYPES:
             raise errors.INVALID_TOXIC_TYPE.joined(
-                f"{toxic_type!r} (known: {', '.join(sorted(TOXIC_TYPES))})")
+                f"{brief(toxic_type)} (known: {', '.join(sorted(TOXIC_TYPES))})")
+        name = check_name(body.get("name", "") or f"{toxic_type}_{stream}", "toxic")
         if name in taken:
             raise errors.TOXIC_ALREADY_EXISTS
         toxicity = cls.toxicity_of(body, 1.0)

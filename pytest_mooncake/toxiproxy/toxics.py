@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from pytest_mooncake.toxiproxy.names import brief
+
 
 @dataclass
 class Chunk:
@@ -71,11 +73,11 @@ class Toxic:
             if key not in cls.fields:
                 known = ", ".join(cls.fields) or "none"
                 raise ToxicAttributeError(
-                    f"unknown attribute {key!r} for toxic type {cls.type_name} (known: {known})")
+                    f"unknown attribute {brief(key)} for toxic type {cls.type_name} (known: {known})")
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ToxicAttributeError(f"attribute {key!r} must be an integer, got {value!r}")
+                raise ToxicAttributeError(f"attribute {key!r} must be an integer, got {brief(value)}")
             if value < 0:
-                raise ToxicAttributeError(f"attribute {key!r} must be >= 0, got {value}")
+                raise ToxicAttributeError(f"attribute {brief(key)} must be >= 0, got {value}")
             if value >= 2**63:
                 raise ToxicAttributeError(f"attribute {key!r} is too large: {value}")
             values[key] = value

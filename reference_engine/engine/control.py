@@ -24,18 +24,30 @@ import binascii
 import json
 import logging
 import os
-import socketserver
+import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from reference_engine import untrusted_json
 from reference_engine.cache import LookupFailed
 from reference_engine.descriptor import to_json
 from reference_engine.engine.core import Engine, Outcome
+from reference_engine.hub import BINARY_LIMITS, ConnectionHub, Limits, linger_close, readable_within
 
 log = logging.getLogger("reference_engine.control")
 
-MAX_LINE = 64 << 20
+_JSON_SLACK = 64 << 10
+MAX_REQUEST = (16 << 20) + _JSON_SLACK
+"""Longest request line (``--control-max-request``): a write's base64 payload makes it 4/3 of the
+bytes moved, so one request moves at most ``max_transfer(MAX_REQUEST)`` bytes (12 MiB)."""
+_RECV_CHUNK = 1 << 20
+
+
+def max_transfer(max_request: int) -> int:
+    """Bytes one write or read may move when request lines are at most ``max_request``."""
+    return max(0, (max_request - _JSON_SLACK) * 3 // 4)
 
 
 class BadRequest(ValueError):
@@ -74,9 +86,18 @@ def _outcome(o: Outcome) -> dict[str, Any]:
 class Dispatcher:
     """Maps requests to engine calls."""
 
-    def __init__(self, engine: Engine, on_stop: Callable[[], None]):
+    def __init__(self, engine: Engine, on_stop: Callable[[], None],
+                 max_bytes: int = max_transfer(MAX_REQUEST)):
         self.engine = engine
         self.on_stop = on_stop
+        self.max_bytes = max_bytes
+
+    def _length(self, r: dict[str, Any]) -> int:
+        length = _arg(r, "length", int)
+        if not 0 <= length <= self.max_bytes:
+            raise BadRequest(f"length {length} is outside 0..{self.max_bytes}, what one control "
+                             "request may move (--control-max-request); split the transfer")
+        return length
 
     def __call__(self, req: Any) -> Any:
         if not isinstance(req, dict) or not isinstance(req.get("op"), str):
@@ -95,14 +116,14 @@ class Dispatcher:
 
     def op_read(self, r):
         return _outcome(self.engine.read(_arg(r, "peer", str), _arg(r, "offset", int),
-                                         _arg(r, "length", int)))
+                                         self._length(r)))
 
     def op_read_at(self, r):
         return _outcome(self.engine.read_at(_arg(r, "peer", str), _arg(r, "addr", int),
-                                            _arg(r, "length", int)))
+                                            self._length(r)))
 
     def op_local_read(self, r):
-        data = self.engine.local_read(_arg(r, "offset", int), _arg(r, "length", int))
+        data = self.engine.local_read(_arg(r, "offset", int), self._length(r))
         return {"data_b64": base64.b64encode(data).decode()}
 
     def op_local_write(self, r):
@@ -141,39 +162,88 @@ class Dispatcher:
         return {}
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    server: ControlServer
+class _Session:
+    """One control connection: reads JSON lines, answers each with one line.
 
-    def handle(self) -> None:
+    A line longer than ``max_request`` is refused as soon as that many bytes arrived without a
+    newline (the rest is discarded, not buffered); deep or malformed JSON is a bad request."""
+
+    def __init__(self, sock: socket.socket, peer: tuple, dispatch: Callable[[Any], Any],
+                 limits: Limits, max_request: int):
+        self.sock = sock
+        self.peer = peer
+        self.dispatch = dispatch
+        self.limits = limits
+        self.max_request = max_request
+        self.pending = bytearray()
+        self.scanned = 0
+        self.idle_since = time.monotonic()
+
+    def serve(self) -> bool:
         while True:
-            line = self.rfile.readline(MAX_LINE + 1)
-            if not line:
-                return
-            if len(line) > MAX_LINE:
-                self._send({"ok": False, "error": f"request longer than {MAX_LINE} bytes"})
-                return
-            try:
-                reply = {"ok": True, "result": self.server.dispatch(json.loads(line))}
-            except (BadRequest, ValueError) as exc:
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-            except Exception as exc:  # a bug answers the parent, it does not kill the engine
-                log.exception("control request failed")
-                reply = {"ok": False, "error": f"internal error {type(exc).__name__}: {exc}"}
+            nl = self.pending.find(b"\n", self.scanned)
+            if nl < 0:
+                if len(self.pending) > self.max_request:
+                    return self._refuse_long_line()
+                self.scanned = len(self.pending)
+                if not self.pending and not readable_within(self.sock, self.limits.linger):
+                    return True
+                try:
+                    chunk = self.sock.recv(_RECV_CHUNK)
+                except BlockingIOError:  # SO_RCVTIMEO: nothing for the receive timeout
+                    log.warning("control connection %s sent nothing for %gs mid-request; "
+                                "closing it", self.peer, self.limits.recv_timeout)
+                    return False
+                if not chunk:
+                    return False
+                self.pending += chunk
+                continue
+            line = bytes(self.pending[:nl])
+            del self.pending[:nl + 1]
+            self.scanned = 0
+            if len(line) > self.max_request:
+                return self._refuse_long_line()
+            reply = self._answer(line)
+            self.idle_since = time.monotonic()  # before the reply: the peer waits from now
             self._send(reply)
 
+    def _answer(self, line: bytes) -> dict[str, Any]:
+        try:
+            return {"ok": True, "result": self.dispatch(untrusted_json.loads(line))}
+        except (BadRequest, ValueError) as exc:
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        except Exception as exc:  # a bug answers the parent, it does not kill the engine
+            log.exception("control request failed")
+            return {"ok": False, "error": f"internal error {type(exc).__name__}: {exc}"}
+
+    def _refuse_long_line(self) -> bool:
+        log.warning("control connection %s: request longer than %d bytes; refused", self.peer,
+                    self.max_request)
+        self._send({"ok": False, "error": f"request longer than {self.max_request} bytes "
+                    "(--control-max-request); send a smaller transfer"})
+        self.pending = bytearray()
+        linger_close(self.sock)
+        return False
+
     def _send(self, reply: dict[str, Any]) -> None:
-        self.wfile.write(json.dumps(reply).encode() + b"\n")
-        self.wfile.flush()
+        self.sock.sendall(json.dumps(reply).encode() + b"\n")
+
+    def closed(self) -> None:
+        self.pending = bytearray()
 
 
-class ControlServer(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class ControlServer:
+    """The control channel's listener: ``start()``, ``port``, ``stop()``."""
 
-    def __init__(self, dispatch: Callable[[Any], Any], host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, dispatch: Callable[[Any], Any], host: str = "127.0.0.1", port: int = 0,
+                 limits: Limits = BINARY_LIMITS, max_request: int = MAX_REQUEST):
         self.dispatch = dispatch
-        super().__init__((host, port), _Handler)
+        self.max_request = max_request
+        self._hub = ConnectionHub("control", host, port, limits, self._open_session)
+        self.port = self._hub.start()
 
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
+    def _open_session(self, sock: socket.socket, peer: tuple) -> _Session:
+        return _Session(sock, peer, self.dispatch, self._hub.limits, self.max_request)
+
+    def stop(self) -> None:
+        self._hub.stop()

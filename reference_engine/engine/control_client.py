@@ -7,6 +7,8 @@ import socket
 import threading
 from typing import Any
 
+from reference_engine.hub import readable_within
+
 
 class ControlError(RuntimeError):
     """The engine refused a request, or the channel broke."""
@@ -28,6 +30,10 @@ class ControlClient:
 
     def call(self, op: str, **args: Any) -> Any:
         with self._lock:
+            if self._sock is not None and _readable_now(self._sock):
+                # an idle channel has nothing to read: the engine closed it (its receive
+                # timeout), so this request goes on a new connection instead of a dead one
+                self.close()
             try:
                 if self._sock is None:
                     self._connect()
@@ -53,3 +59,10 @@ class ControlClient:
                 except OSError:
                     pass
         self._sock = self._file = None
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    try:
+        return readable_within(sock, 0)
+    except (OSError, ValueError):
+        return True

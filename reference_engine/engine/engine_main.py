@@ -15,18 +15,27 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 
-from reference_engine.engine.control import ControlServer, Dispatcher
+from reference_engine.engine.control import MAX_REQUEST, ControlServer, Dispatcher, max_transfer
 from reference_engine.engine.core import Engine
+from reference_engine.hub import BINARY_LIMITS, add_limit_flags, limits_from
 from reference_engine.metadata import MetadataUriError, open_store
 from reference_engine.profiles import PROFILES, get_profile
+from reference_engine.stop_signals import stop_on_signals, wait_until_stopped
+from reference_engine.transport import TcpTransport
 
 
 def _int(text: str) -> int:
     return int(text, 0)
+
+
+def _request_size(text: str) -> int:
+    value = _int(text)
+    if value < 64 << 10:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 65536 bytes")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,6 +52,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data-port", type=int, default=0, help="TCP data port (0 = any)")
     p.add_argument("--host", default="127.0.0.1", help="data and control bind address")
     p.add_argument("--control-port", type=int, default=0)
+    add_limit_flags(p, "data-", "data port", BINARY_LIMITS)
+    add_limit_flags(p, "control-", "control port", BINARY_LIMITS)
+    p.add_argument("--control-max-request", type=_request_size, default=MAX_REQUEST,
+                   metavar="BYTES",
+                   help="longest control request line; longer ones are refused as soon as that "
+                        "many bytes arrived. One write or read through the control channel "
+                        "moves at most 3/4 of it less 64 KiB (its data travels as base64) "
+                        f"(default {MAX_REQUEST}: 12 MiB transfers)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -54,29 +71,34 @@ def main(argv: list[str]) -> int:
     log = logging.getLogger("reference_engine.engine")
     try:
         store = open_store(args.metadata)
+        transport = TcpTransport(args.host, args.data_port, limits=limits_from(args, "data-"))
         engine = Engine(args.name, store, get_profile(args.profile), ttl_ms=args.ttl_ms,
                         buffer_size=args.buffer_size, fixed_address=args.fixed_address,
-                        data_host=args.host, data_port=args.data_port)
+                        data_host=args.host, data_port=args.data_port, transport=transport)
         desc = engine.start()
     except (MetadataUriError, OSError, ValueError) as exc:
         print(f"engine {args.name}: cannot start: {exc}", file=sys.stderr, flush=True)
         return 1
 
     stopped = threading.Event()
-    control = ControlServer(Dispatcher(engine, stopped.set), args.host, args.control_port)
-    threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopped.set())
+    try:
+        control = ControlServer(
+            Dispatcher(engine, stopped.set, max_transfer(args.control_max_request)), args.host,
+            args.control_port, limits_from(args, "control-"), args.control_max_request)
+    except OSError as exc:
+        print(f"engine {args.name}: cannot listen for control on {args.host}:"
+              f"{args.control_port}: {exc}", file=sys.stderr, flush=True)
+        engine.stop()
+        return 1
+    stop_on_signals(stopped)
     print(json.dumps({
         "event": "ready", "segment": args.name, "control_port": control.port,
         "data_port": desc.tcp_data_port, "instance_id": desc.instance_id,
         "buffers": [[engine.region.addr, engine.region.length]], "pid": os.getpid(),
         "profile": args.profile,
     }), flush=True)
-    while not stopped.wait(3600):
-        pass
+    wait_until_stopped(stopped)
     log.info("stopping segment %s", args.name)
-    control.shutdown()
-    control.server_close()
+    control.stop()
     engine.stop()
     return 0

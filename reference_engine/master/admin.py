@@ -3,49 +3,51 @@
 GET  /metrics  /health  /role  /ha_status  /leader  /ha/promotable  /get_all_keys
 POST /ha/promote (planned handover to this standby)  /ha/snapshot (standby writes a snapshot)
 Binds loopback; unknown paths are 404, bad requests 4xx with a JSON reason, never a traceback.
+Connections are held by a ``ConnectionHub`` (receive timeout, connection limit, no thread while
+idle); request parsing is in the small functions at the end.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from reference_engine import untrusted_json
+from reference_engine.http_sessions import BodyError, HttpSessions, ParkingHandler, request_body
+from reference_engine.hub import HTTP_LIMITS, ConnectionHub, Limits
 from reference_engine.master.error_codes import MasterError
 from reference_engine.master.metrics import render_metrics
 from reference_engine.master.node_view import MasterActions, MasterView
 
 log = logging.getLogger("reference_engine.master.admin")
 MAX_BODY = 64 * 1024
+MAX_PROMOTE_TIMEOUT = 600.0
+"""``POST /ha/promote`` waits at most this long (seconds) for the handover."""
 
 
 class AdminServer:
     """Serves ``view`` (read-only) and ``actions`` (POST) of one master."""
 
-    def __init__(self, host: str, port: int, view: MasterView, actions: MasterActions):
+    def __init__(self, host: str, port: int, view: MasterView, actions: MasterActions,
+                 limits: Limits = HTTP_LIMITS):
         handler = type("Handler", (_Handler,), {"view": view, "actions": actions})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        host_, port_ = self.httpd.server_address[:2]
-        self.address = f"{host_}:{port_}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="admin-http", daemon=True)
+        self._hub = ConnectionHub("admin-http", host, port, limits,
+                                  HttpSessions(handler, self, limits))
+        self._hub.bind()
+        self.address = self._hub.address
 
     def start(self) -> None:
-        self._thread.start()
+        self._hub.start()
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._hub.stop(timeout=2)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ParkingHandler):
     view: MasterView
     actions: MasterActions
-    protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("admin: " + format, *args)
@@ -103,30 +105,58 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self._send(413, {"error": f"body larger than {MAX_BODY} bytes"})
-            return
-        raw = self.rfile.read(length) if length else b""
         try:
-            body = json.loads(raw) if raw else {}
-            if not isinstance(body, dict):
-                raise ValueError("body must be a JSON object")
-        except ValueError as exc:
-            self._send(400, {"error": f"bad JSON body: {exc}"})
+            body = _json_object(request_body(self, MAX_BODY, required=False))
+        except BodyError as exc:
+            self._send(exc.status, {"error": exc.reason})
+            self.close_after_reply(exc.unread)
             return
         node = self.actions
         try:
             if path == "/ha/promote":
-                timeout = float(body.get("timeout", 15.0))
-                status, result = node.request_promotion(timeout)
+                status, result = node.request_promotion(_promote_timeout(body))
                 self._send(status, result)
             elif path == "/ha/snapshot":
                 self._send(200, node.write_snapshot())
             else:
                 self._send(404, {"error": f"no such endpoint {path!r}"})
+        except BodyError as exc:
+            self._send(exc.status, {"error": exc.reason})
         except MasterError as exc:
             self._send(409, {"error": exc.code.value, "message": exc.message})
         except Exception as exc:  # noqa: BLE001
             log.exception("admin POST %s failed", path)
             self._send(500, {"error": type(exc).__name__, "message": str(exc)})
+
+    def _not_allowed(self) -> None:
+        self._send(405, {"error": f"method {self.command} not allowed; use GET or POST"})
+        self.close_after_reply(unread=True)
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed  # noqa: N815
+
+
+# ------------------------------------------------------------------ request parsing
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """A POST body: empty, or a JSON object (bounded nesting)."""
+    if not raw:
+        return {}
+    try:
+        body = untrusted_json.loads(raw, "body")
+    except untrusted_json.JsonRejected as exc:
+        raise BodyError(400, f"bad JSON body: {exc}", unread=False) from None
+    if not isinstance(body, dict):
+        raise BodyError(400, f"bad JSON body: must be a JSON object, not {type(body).__name__}",
+                        unread=False)
+    return body
+
+
+def _promote_timeout(body: dict[str, Any]) -> float:
+    """``timeout`` of ``POST /ha/promote``: seconds, a number in (0, MAX_PROMOTE_TIMEOUT]."""
+    value = body.get("timeout", 15.0)
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 < value <= MAX_PROMOTE_TIMEOUT):  # NaN fails the comparison too
+        raise BodyError(400, f"timeout must be a number of seconds in (0, "
+                             f"{MAX_PROMOTE_TIMEOUT:g}], got {repr(value)[:40]}", unread=False)
+    return float(value)

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+from reference_engine.hub import BINARY_LIMITS, HTTP_LIMITS, add_limit_flags, limits_from
 from reference_engine.master.etcd_client import parse_endpoints
 from reference_engine.profiles import PROFILES
 
@@ -47,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-max-entries", type=int, default=1024)
     p.add_argument("--replay-delay", type=float, default=0.0,
                    help="seconds per OpLog batch while a standby builds its baseline (tests)")
+    add_limit_flags(p, "rpc-", "RPC port", BINARY_LIMITS)
+    add_limit_flags(p, "admin-", "admin HTTP port", HTTP_LIMITS)
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -68,6 +71,7 @@ def main(argv: list[str]) -> int:
         trim_oplog_after_snapshot=args.trim_oplog_after_snapshot,
         enable_fault_planting=args.enable_fault_planting,
         batch_max_entries=args.batch_max_entries, replay_delay=args.replay_delay,
+        rpc_limits=limits_from(args, "rpc-"), admin_limits=limits_from(args, "admin-"),
     )
     node = MasterNode(cfg)
     for sig in (signal.SIGTERM, signal.SIGINT):

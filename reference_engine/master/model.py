@@ -20,8 +20,26 @@ class ReplicaStatus(str, enum.Enum):
     FAILED = "FAILED"
 
 
+U64_END = 1 << 64
+"""Addresses, sizes and capacities are u64 in Mooncake: every range ends at or below 2^64."""
+
+
 class WireError(ValueError):
     """A replicated record that does not decode; the message names the field."""
+
+
+def u64_field(value: Any, where: str) -> int:
+    """``value`` as a u64 (an integer, not a bool, from 0 to 2^64-1), else WireError naming
+    ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < U64_END:
+        raise WireError(f"{where}: not an integer from 0 to 2^64-1")
+    return value
+
+
+def u64_range(base: int, length: int, where: str) -> None:
+    """A range ``[base, base+length)`` must end within the u64 address space."""
+    if base + length > U64_END:
+        raise WireError(f"{where}: range 0x{base:x}+{length} ends beyond 2^64")
 
 
 class MemoryDescriptor(NamedTuple):
@@ -45,9 +63,9 @@ class MemoryDescriptor(NamedTuple):
         endpoint, address, size = raw
         if not isinstance(endpoint, str):
             raise WireError(f"{where}.endpoint: not a string")
-        for name, value in (("address", address), ("size", size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise WireError(f"{where}.{name}: not a non-negative integer")
+        u64_field(address, f"{where}.address")
+        u64_field(size, f"{where}.size")
+        u64_range(address, size, where)
         return cls(endpoint, address, size)
 
 
@@ -115,9 +133,7 @@ class ObjectMeta:
         where = f"object {key!r}"
         if not isinstance(raw, dict):
             raise WireError(f"{where}: metadata must be an object")
-        size = raw.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise WireError(f"{where}.size: not a non-negative integer")
+        size = u64_field(raw.get("size"), f"{where}.size")
         client_id = raw.get("client_id", "")
         if not isinstance(client_id, str):
             raise WireError(f"{where}.client_id: not a string")
@@ -168,8 +184,8 @@ class SegmentInfo:
         base = raw.get("base", 0)
         capacity = raw.get("capacity")
         for fname, value in (("base", base), ("capacity", capacity)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise WireError(f"segment {endpoint!r}.{fname}: not a non-negative integer")
+            u64_field(value, f"segment {endpoint[:80]!r}.{fname}")
+        u64_range(base, capacity, f"segment {endpoint[:80]!r}")
         client_id = raw.get("client_id", "")
         return cls(
             name=name,

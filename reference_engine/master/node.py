@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from reference_engine.hub import BINARY_LIMITS, HTTP_LIMITS, Limits
 from reference_engine.master.admin import AdminServer
 from reference_engine.master.election import LeaderElection, LeaderSession, LeaderView
 from reference_engine.master.error_codes import ErrorCode, MasterError
@@ -59,6 +60,8 @@ class MasterConfig:
     batch_max_entries: int = 1024
     handover_ttl: int = 5
     replay_delay: float = 0.0
+    rpc_limits: Limits = BINARY_LIMITS
+    admin_limits: Limits = HTTP_LIMITS
 
 
 class MasterNode:
@@ -70,7 +73,7 @@ class MasterNode:
         self.etcd = connect(cfg.etcd, timeout=cfg.etcd_timeout)
         self.store = OpLogStore(self.etcd, cfg.cluster_id)
         self.snapshots = SnapshotStore(cfg.snapshot_dir) if cfg.snapshot_dir else None
-        self.rpc = RpcServer(cfg.rpc[0], cfg.rpc[1], self._hello, self._handle)
+        self.rpc = RpcServer(cfg.rpc[0], cfg.rpc[1], self._hello, self._handle, cfg.rpc_limits)
         self.address = self.rpc.address
         self.election = LeaderElection(self.etcd, cfg.cluster_id, self.address, cfg.lease_ttl,
                                        margin=min(0.5, cfg.lease_ttl / 4))
@@ -88,7 +91,8 @@ class MasterNode:
         self._stop = threading.Event()
         self._lead_stop = threading.Event()
         self._last_snapshot = time.monotonic()
-        self.admin = AdminServer(cfg.admin[0], cfg.admin[1], view=self, actions=self)
+        self.admin = AdminServer(cfg.admin[0], cfg.admin[1], view=self, actions=self,
+                                 limits=cfg.admin_limits)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -14,6 +14,8 @@ import socket
 import struct
 from typing import Any
 
+from reference_engine import untrusted_json
+
 MASTER_VERSION = "1.3.0"
 """The reference master's protocol version; compatible (rfc) with any 1.x client."""
 
@@ -42,9 +44,9 @@ def recv_frame(sock: socket.socket) -> dict[str, Any]:
         raise ProtocolError(f"frame length {length} exceeds {MAX_FRAME}")
     data = _recv_exact(sock, length)
     try:
-        message = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"frame is not JSON: {exc}") from None
+        message = untrusted_json.loads(data, "frame")
+    except untrusted_json.JsonRejected as exc:
+        raise ProtocolError(str(exc)) from None
     if not isinstance(message, dict):
         raise ProtocolError("frame is not a JSON object")
     return message

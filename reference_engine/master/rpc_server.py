@@ -1,17 +1,21 @@
-"""The store RPC server: one thread per connection, handshake first, then requests.
+"""The store RPC server: connections held by a ``ConnectionHub``, handshake first, then requests.
 
 It listens for the whole life of the master process; while this master is not the serving
-leader every request answers NOT_LEADER with the leader's address, so clients fail fast.
+leader every request answers NOT_LEADER with the leader's address, so clients fail fast. A frame
+that is not protocol (oversized, not JSON, not an object, nested too deeply) is answered with an
+error frame (``id`` null, ``INVALID_RPC_ARGUMENTS``) and the connection is closed; so is a peer
+that sends nothing for the receive timeout mid-frame. An idle connection holds no thread.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from reference_engine.hub import BINARY_LIMITS, ConnectionHub, Limits, linger_close, readable_within
 from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.protocol import (
     ConnectionClosed,
@@ -35,90 +39,84 @@ class Connection:
 
 
 class RpcServer:
-    def __init__(self, host: str, port: int, hello: Hello, handler: Handler):
+    def __init__(self, host: str, port: int, hello: Hello, handler: Handler,
+                 limits: Limits = BINARY_LIMITS):
         self.hello = hello
         self.handler = handler
-        self._sock = socket.create_server((host, port), reuse_port=False)
-        self._sock.settimeout(0.5)
-        host_, port_ = self._sock.getsockname()[:2]
-        self.address = f"{host_}:{port_}"
-        self._stop = threading.Event()
-        self._conns: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept, name="rpc-accept", daemon=True)
+        self._hub = ConnectionHub("rpc", host, port, limits, self._open_session)
+        self._hub.bind()
+        self.address = self._hub.address
 
     def start(self) -> None:
-        self._thread.start()
+        self._hub.start()
 
     def close(self) -> None:
-        self._stop.set()
-        self._sock.close()
-        with self._lock:
-            for c in list(self._conns):
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        self._thread.join(timeout=2)
+        self._hub.stop(timeout=2)
 
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                sock, addr = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                self._conns.add(sock)
-            threading.Thread(target=self._serve, args=(sock, f"{addr[0]}:{addr[1]}"),
-                             name="rpc-conn", daemon=True).start()
+    def _open_session(self, sock: socket.socket, peer: tuple) -> _Session:
+        return _Session(Connection(sock, f"{peer[0]}:{peer[1]}"), self, self._hub.limits)
 
-    def _serve(self, sock: socket.socket, peer: str) -> None:
-        conn = Connection(sock, peer)
-        try:
-            first = recv_frame(sock)
-            if first.get("op") != "hello":
-                send_frame(sock, _error(None, MasterError(ErrorCode.INVALID_RPC_ARGUMENTS,
-                                                          "first frame must be hello")))
-                return
+
+class _Session:
+    def __init__(self, conn: Connection, server: RpcServer, limits: Limits):
+        self.conn = conn
+        self.server = server
+        self.limits = limits
+        self.greeted = False
+        self.idle_since = time.monotonic()
+
+    def closed(self) -> None:
+        pass
+
+    def serve(self) -> bool:
+        sock = self.conn.sock
+        while True:
+            if not readable_within(sock, self.limits.linger):
+                return True
             try:
-                result = self.hello(first, conn)
-            except MasterError as exc:
-                send_frame(sock, _error(None, exc))
-                return
-            send_frame(sock, {"ok": True, "result": result})
-            while not self._stop.is_set():
                 msg = recv_frame(sock)
-                rid = msg.get("id")
-                op = msg.get("op")
-                args = msg.get("args") or {}
-                if not isinstance(op, str) or not isinstance(args, dict):
-                    send_frame(sock, _error(rid, MasterError(ErrorCode.INVALID_RPC_ARGUMENTS,
-                                                             "op must be a string, args an object")))
-                    continue
-                try:
-                    result = self.handler(op, args, conn)
-                    send_frame(sock, {"id": rid, "ok": True, "result": result})
-                except MasterError as exc:
-                    send_frame(sock, _error(rid, exc))
-                except (TypeError, ValueError, KeyError) as exc:
-                    send_frame(sock, _error(rid, MasterError(ErrorCode.INVALID_PARAMS,
-                                                             f"{op}: {exc}")))
-        except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
-        except (ConnectionClosed, OSError):
-            pass
-        except Exception:  # noqa: BLE001
-            log.exception("RPC connection from %s failed", peer)
-        finally:
-            with self._lock:
-                self._conns.discard(sock)
-            try:
-                sock.close()
-            except OSError:
-                pass
+            except ProtocolError as exc:
+                log.warning("closing connection from %s: %s", self.conn.peer, exc)
+                send_frame(sock, _error(None, MasterError(ErrorCode.INVALID_RPC_ARGUMENTS,
+                                                          str(exc))))
+                linger_close(sock)  # the rest of a refused frame may still be on its way
+                return False
+            except ConnectionClosed:
+                return False
+            except BlockingIOError:  # SO_RCVTIMEO: nothing for the receive timeout mid-frame
+                log.warning("closing connection from %s: sent nothing for %gs mid-frame",
+                            self.conn.peer, self.limits.recv_timeout)
+                return False
+            reply = self._greet(msg) if not self.greeted else self._request(msg)
+            self.idle_since = time.monotonic()
+            send_frame(sock, reply)
+            if not self.greeted:
+                return False
+
+    def _greet(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if msg.get("op") != "hello":
+            return _error(None, MasterError(ErrorCode.INVALID_RPC_ARGUMENTS,
+                                            "first frame must be hello"))
+        try:
+            result = self.server.hello(msg, self.conn)
+        except MasterError as exc:
+            return _error(None, exc)
+        self.greeted = True
+        return {"ok": True, "result": result}
+
+    def _request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        rid = msg.get("id")
+        op = msg.get("op")
+        args = msg.get("args") or {}
+        if not isinstance(op, str) or not isinstance(args, dict):
+            return _error(rid, MasterError(ErrorCode.INVALID_RPC_ARGUMENTS,
+                                           "op must be a string, args an object"))
+        try:
+            return {"id": rid, "ok": True, "result": self.server.handler(op, args, self.conn)}
+        except MasterError as exc:
+            return _error(rid, exc)
+        except (TypeError, ValueError, KeyError) as exc:
+            return _error(rid, MasterError(ErrorCode.INVALID_PARAMS, f"{op}: {exc}"))
 
 
 def _error(rid: Any, exc: MasterError) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 from reference_engine.master.clients import ClientRegistry
 from reference_engine.master.error_codes import ErrorCode, MasterError
 from reference_engine.master.index import Change, ObjectIndex, drained
-from reference_engine.master.model import SegmentInfo
+from reference_engine.master.model import SegmentInfo, WireError, u64_field
 from reference_engine.master.oplog import OpType, encode_payload
 from reference_engine.master.segments import SegmentStatus
 from reference_engine.master.writer import OpLogWriter
@@ -126,10 +126,12 @@ class MasterService:
 
     # ---------------------------------------------------------------- objects
 
-    def put_start(self, client_id: str, key: str, size: int, replica_num: int = 1) -> dict[str, Any]:
+    def put_start(self, client_id: str, key: str, size: Any, replica_num: Any = 1) -> dict[str, Any]:
         self.requests["put_start"] += 1
+        size = _count_arg(size, "size")
+        replica_num = _count_arg(replica_num, "replica_num")
         with self.lock:
-            replicas = self.index.put_start(client_id, key, int(size), int(replica_num), time.monotonic())
+            replicas = self.index.put_start(client_id, key, size, replica_num, time.monotonic())
         return {"replicas": [r.to_wire() for r in replicas]}
 
     def put_end(self, client_id: str, key: str) -> dict[str, Any]:
@@ -205,3 +207,17 @@ class MasterService:
     def keys(self) -> list[str]:
         with self.lock:
             return self.index.keys()
+
+
+def _count_arg(value: Any, name: str) -> int:
+    """A request's size or count: a u64 integer as sent, never coerced (``10.7`` is not 10 and
+    ``true`` is not 1)."""
+    try:
+        return u64_field(value, name)
+    except WireError as exc:
+        raise MasterError(ErrorCode.INVALID_PARAMS, f"{exc}, got {_brief(value)}") from None
+
+
+def _brief(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

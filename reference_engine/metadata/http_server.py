@@ -4,7 +4,10 @@
 key parameter is 400, an absent key 404, and re-putting an existing ``rpc_meta`` key succeeds
 only with an identical body (400 otherwise). ``GET /health`` answers 200. Extension:
 ``GET /metadata/keys?prefix=P`` lists keys as a JSON array. Binds loopback unless told
-otherwise; oversized or malformed requests get a 4xx with a one-line reason, never a traceback.
+otherwise; oversized or malformed requests get a 4xx with a one-line plain-text reason, never a
+traceback or an HTML page; a refused body is read away (bounded) so the client sees the reply.
+Connections are held by a ``ConnectionHub`` (receive timeout, connection limit, no thread while
+idle).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import json
 import logging
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from reference_engine.http_sessions import BodyError, HttpSessions, ParkingHandler, request_body
+from reference_engine.hub import HTTP_LIMITS, ConnectionHub, Limits
 
 MAX_BODY_BYTES = 8 << 20
 """Requests above this are refused with 413. Larger than the decoder's 1 MiB value limit on
@@ -24,18 +29,19 @@ MAX_KEY_CHARS = 4096
 log = logging.getLogger("reference_engine.metadata.http_server")
 
 
-class MetadataHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class MetadataHttpServer:
+    """``start()`` serves from the hub's threads; ``stop()`` closes everything."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, path: str = "/metadata",
-                 max_body: int = MAX_BODY_BYTES):
+                 max_body: int = MAX_BODY_BYTES, limits: Limits = HTTP_LIMITS):
         self.path = path.rstrip("/") or "/metadata"
         self.max_body = max_body
         self.data: dict[str, bytes] = {}
         self.data_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        super().__init__((host, port), _Handler)
+        self._hub = ConnectionHub("metadata-http", host, port, limits,
+                                  HttpSessions(_Handler, self, limits))
+        self._hub.bind()
+        self.server_address = (self._hub.host, self._hub.port)
 
     @property
     def port(self) -> int:
@@ -43,26 +49,20 @@ class MetadataHttpServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://{self.server_address[0]}:{self.port}{self.path}"
+        host = self.server_address[0]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}{self.path}"
 
     def start(self) -> MetadataHttpServer:
-        """Serve from a daemon thread (in-process use)."""
-        self._thread = threading.Thread(target=self.serve_forever, name="metadata-http",
-                                        daemon=True)
-        self._thread.start()
+        self._hub.start()
         return self
 
     def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._hub.stop()
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ParkingHandler):
     server: MetadataHttpServer
-    protocol_version = "HTTP/1.1"
-    timeout = 10
     server_version = "reference-metadata/1"
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib name)
@@ -122,8 +122,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._guard(self._delete)
 
     def _not_allowed(self) -> None:
-        self.close_connection = True
         self._reply(405, "Method not allowed")
+        self.close_after_reply(unread=True)
 
     do_POST = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed  # noqa: N815
 
@@ -149,33 +149,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, value, "application/json")
 
     def _read_body(self) -> bytes | None:
-        length_text = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            self._reply(411, "chunked bodies are not accepted; send Content-Length")
-            return None
-        if length_text is None:
-            self.close_connection = True
-            self._reply(411, "Content-Length required")
-            return None
         try:
-            length = int(length_text)
-        except ValueError:
-            length = -1
-        if length < 0:
-            self.close_connection = True
-            self._reply(400, "bad Content-Length")
+            return request_body(self, self.server.max_body)
+        except BodyError as exc:
+            self._reply(exc.status, exc.reason)
+            self.close_after_reply(exc.unread)
             return None
-        if length > self.server.max_body:
-            self.close_connection = True
-            self._reply(413, f"body of {length} bytes exceeds the limit of {self.server.max_body}")
-            return None
-        body = self.rfile.read(length)
-        if len(body) != length:
-            self.close_connection = True
-            self._reply(400, "body shorter than Content-Length")
-            return None
-        return body
 
     def _put(self) -> None:
         route = self._route()
@@ -184,7 +163,6 @@ class _Handler(BaseHTTPRequestHandler):
         _, query = route
         key = self._key(query)
         if key is None:
-            self.close_connection = True
             return
         body = self._read_body()
         if body is None:
@@ -219,6 +197,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    host = host.strip("[]")
     return host or "127.0.0.1", int(port)
 
 

@@ -2,7 +2,10 @@
 
 A connection is handed to one caller at a time. ``drop_peer`` closes the idle connections to a
 peer and makes the busy ones close when they come back: after a peer is replaced, no request
-may travel on a connection that was opened to its predecessor. ``open_by_endpoint`` counts the
+may travel on a connection that was opened to its predecessor. An idle connection is not handed
+out again once the peer closed it (servers drop idle peers: ours after its receive timeout) or
+after ``max_idle`` seconds, less than our servers' default receive timeout, so a request does
+not meet a connection the server is closing at that moment. ``open_by_endpoint`` counts the
 connections the pool ever opened that are not closed yet, wherever they are now (idle, in a
 caller's hands, or dropped by everyone but not closed): the engine's leak counters (MR-16).
 """
@@ -12,7 +15,10 @@ from __future__ import annotations
 import collections
 import socket
 import threading
+import time
 import weakref
+
+from reference_engine.hub import readable_within
 
 from .sockio import set_kernel_timeouts
 from .transfer_errors import TransferConnectionError
@@ -21,12 +27,23 @@ Key = tuple[str, int]
 
 
 class Connection:
-    __slots__ = ("sock", "key", "generation")
+    __slots__ = ("sock", "key", "generation", "idle_since")
 
     def __init__(self, sock: socket.socket, key: Key, generation: tuple[int, int]) -> None:
         self.sock = sock
         self.key = key
         self.generation = generation
+        self.idle_since = 0.0
+
+    def reusable(self, max_idle: float) -> bool:
+        """Idle for less than ``max_idle`` and still open at the peer's end: an idle
+        connection has nothing to read, so readable means EOF (or a reset)."""
+        if time.monotonic() - self.idle_since >= max_idle:
+            return False
+        try:
+            return not readable_within(self.sock, 0)
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         try:
@@ -41,10 +58,12 @@ class ConnectionPool:
         connect_timeout: float = 5.0,
         io_timeout: float = 30.0,
         max_idle_per_peer: int = 8,
+        max_idle: float = 300.0,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.io_timeout = io_timeout
         self.max_idle_per_peer = max_idle_per_peer
+        self.max_idle = max_idle
         self._lock = threading.Lock()
         self._idle: dict[Key, list[Connection]] = {}
         self._generation: dict[Key, int] = {}
@@ -58,11 +77,21 @@ class ConnectionPool:
 
     def acquire(self, host: str, port: int) -> Connection:
         key = (host, port)
+        stale = []
         with self._lock:
             idle = self._idle.get(key)
-            if idle:
-                return idle.pop()
+            while idle:
+                conn = idle.pop()
+                if conn.reusable(self.max_idle):
+                    break
+                stale.append(conn)
+            else:
+                conn = None
             generation = self._current(key)
+        for old in stale:
+            old.close()
+        if conn is not None:
+            return conn
         try:
             sock = socket.create_connection(key, timeout=self.connect_timeout)
         except OSError as e:
@@ -88,6 +117,7 @@ class ConnectionPool:
             if healthy and conn.generation == self._current(conn.key):
                 idle = self._idle.setdefault(conn.key, [])
                 if len(idle) < self.max_idle_per_peer:
+                    conn.idle_since = time.monotonic()
                     idle.append(conn)
                     return
         conn.close()

@@ -1,25 +1,38 @@
 """Server side of the Mooncake TCP transport: serves peers' READs and WRITEs on registered memory.
 
-One thread per connection. Requests are parsed out of a staging buffer so that many small
-pipelined requests cost one ``recv``; large WRITE bodies are received straight into the
-destination and READ payloads are sent straight from it (``sendmsg`` with memoryviews).
-Responses are gathered and sent before the session blocks on the socket again, and before any
-WRITE is applied while READ payloads are still queued (so a READ never sees a later WRITE).
+Connections are accepted and held by a ``ConnectionHub``: an idle one is parked (no thread, no
+buffer); one that has bytes to read gets a thread and a staging buffer until it goes quiet again.
+Requests are parsed out of the staging buffer so that many small pipelined requests cost one
+``recv``; large WRITE bodies are received straight into the destination and READ payloads are
+sent straight from it (``sendmsg`` with memoryviews). Responses are gathered and sent before the
+session waits on the socket again, and before any WRITE is applied while READ payloads are still
+queued (so a READ never sees a later WRITE). A peer that half-closes its side after its last
+request still gets every reply (as Mooncake's server, which answers a request before it reads
+the next, does); then the connection is closed.
 
 Safety: a request is validated against the registered buffers before a byte of its body is
 applied; a range outside them (or of size 0) is answered with the rejection status (v2) and the
-connection is closed, as Mooncake does. A malformed header (unknown opcode) or a truncated
-stream closes the connection with one log line. A WRITE body cut off by a dropped connection may
-leave the destination partly updated; the initiator never got an acknowledgement for it.
+connection is closed, as Mooncake does. A malformed header (unknown opcode), a truncated stream
+or a peer that sends nothing for the receive timeout mid-request closes the connection with one
+log line. A WRITE body cut off by a dropped connection may leave the destination partly updated;
+the initiator never got an acknowledgement for it.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-import struct
 import threading
+import time
 from dataclasses import dataclass, fields
+
+from reference_engine.hub import (
+    BINARY_LIMITS,
+    ConnectionHub,
+    HubStats,
+    Limits,
+    readable_within,
+)
 
 from . import wire
 from .buffers import RegisteredBuffers
@@ -31,7 +44,6 @@ STAGING_SIZE = 256 * 1024
 _SMALL_BODY = 16 * 1024
 _TAIL = 16 * 1024
 _DONTWAIT = socket.MSG_DONTWAIT
-_SEND_TIMEOUT = struct.pack("ll", 60, 0)
 _FLUSH_BYTES = 4 * 1024 * 1024
 _FLUSH_BUFFERS = 512
 
@@ -46,6 +58,11 @@ class ServerStats:
     rejected: int = 0
     malformed: int = 0
     refused: int = 0
+    """Peers turned away at the connection limit (every connection busy)."""
+    evicted: int = 0
+    """Idle connections closed to admit a new peer at the connection limit."""
+    timed_out: int = 0
+    """Connections closed after receiving nothing for the receive timeout (idle or stalled)."""
 
     def add(self, other: ServerStats) -> None:
         for f in fields(self):
@@ -57,140 +74,86 @@ class _Closed(Exception):
 
 
 class TcpServer:
+    """``limits``: receive timeout and connection limit (``reference_engine.hub``)."""
+
     def __init__(
         self,
         buffers: RegisteredBuffers,
         bind_host: str = "127.0.0.1",
         port: int = 0,
-        max_sessions: int = 512,
+        limits: Limits = BINARY_LIMITS,
     ) -> None:
         self._buffers = buffers
-        self.max_sessions = max_sessions
-        self._stopped = threading.Event()
+        self.limits = limits
         self._bind = (bind_host, port)
-        self._listener: socket.socket | None = None
-        self._accept_thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._sessions: dict[socket.socket, tuple[threading.Thread, ServerStats]] = {}
+        self._sessions: set[_Session] = set()
         self._finished = ServerStats()
-        self._stopping = False
+        self._hub: ConnectionHub | None = None
         self.port = 0
 
     def start(self) -> int:
-        if self._listener is not None:
+        if self._hub is not None:
             return self.port
-        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lst.bind(self._bind)
-        lst.listen(128)
-        self._listener = lst
-        self.port = lst.getsockname()[1]
-        self._stopping = False
-        self._stopped.clear()
-        self._accept_thread = threading.Thread(
-            target=self._accept_loop, name=f"tcp-accept-{self.port}", daemon=True
-        )
-        self._accept_thread.start()
+        hub = ConnectionHub("tcp-data", *self._bind, self.limits, self._open_session)
+        self.port = hub.start()
+        self._hub = hub
         return self.port
 
     def stop(self, timeout: float = 5.0) -> None:
-        lst = self._listener
-        if lst is None:
-            return
-        self._stopping = True
-        self._stopped.set()
-        try:
-            lst.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        lst.close()
-        if self._accept_thread is not None:
-            self._accept_thread.join(timeout)
-        with self._lock:
-            sessions = list(self._sessions.items())
-        for sock, _ in sessions:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        for _, (thread, _) in sessions:
-            thread.join(timeout)
-        self._listener = None
+        hub, self._hub = self._hub, None
+        if hub is not None:
+            with self._lock:
+                self._finished.add(self._hub_stats(hub))
+            hub.stop(timeout)
 
     def stats(self) -> ServerStats:
         total = ServerStats()
         with self._lock:
             total.add(self._finished)
-            for _, st in self._sessions.values():
-                total.add(st)
+            for session in self._sessions:
+                total.add(session.st)
+        hub = self._hub
+        if hub is not None:
+            total.add(self._hub_stats(hub))
         return total
 
-    def _accept_loop(self) -> None:
-        lst = self._listener
-        while not self._stopping:
-            try:
-                sock, peer = lst.accept()
-            except OSError as e:
-                if self._stopping:
-                    return
-                # e.g. out of file descriptors: keep serving, retry after a pause
-                log.warning("tcp server on port %d: accept failed: %s", self.port, e)
-                self._stopped.wait(0.05)
-                continue
-            with self._lock:
-                crowded = len(self._sessions) >= self.max_sessions
-                if crowded:
-                    self._finished.refused += 1
-            if crowded:
-                log.warning(
-                    "tcp server on port %d: refusing %s, already %d sessions",
-                    self.port,
-                    peer,
-                    self.max_sessions,
-                )
-                sock.close()
-                continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # a peer that stops reading may hold a session for this long, not forever
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SEND_TIMEOUT)
-            st = ServerStats(connections=1)
-            t = threading.Thread(
-                target=self._run_session,
-                args=(sock, peer, st),
-                name=f"tcp-session-{peer}",
-                daemon=True,
-            )
-            with self._lock:
-                if self._stopping:
-                    sock.close()
-                    return
-                self._sessions[sock] = (t, st)
-            t.start()
+    def connections(self) -> HubStats:
+        """Open, active (being served) and parked connections right now, and the hub's counts."""
+        hub = self._hub
+        return hub.stats() if hub is not None else HubStats()
 
-    def _run_session(self, sock: socket.socket, peer, st: ServerStats) -> None:
-        try:
-            _Session(sock, peer, self._buffers, st).serve()
-        except _Closed:
-            pass
-        except OSError as e:
-            if not self._stopping:
-                log.info("tcp session %s closed: %s", peer, e)
-        finally:
-            sock.close()
-            with self._lock:
-                self._sessions.pop(sock, None)
-                self._finished.add(st)
+    @staticmethod
+    def _hub_stats(hub: ConnectionHub) -> ServerStats:
+        h = hub.stats()
+        return ServerStats(refused=h.refused, evicted=h.evicted, timed_out=h.idle_closed)
+
+    def _open_session(self, sock: socket.socket, peer) -> _Session:
+        session = _Session(sock, peer, self._buffers, ServerStats(connections=1),
+                           self.limits, self._session_closed)
+        with self._lock:
+            self._sessions.add(session)
+        return session
+
+    def _session_closed(self, session: _Session) -> None:
+        with self._lock:
+            self._sessions.discard(session)
+            self._finished.add(session.st)
 
 
 class _Session:
-    def __init__(self, sock, peer, buffers: RegisteredBuffers, stats: ServerStats) -> None:
+    def __init__(self, sock, peer, buffers: RegisteredBuffers, stats: ServerStats,
+                 limits: Limits, on_close) -> None:
         self.sock = sock
         self.peer = peer
         self.buffers = buffers
         self.st = stats
+        self.limits = limits
+        self._on_close = on_close
         self.out: list = []
         self.out_bytes = 0
         self.out_has_reads = False
+        self.idle_since = time.monotonic()
 
     def flush(self) -> None:
         if self.out:
@@ -200,7 +163,8 @@ class _Session:
             self.out_has_reads = False
 
     def recv(self, call, *args) -> int:
-        """``call(*args)`` on the socket; pending responses go out first if it would block.
+        """``call(*args)`` on the socket mid-request; pending responses go out first if it
+        would block. A peer silent for the receive timeout ends the session.
 
         Responses are held back while more requests are already waiting, so a stream of
         pipelined requests costs one ``sendmsg`` per many responses instead of one each.
@@ -210,16 +174,44 @@ class _Session:
                 return call(*args, 0, _DONTWAIT)
             except BlockingIOError:
                 self.flush()
-        return call(*args)
+        try:
+            return call(*args)
+        except BlockingIOError:  # SO_RCVTIMEO: nothing arrived for the receive timeout
+            self.st.timed_out += 1
+            self.close(logging.WARNING, "peer sent nothing for %gs mid-request",
+                       self.limits.recv_timeout)
+            raise  # not reached
+
+    def recv_next(self, view) -> int | None:
+        """Receive at a request boundary (nothing partial buffered): None when the peer stays
+        quiet for the linger time (the connection is parked), else as ``recv``."""
+        self.idle_since = time.monotonic()  # before the replies go out: the peer waits from now
+        if self.out:
+            try:
+                return self.sock.recv_into(view, 0, _DONTWAIT)
+            except BlockingIOError:
+                self.flush()
+        if not readable_within(self.sock, self.limits.linger):
+            return None
+        return self.recv(self.sock.recv_into, view)
 
     def close(self, level: int, msg: str, *args) -> None:
         log.log(level, "tcp session %s: " + msg + "; closing connection", self.peer, *args)
         self.flush()
         raise _Closed
 
-    def serve(self) -> None:
-        sock = self.sock
-        buf = bytearray(STAGING_SIZE)
+    def closed(self) -> None:
+        self._on_close(self)
+
+    def serve(self) -> bool:
+        """Serve until the peer goes quiet between requests (True: park) or the session ends."""
+        try:
+            return self._serve()
+        except _Closed:
+            return False
+
+    def _serve(self) -> bool:
+        buf = bytearray(STAGING_SIZE)  # released while the connection is parked
         mv = memoryview(buf)
         unpack = wire.HEADER.unpack_from
         resolve = self.buffers.resolve
@@ -228,14 +220,20 @@ class _Session:
         st = self.st
         start = end = 0
         need = wire.HEADER_SIZE
-        recv, recv_into = self.recv, sock.recv_into
+        recv, recv_into, recv_next = self.recv, self.sock.recv_into, self.recv_next
         while True:
             if end - start < need:
-                if STAGING_SIZE - start < need:
-                    rem = end - start
-                    buf[:rem] = buf[start:end]
-                    start, end = 0, rem
-                n = recv(recv_into, mv[end:])
+                if start == end:
+                    start = end = 0
+                    n = recv_next(mv)
+                    if n is None:
+                        return True
+                else:
+                    if STAGING_SIZE - start < need:
+                        rem = end - start
+                        buf[:rem] = buf[start:end]
+                        start, end = 0, rem
+                    n = recv(recv_into, mv[end:])
                 if n == 0:
                     if end > start:
                         self.close(
@@ -244,7 +242,9 @@ class _Session:
                             end - start,
                             need,
                         )
-                    raise _Closed
+                    # end of stream after whole requests (a half-close): answer them first
+                    self.flush()
+                    return False
                 end += n
                 continue
             size, addr, raw = unpack(buf, start)

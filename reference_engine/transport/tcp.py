@@ -27,9 +27,11 @@ its remote ranges are disjoint (overlapping WRITEs of one batch apply in order).
 
 Server side: a request is checked against the registered buffers when its header arrives;
 one already past that check when ``unregister_buffer`` runs still completes on that memory (the
-view keeps it alive). At most ``max_sessions`` peer connections are served at once; more are
-closed with a log line. ``server_stats()`` counts connections, reads, writes, bytes, rejected,
-malformed and refused.
+view keeps it alive). ``limits`` bound the peers' connections (``reference_engine.hub``): a
+connection that receives nothing for ``recv_timeout`` seconds is closed, idle or mid-request;
+an idle connection holds no thread and no buffer; at ``max_connections`` the longest-idle one
+makes room, and a new peer is refused only when all are busy. ``server_stats()`` counts
+connections, reads, writes, bytes, rejected, malformed, refused, evicted and timed out.
 
 Connections that failed, or were opened before ``drop_peer``, are never reused, and a failed
 request is never silently replayed on a new connection (except the requests behind a rejected
@@ -38,6 +40,8 @@ new process through a retry the caller did not ask for.
 """
 
 from __future__ import annotations
+
+from reference_engine.hub import BINARY_LIMITS, Limits
 
 from . import wire
 from .buffers import RegisteredBuffers
@@ -74,10 +78,10 @@ class TcpTransport:
         io_timeout: float = 30.0,
         window: int = 256,
         lanes: int = 2,
-        max_sessions: int = 512,
+        limits: Limits = BINARY_LIMITS,
     ) -> None:
         self.buffers = RegisteredBuffers()
-        self.server = TcpServer(self.buffers, bind_host, port, max_sessions=max_sessions)
+        self.server = TcpServer(self.buffers, bind_host, port, limits)
         self.pool = ConnectionPool(connect_timeout=connect_timeout, io_timeout=io_timeout)
         self.client = TcpClient(self.pool, window=window, lanes=lanes)
         self.bind_host = bind_host
@@ -127,9 +131,7 @@ class TcpTransport:
     def read(
         self, host: str, port: int, remote_addr: int, length: int, *, proto_version: int = 2
     ) -> bytes:
-        dest = bytearray(length)
-        self.client.read_into(host, port, remote_addr, dest, proto_version)
-        return bytes(dest)
+        return self.client.read(host, port, remote_addr, length, proto_version)
 
     def write_batch(self, host: str, port: int, items, *, proto_version: int = 2) -> None:
         self.client.write_batch(host, port, items, proto_version)

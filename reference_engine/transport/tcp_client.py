@@ -39,6 +39,7 @@ _CONNECTION = "connection"
 _PROTOCOL = "protocol"
 _SALVAGE_TIMEOUT = 2.0
 _U64_END = 1 << 64
+_V1_CHUNK = 4 << 20
 
 
 class _Req(NamedTuple):
@@ -93,6 +94,13 @@ def _scan_frames(frames, count: int) -> tuple[int, _Failure | None]:
             )
         return j, _Failure(_PROTOCOL, f"bad status frame: {wire.describe_status(value)}")
     return count, None
+
+
+_FAILURE_CLASSES = {
+    _REJECTED: PeerRejectedError,
+    _PROTOCOL: ProtocolError,
+    _CONNECTION: TransferConnectionError,
+}
 
 
 class TcpClient:
@@ -157,6 +165,67 @@ class TcpClient:
         failures = self._run(host, port, reqs, wire.READ, proto_version)
         if failures:
             raise failures[0]
+
+    def read(self, host: str, port: int, remote_addr: int, length: int,
+             proto_version: int = 2) -> bytes:
+        """One READ into memory allocated only once the peer accepted it (v2: after its OK
+        status frame; v1, which has none: chunk by chunk as the bytes arrive). A read the peer
+        rejects costs no memory, whatever length it asked for."""
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise ValueError(f"read length must be a non-negative integer, not {length!r}")
+        _requests([(remote_addr, memoryview(b""))], writable=False)  # the address check
+        if remote_addr + length > _U64_END:
+            raise ValueError(f"remote address {remote_addr!r} + {length} bytes is not a u64 range")
+        if length == 0:
+            return b""
+        what = f"READ of {length} bytes at 0x{remote_addr:x} on {host}:{port}"
+
+        def error(cls, reason: str) -> TransferError:
+            return cls(f"{what}: {reason}", host=host, port=port, remote_addr=remote_addr,
+                       length=length, index=0)
+
+        conn = self.pool.acquire(host, port)
+        healthy = False
+        try:
+            v2 = proto_version >= wire.PROTO_V2
+            try:
+                send_all(conn.sock, [wire.encode_header(wire.READ, remote_addr, length,
+                                                        proto_version)])
+            except OSError as e:
+                _, failure = self._salvage_acks(conn.sock, 1) if v2 else (0, None)
+                failure = failure or _Failure(_CONNECTION, f"sending: {e}")
+                raise error(_FAILURE_CLASSES[failure.kind], failure.reason) from None
+            try:
+                if v2:
+                    status = bytearray(wire.STATUS_SIZE)
+                    if recv_all_into(conn.sock, [status], waitall=True) < len(status):
+                        raise error(TransferConnectionError,
+                                    "peer closed the connection before answering")
+                    _, failure = _scan_frames(status, 1)
+                    if failure is not None:
+                        raise error(_FAILURE_CLASSES[failure.kind], failure.reason)
+                data = self._recv_payload(conn.sock, length)
+            except RecvInterrupted as e:
+                raise error(TransferConnectionError, f"receiving: {e.cause}") from None
+            if data is None:
+                raise error(TransferConnectionError, "peer closed the connection mid-response")
+            healthy = True
+            return data
+        finally:
+            self.pool.release(conn, healthy)
+
+    @staticmethod
+    def _recv_payload(sock: socket.socket, length: int) -> bytes | None:
+        """``length`` bytes, or None if the peer closed first; memory grows with what arrives."""
+        chunks = []
+        left = length
+        while left:
+            chunk = bytearray(min(left, _V1_CHUNK))
+            if recv_all_into(sock, [chunk], waitall=True) < len(chunk):
+                return None
+            chunks.append(chunk)
+            left -= len(chunk)
+        return bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
 
     # batch driver ----------------------------------------------------------------------------
 

@@ -63,14 +63,24 @@ def test_rejected_handshake_and_missing_handshake(echo_server):
         assert "hello" in recv_frame(s)["message"]
 
 
-@pytest.mark.parametrize("payload", [
-    struct.pack(">I", MAX_FRAME + 1),
-    struct.pack(">I", 5) + b"nope!",
-    struct.pack(">I", 2) + b"[]",
-])
-def test_malformed_frames_close_the_connection_and_the_server_lives_on(echo_server, payload):
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+@pytest.mark.parametrize(("payload", "words"), [
+    (struct.pack(">I", MAX_FRAME + 1), "exceeds"),
+    (struct.pack(">I", 0xFFFFFFFF), "exceeds"),
+    (struct.pack(">I", 5) + b"nope!", "not JSON"),
+    (struct.pack(">I", 2) + b"[]", "not a JSON object"),
+    (struct.pack(">I", len(DEEP)) + DEEP, "nested deeper"),
+    (struct.pack(">I", 4) + b"\xff\xfe{}", "not JSON"),
+], ids=["oversized", "0xFFFFFFFF", "not-json", "array", "deep", "not-utf8"])
+def test_malformed_frames_get_an_error_frame_then_close_and_the_server_lives_on(
+        echo_server, payload, words):
     with connect(echo_server) as s:
         s.sendall(payload)
+        reply = recv_frame(s)
+        assert reply["ok"] is False and reply["id"] is None, reply
+        assert reply["error"] == "INVALID_RPC_ARGUMENTS" and words in reply["message"], reply
         assert s.recv(100) == b""
     with connect(echo_server) as s:
         send_frame(s, {"op": "hello", "version": "1"})

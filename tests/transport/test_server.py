@@ -8,6 +8,7 @@ import struct
 import pytest
 from rawsock import BASE, SIZE, recv_exact, recv_until_eof
 
+from pytest_mooncake.waits import wait_until
 from reference_engine.transport import wire
 
 OK = wire.STATUS_OK_FRAME
@@ -167,30 +168,57 @@ def test_stop_closes_idle_connections(server_peer, raw):
         socket.create_connection(("127.0.0.1", server_peer.port), timeout=2)
 
 
-def test_sessions_beyond_the_limit_are_refused_and_logged(caplog):
+@pytest.fixture
+def limited_peer():
+    """A server with room for two connections."""
+    from reference_engine.hub import Limits
     from reference_engine.transport import TcpTransport
 
-    t = TcpTransport(max_sessions=2)
+    t = TcpTransport(limits=Limits(recv_timeout=30.0, max_connections=2))
     mem = bytearray(64)
     t.register_buffer(BASE, memoryview(mem))
     port = t.start()
     socks = []
-    try:
-        with caplog.at_level(logging.WARNING, "reference_engine.transport"):
-            for _ in range(2):
-                s = socket.create_connection(("127.0.0.1", port), timeout=5)
-                socks.append(s)
-                s.sendall(hdr(wire.READ, BASE, 1))
-                assert recv_exact(s, 9)[:8] == OK  # both sessions are live
-            extra = socket.create_connection(("127.0.0.1", port), timeout=5)
-            socks.append(extra)
-            assert recv_until_eof(extra) == b""
-        assert "already 2 sessions" in caplog.text
-        assert t.server_stats().refused == 1
-    finally:
-        for s in socks:
-            s.close()
-        t.stop()
+
+    def connect():
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        socks.append(s)
+        return s
+
+    yield t, connect
+    for s in socks:
+        s.close()
+    t.stop()
+
+
+def test_at_the_limit_a_busy_server_refuses_new_peers_with_a_log_line(limited_peer, caplog):
+    t, connect = limited_peer
+    with caplog.at_level(logging.WARNING, "reference_engine.hub"):
+        for _ in range(2):  # mid-request: busy, not idle
+            connect().sendall(hdr(wire.READ, BASE, 1)[:10])
+        wait_until(lambda: t.server.stats().connections == 2, 5, "both peers being served")
+        extra = connect()
+        assert recv_until_eof(extra) == b""
+    assert "every connection is busy" in caplog.text
+    assert t.server_stats().refused == 1
+
+
+def test_at_the_limit_the_longest_idle_connection_makes_room(limited_peer):
+    t, connect = limited_peer
+    idle = []
+    for _ in range(2):
+        s = connect()
+        s.sendall(hdr(wire.READ, BASE, 1))
+        assert recv_exact(s, 9)[:8] == OK
+        idle.append(s)
+    wait_until(lambda: t.server.connections().active == 0, 5, "both connections parked")
+    fresh = connect()
+    fresh.sendall(hdr(wire.READ, BASE, 1))
+    assert recv_exact(fresh, 9)[:8] == OK  # served, not refused
+    assert recv_until_eof(idle[0]) == b""  # the longest idle was closed for it
+    idle[1].sendall(hdr(wire.READ, BASE, 1))
+    assert recv_exact(idle[1], 9)[:8] == OK
+    assert (t.server_stats().evicted, t.server_stats().refused) == (1, 0)
 
 
 def test_body_cut_off_by_the_peer_is_logged_and_not_acknowledged(server_peer, raw, caplog):

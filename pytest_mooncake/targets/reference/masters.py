@@ -254,7 +254,12 @@ class ReferenceMasterCluster(ProcessMasters):
         return index
 
     def health(self, index: int) -> dict[str, Any]:
-        return _http("GET", self.masters[index].admin + "/health", timeout=2.0)[1]
+        """The master's ``/health`` document; ``ValueError`` naming what came instead of one."""
+        status, body = _http("GET", self.masters[index].admin + "/health", timeout=2.0)
+        if not isinstance(body, dict):
+            raise ValueError(f"master {index}: GET /health answered {status} with "
+                             f"{str(body)[:200]!r}, not a JSON object")
+        return body
 
     def _serving(self) -> list[int]:
         out = []
