@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT / "tests" / "hostile"))
 
 from hostile import footprint, http_request  # noqa: E402
 
-from pytest_mooncake.etcd import EtcdServer  # noqa: E402
-from pytest_mooncake.processes import Supervisor, log_matches  # noqa: E402
 from pytest_mooncake.raw_peers import exchange  # noqa: E402
+from pytest_mooncake.runtime.etcd_process import EtcdServer  # noqa: E402
+from pytest_mooncake.runtime.processes import Supervisor, log_matches  # noqa: E402
 from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster  # noqa: E402
 from reference_engine.transport import TcpTransport  # noqa: E402
 
