@@ -16,7 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 TOOLS: dict[str, str] = {
+    "python -m reference_engine engine": "reference_engine.engine.engine_main",
+    "python -m reference_engine master": "reference_engine.master.master_main",
     "python -m reference_engine client": "reference_engine.master.store_client_main",
+    "python -m reference_engine metadata-server": "reference_engine.metadata.metadata_server_main",
     "python -m reference_engine.rdma": "reference_engine.rdma.__main__",
     "mc-toxiproxy": "pytest_mooncake.toxiproxy.__main__",
     "python -m pytest_mooncake.verbs": "pytest_mooncake.verbs.cli",
