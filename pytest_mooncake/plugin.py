@@ -29,10 +29,20 @@ from pytest_mooncake.config.stash_keys import (
     PREEXISTING_PROCESSES,
 )
 from pytest_mooncake.fixtures.network_faults import toxiproxy_url
-from pytest_mooncake.report import crash_labels
+from pytest_mooncake.fixtures.rdma_completions import replay_sections
+from pytest_mooncake.report import ci_contract, crash_labels
+from pytest_mooncake.report.allure_glue import allure_results_dir, attach_text
+from pytest_mooncake.report.allure_run_files import (
+    ALLURERC,
+    environment,
+    etcd_version,
+    write_run_files,
+)
 from pytest_mooncake.report.catalogue import load_catalogue
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
-from pytest_mooncake.report.failure_logs import show_failure_logs
+from pytest_mooncake.report.failure_logs import attach_passing_logs, show_failure_logs, tail
+from pytest_mooncake.report.json_report import RunFacts
+from pytest_mooncake.report.junit_properties import add_run_properties
 from pytest_mooncake.report.matrix_recorder import MatrixRecorder, label_report, matrix_labels
 from pytest_mooncake.report.process_leaks import owned_before, reap_leaks
 from pytest_mooncake.runtime.die_with_parent import die_with
@@ -74,11 +84,13 @@ def pytest_configure(config: pytest.Config) -> None:
     for label in targets:
         matrix.add_column(label)
     config.stash[MC_MATRIX] = matrix
+    ci_contract.check_ids(mc_config.fail_on, matrix.catalogue)
     recorder = None
     if not hasattr(config, "workerinput"):
         recorder = MatrixRecorder(matrix, config.stash[MC_TARGET].label,
-                                  lambda: _matrix_header(config), mc_config.report, mc_config.seed,
-                                  lambda: {"targets": _column_facts(config)})
+                                  lambda: _matrix_header(config), mc_config.report,
+                                  RunFacts(mc_config.seed, matrix=mc_config.matrix),
+                                  mc_config.fail_on, lambda: _column_facts(config))
         config.pluginmanager.register(recorder, "mooncake-matrix")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(recorder), "mooncake-xdist")
@@ -230,9 +242,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 and call.excinfo.errisinstance(ComponentStartError))
     if report.failed:
         show_failure_logs(item, report)
+        _show_rdma_replay(item, report)
+    elif report.passed and report.when == "call":
+        attach_passing_logs(item)
     label = target_for(item).label
     label_report(report, requirement_ids(item), label, skew_pair_id(item), not_applicable,
                  unjudged, pair_only=not skew_pair_involves_target(item, label))
+
+
+def _show_rdma_replay(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A failed test that saw violating RDMA schedules: the command replaying each and the
+    schedule's trace, as report sections (the trace's tail) and allure attachments (whole)."""
+    mc = item.config.stash[MC_CONFIG]
+    matrix = mc.matrix if len(item.config.stash[MC_TARGETS]) > 1 else None
+    for title, text in replay_sections(item, target_for(item).label, mc.seed, matrix):
+        report.sections.append((title, tail(text)))
+        attach_text(item.config, title, text)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -240,10 +265,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):
         sweep_stale_claims()  # port claims a SIGKILLed run left behind
         sweep_abandoned_data_dirs()  # and its etcd data directories (64 MB each)
+        mc = session.config.stash[MC_CONFIG]
+        add_run_properties(session.config, mc.seed, mc.matrix, _column_facts(session.config))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     reap_leaks(session, session.config.stash.get(PREEXISTING_PROCESSES, set()))
+    directory = allure_results_dir(session.config)
+    if directory and not hasattr(session.config, "workerinput"):
+        mc = session.config.stash[MC_CONFIG]
+        write_run_files(directory, environment(_column_facts(session.config), mc.seed,
+                                               mc.matrix, etcd_version(mc.etcd), mc.verbs))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    directory = allure_results_dir(config)
+    if directory:
+        terminalreporter.write_line(
+            f"allure results in {directory}; grouped by RFC and requirement with Allure 3: "
+            f"npx allure generate {directory} --config {ALLURERC}")
 
 
 atexit.register(reap_all)

@@ -2,7 +2,7 @@
 """Judge Mooncake releases and write what was observed into README.md.
 
 ``--releases`` runs the conformance suites in one pytest session (``-n 2``) over the matrix
-``fixtures/matrices/releases`` (both reference profiles beside every release from 0.3.10.post2 to
+``releases`` (``pytest_mooncake/data/matrices/releases.toml``) (both reference profiles beside every release from 0.3.10.post2 to
 0.3.14, each in its own cached environment), keeps the JSON report in
 ``fixtures/reports/releases.json`` with the date, the wall time, each column's version and the
 libraries supplied for it, and rewrites only the README region between the ``mooncake-judging``
@@ -77,9 +77,24 @@ def pytest_command(matrix: str, report: Path, workers: int, seed: int | None) ->
     return argv
 
 
+def column_facts(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Each column's ``version`` and ``notes`` as its target reported them: the report schema
+    (``columns.C.version``, or ``target_version`` of a one-column report), or the ``targets``
+    map of reports written before schema version 1."""
+    if doc.get("targets"):
+        return {c: dict(f) for c, f in doc["targets"].items()}
+    if doc.get("columns"):
+        return {c: {"version": col.get("version", ""), "notes": col.get("notes", "")}
+                for c, col in doc["columns"].items()}
+    if doc.get("target"):
+        return {doc["target"]: {"version": doc.get("target_version", ""),
+                                "notes": doc.get("target_notes", "")}}
+    return {}
+
+
 def versions(doc: Mapping[str, Any]) -> dict[str, str]:
     """Each column's version as its target reported it in the run."""
-    return {label: facts.get("version", "") for label, facts in (doc.get("targets") or {}).items()}
+    return {label: facts.get("version", "") for label, facts in column_facts(doc).items()}
 
 
 def run(target: str | None, report: Path, workers: int, seed: int | None) -> dict[str, Any]:
@@ -206,7 +221,7 @@ def md(text: str) -> str:
 
 COMMANDS = """\
 Every release from 0.3.10.post2 to 0.3.14 beside both reference profiles, one pytest session
-(`fixtures/matrices/releases.toml`; each release runs in its own cached environment, installed
+(`pytest_mooncake/data/matrices/releases.toml`; each release runs in its own cached environment, installed
 on first use, so the plugin's environment needs no Mooncake wheel):
 
     python -m pytest -p pytest_mooncake suites/ -n 2 --mc-matrix=releases --mc-report=releases.json
@@ -224,7 +239,7 @@ A docker image (needs a Docker engine; this machine has none, so there every tes
 observes, and injects only the faults the file allows):
 
     python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=docker:kvcacheai/mooncake:0.3.13
-    python -m pytest -p pytest_mooncake suites/ --mc-target=cluster:fixtures/clusters/example.toml
+    python -m pytest -p pytest_mooncake suites/ --mc-target=cluster:example
 
 Regenerate this section (runs the release matrix, keeps the report in
 `fixtures/reports/releases.json` and rewrites only this region of the README):
@@ -257,7 +272,7 @@ READING = """\
   judged; the message says what was seen.
 - `reference` is the RFC behaviour, `reference:legacy` the reference engine configured like
   Mooncake 0.3.13 (the suites must catch it: `tests/test_detection_proof.py`; where both are
-  judged it must agree with the real 0.3.13 or a line of `fixtures/verdicts/legacy-vs-0.3.13.toml`
+  judged it must agree with the real 0.3.13 or a line of `pytest_mooncake/data/verdicts/legacy-vs-0.3.13.toml`
   says why), the other columns the real releases.
 - Version-skew pairs count in their column: pairs with the column's own build (`target`), and
   pairs of two releases in the column of the release they judge (the reader, the release
@@ -283,9 +298,8 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
            source: str = "the stored report") -> str:
     """The README region (without the markers) for one report (``source`` names it)."""
     judged = doc.get("judged", {})
-    vers = {**judged.get("versions", {}),
-            **{c: f.get("version", "") for c, f in (doc.get("targets") or {}).items()}}
-    notes = {c: f.get("notes", "") for c, f in (doc.get("targets") or {}).items()}
+    vers = {**judged.get("versions", {}), **versions(doc)}
+    notes = {c: f.get("notes", "") for c, f in column_facts(doc).items()}
     columns = column_names(doc)
     builds = build_columns(doc)
     reqs = list(titles) + sorted({r for c in columns for r in column_requirements(doc, c)}
@@ -404,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--releases", action="store_true",
-                       help="judge every release of fixtures/matrices/releases.toml (report "
+                       help="judge every release of the shipped matrix releases (report "
                             "fixtures/reports/releases.json)")
     which.add_argument("--target",
                        help="judge one build beside the reference, as --mc-target spells it "

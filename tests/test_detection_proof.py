@@ -1,6 +1,6 @@
 """Proof of detection: the conformance suites pass on the reference engine's ``rfc`` profile and
 FAIL, requirement by requirement, on its ``legacy`` profile wherever the RFCs say Mooncake 0.3.13
-lacks the property. The expected verdicts are data: fixtures/verdicts/reference.toml.
+lacks the property. The expected verdicts are data: pytest_mooncake/data/verdicts/reference.toml.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from pytest_mooncake.report.catalogue import load_catalogue, tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPECTED = tomllib.loads((ROOT / "fixtures" / "verdicts" / "reference.toml").read_text())
+EXPECTED = tomllib.loads((ROOT / "pytest_mooncake" / "data" / "verdicts" / "reference.toml").read_text())
 FAMILIES = ("MR", "CO", "MP")
 RUN_DEADLINE = 1200
 
@@ -80,7 +80,7 @@ def test_verdicts_match_the_expected_ones(matrix_report: dict, profile: str, col
     wrong = verdict_mismatches(observed, lambda req: expected_verdict(profile, req),
                                [r for r in catalogue.requirements if r.split("-")[0] in FAMILIES])
     assert not wrong, (f"{column}: {len(wrong)} requirement verdict(s) differ from "
-                       f"fixtures/verdicts/reference.toml:\n  " + "\n  ".join(wrong)
+                       f"pytest_mooncake/data/verdicts/reference.toml:\n  " + "\n  ".join(wrong)
                        + "\n\nrun output:\n" + matrix_report["_output"])
 
 

@@ -22,14 +22,14 @@ def parser() -> argparse.ArgumentParser:
                                 description="Operator commands on a cluster file's nodes.")
     sub = p.add_subparsers(dest="command", required=True)
     heal = sub.add_parser("heal", help="undo what a killed run left behind")
-    heal.add_argument("file")
+    heal.add_argument("file", help="the cluster file (TOML with [[nodes]])")
     heal.add_argument("--no-sweep", action="store_true",
                       help="only the ledger's faults, no sweep of our rules on each node")
     faults = sub.add_parser("faults", help="list the fault ledger")
-    faults.add_argument("file")
+    faults.add_argument("file", help="the cluster file (TOML with [[nodes]])")
     faults.add_argument("--all", action="store_true", help="healed faults too")
     check = sub.add_parser("check", help="reach every node; tools and component states")
-    check.add_argument("file")
+    check.add_argument("file", help="the cluster file (TOML with [[nodes]])")
     return p
 
 

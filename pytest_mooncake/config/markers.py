@@ -49,7 +49,8 @@ def check_and_label(items: list[pytest.Item], catalogue: Catalogue) -> None:
                 item.extra_keyword_matches.add(req)
                 fam = catalogue.families[catalogue[req].family]
                 item.add_marker(pytest.mark.allure_label(f"{fam.id}: {fam.name}", label_type="epic"))
-                item.add_marker(pytest.mark.allure_label(req, label_type="feature"))
+                item.add_marker(pytest.mark.allure_label(feature_label(req, catalogue),
+                                                         label_type="feature"))
         for name in ("mc_requires", "mc_demands"):
             for mark in item.iter_markers(name):
                 for cap in mark.args:
@@ -62,6 +63,12 @@ def check_and_label(items: list[pytest.Item], catalogue: Catalogue) -> None:
                         )
     if problems:
         raise pytest.UsageError("mooncake markers:\n  " + "\n  ".join(problems))
+
+
+def feature_label(req: str, catalogue: Catalogue) -> str:
+    """Allure's feature of a requirement test: ``MR-16 — its title`` (the tree reads as the
+    catalogue does)."""
+    return f"{req} — {catalogue[req].title}"
 
 
 def select_only(config: pytest.Config, items: list[pytest.Item], only: tuple[str, ...],

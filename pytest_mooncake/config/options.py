@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from pytest_mooncake.report.ci_contract import FailOn, parse_fail_on
+from pytest_mooncake.targets import known_targets_text
+
 
 @dataclass(frozen=True)
 class Option:
@@ -31,8 +34,8 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("target", "reference", "implementation under test: reference, reference:legacy "
-           "(more with external targets). Default: reference.", "NAME[:VARIANT]"),
+    Option("target", "reference", "implementation under test. Default: reference. Known: "
+           + known_targets_text() + ".", "NAME[:VARIANT]"),
     Option("etcd", "", "comma-separated host:port of an existing etcd cluster to use (never "
            "stopped by the plugin). Default: start one etcd per xdist worker.", "HOST:PORT,..."),
     Option("toxiproxy", "", "base URL of a real Toxiproxy server for network faults. Default: "
@@ -55,12 +58,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("replay", "", "replay token printed by a failing exploration; runs exactly that "
            "schedule.", "TOKEN"),
     Option("matrix", "", "run the suites over several targets in one session: a TOML file "
-           "listing [[column]] target = \"...\" entries (e.g. fixtures/matrices/release.toml); "
-           "the matrix gets a column per target. Overrides --mc-target.", "FILE.toml"),
+           "listing [[column]] target = \"...\" entries, or the name of a shipped one "
+           "(reference-profiles, release) or of the project's fixtures/matrices/NAME.toml; "
+           "the matrix gets a column per target. Overrides --mc-target.", "FILE.toml|NAME"),
     Option("only", "", "run only the tests that name one of these requirements (comma-separated "
            "IDs, e.g. MR-3,CO-4); the others are deselected. Default: all.", "ID,..."),
     Option("chaos_seconds", "10", "length of each nemesis (chaos) run in seconds. Default: 10.",
            "SECONDS"),
+    Option("fail_on", "never", "exit with status 6 when the run judged too little: nothing (a "
+           "target judged no requirement), na (any requirement n/a) or na:ID,... (one of these "
+           "n/a or not run); e.g. --mc-fail-on=na. Default: never.",
+           "nothing|na|na:ID,..."),
 )
 
 
@@ -79,6 +87,8 @@ class McConfig:
     chaos_seconds: float
     matrix: str | None = None
     only: tuple[str, ...] = ()
+    fail_on: FailOn = field(default_factory=FailOn)
+    """What the run must have judged (``report/ci_contract.py``)."""
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -188,5 +198,6 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         chaos_seconds=chaos,
         matrix=raw["matrix"].strip() or None,
         only=tuple(x.strip().upper() for x in raw["only"].split(",") if x.strip()),
+        fail_on=parse_fail_on(raw.get("fail_on", "never")),
         raw=dict(raw),
     )

@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from pytest_mooncake.schemas.run_matrix import RunMatrixFile
+from pytest_mooncake.schemas.shipped_files import NotShipped, find
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
 
 
 def load_matrix_columns(spec: str, rootdir: Path) -> list[str]:
-    """Target specs of a matrix file (``schemas/run_matrix.py``). ``spec`` is a path, or a name
-    of a file in ``fixtures/matrices/``."""
-    candidates = [Path(spec), rootdir / spec, rootdir / "fixtures" / "matrices" / f"{spec}.toml"]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise pytest.UsageError(
-            f"--mc-matrix={spec}: no such file (looked at {', '.join(str(c) for c in candidates)})"
-        )
+    """Target specs of a matrix file (``schemas/run_matrix.py``). ``spec`` is a path, or the
+    name of a shipped matrix (``reference-profiles``, ``release``) or of one in the project's
+    own ``fixtures/matrices/``."""
+    try:
+        path = find("matrices", spec, [rootdir])
+    except NotShipped as exc:
+        raise pytest.UsageError(f"--mc-matrix={spec}: no such file ({exc})") from None
     try:
         doc = load(RunMatrixFile, path)
     except SchemaError as exc:

@@ -144,7 +144,8 @@ def parser() -> argparse.ArgumentParser:
                        "runtime it links). A complete environment is reused without network; "
                        "concurrent installs of one release wait for each other.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("release", nargs="+", metavar="RELEASE")
+    p.add_argument("release", nargs="+", metavar="RELEASE",
+                   help="a release version, e.g. 0.3.13 0.3.14")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=cmd_install)
 
@@ -157,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("path", help="print where an installed release is",
                        description="Print a path of an installed RELEASE (exit 1 when it is not "
                        "installed; never installs or touches the network).")
-    p.add_argument("release", metavar="RELEASE")
+    p.add_argument("release", metavar="RELEASE", help="a release version, e.g. 0.3.13")
     p.add_argument("--what", choices=("root", "python", "master", "bench", "package"),
                    default="root", help="which path: the environment (default), its python, the "
                    "real mooncake_master / transfer_engine_bench, or site-packages/mooncake")
@@ -171,7 +172,7 @@ def parser() -> argparse.ArgumentParser:
                        "trip between two TransferEngines with etcd metadata. Installs the release "
                        "first unless --no-install.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("release", metavar="RELEASE")
+    p.add_argument("release", metavar="RELEASE", help="a release version, e.g. 0.3.13")
     p.add_argument("--live", action="store_true",
                    help="also start a master, an HA master and two engines (needs etcd)")
     p.add_argument("--etcd", metavar="HOST:PORT",
@@ -186,7 +187,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("remove", help="delete an installed environment",
                        description="Delete the environment of RELEASE (waits for an install of it "
                        "in progress).")
-    p.add_argument("release", metavar="RELEASE")
+    p.add_argument("release", metavar="RELEASE", help="a release version, e.g. 0.3.13")
     p.set_defaults(run=cmd_remove)
     return top
 

@@ -11,11 +11,16 @@ from typing import Any
 import pytest
 
 
+def allure_results_dir(config: pytest.Config) -> str | None:
+    """``--alluredir`` when allure-pytest is active in this run, else None."""
+    if not config.pluginmanager.hasplugin("allure_pytest"):
+        return None
+    return config.getoption("allure_report_dir", None) or None
+
+
 def allure_if_active(config: pytest.Config) -> Any:
     """The ``allure`` module when this run writes allure results, else None."""
-    if not config.pluginmanager.hasplugin("allure_pytest") or not config.getoption(
-        "allure_report_dir", None
-    ):
+    if allure_results_dir(config) is None:
         return None
     import allure  # noqa: PLC0415 (only when a report is made)
 
@@ -33,11 +38,16 @@ def attach_text(config: pytest.Config, title: str, text: str) -> None:
         pass
 
 
-def target_parameter(config: pytest.Config, label: str) -> None:
-    """Allure groups results by parameters: give a requirement test its target."""
+def target_parameter(config: pytest.Config, target: Any, seed: int) -> None:
+    """Allure groups results by parameters: give a requirement test its target, and show the
+    target's version and the run's seed (excluded from the history id, so a new seed or build
+    continues the same test's history rather than starting another)."""
     allure = allure_if_active(config)
-    if allure is not None:
-        allure.dynamic.parameter("target", label)
+    if allure is None:
+        return
+    allure.dynamic.parameter("target", target.label)
+    allure.dynamic.parameter("target version", target.version, excluded=True)
+    allure.dynamic.parameter("seed", str(seed), excluded=True)
 
 
 def step(title: str) -> contextlib.AbstractContextManager[Any]:

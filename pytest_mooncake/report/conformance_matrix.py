@@ -34,6 +34,8 @@ class TestOutcome:
     """Why a skipped test did not run (the means its target lacks)."""
     message: str | None = None
     """Why a failed or errored test did not pass (its assertion or exception message)."""
+    duration: float = 0.0
+    """Seconds of its setup, call and teardown together."""
 
     @property
     def reason(self) -> str | None:
@@ -60,7 +62,8 @@ class ConformanceMatrix:
 
     def record(self, req_ids: list[str], column: str, nodeid: str, phase: str, outcome: str,
                not_applicable: NotApplicable | None = None, message: str | None = None,
-               pair: str | None = None, pair_only: bool = False) -> None:
+               pair: str | None = None, pair_only: bool = False,
+               duration: float = 0.0) -> None:
         """Fold one pytest phase report (setup/call/teardown) into the test's final outcome;
         a test run under a skew ``pair`` also counts in that pair's own cell of the column
         (only there with ``pair_only``: a pair that does not involve the column's target)."""
@@ -74,25 +77,31 @@ class ConformanceMatrix:
         for req in req_ids:
             for key in keys:
                 self._fold_into(self._tests[(req, key)], nodeid, phase, outcome, not_applicable,
-                                message)
+                                message, duration)
 
     @staticmethod
     def _fold_into(tests: dict[str, TestOutcome], nodeid: str, phase: str, outcome: str,
-                   not_applicable: NotApplicable | None, message: str | None) -> None:
+                   not_applicable: NotApplicable | None, message: str | None,
+                   duration: float) -> None:
         prev = tests.get(nodeid)
-        new = fold_phase(prev.outcome if prev else None, phase, outcome)
+        spent = (prev.duration if prev else 0.0) + duration
+        new = fold_phase(prev.outcome or None if prev else None, phase, outcome)
         if new is None:
+            if prev is not None:
+                prev.duration = spent
+            else:  # a setup that passed: the test's outcome is not known yet, its time is
+                tests[nodeid] = TestOutcome(nodeid, "", duration=spent)
             return
         keep_na = not_applicable if new == SKIPPED else None
         keep_message = message if new in (FAILED, ERROR) else None
-        tests[nodeid] = TestOutcome(nodeid, new, keep_na, keep_message)
+        tests[nodeid] = TestOutcome(nodeid, new, keep_na, keep_message, spent)
 
     def requirement_ids(self, column: str | None = None) -> list[str]:
         return sorted({req for req, c in self._tests if column is None or c == column},
                       key=self.catalogue.order)
 
     def tests(self, req: str, column: str) -> list[TestOutcome]:
-        return list(self._tests.get((req, column), {}).values())
+        return [t for t in self._tests.get((req, column), {}).values() if t.outcome]
 
     def verdict(self, req: str, column: str) -> str | None:
         return verdict(t.outcome for t in self.tests(req, column))

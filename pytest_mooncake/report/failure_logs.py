@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.report.allure_glue import attach_text
+from pytest_mooncake.report.allure_glue import allure_if_active, attach_text
+from pytest_mooncake.report.log_dedup import dedupe
 
 LOG_SOURCES = pytest.StashKey[list[tuple[str, Callable[[], str]]]]()
 TAIL_LINES = 60
@@ -68,8 +69,19 @@ def logs_for(item: pytest.Item) -> list[tuple[str, str]]:
 
 
 def show_failure_logs(item: pytest.Item, report: pytest.TestReport) -> None:
-    """Add every log of a failed test to its report (a section each, tail only) and, when
-    allure records, attach each one whole."""
+    """Add every log of a failed test to its report (a section each, the tail of it with
+    repeated lines folded) and, when allure records, attach each one whole (folded too)."""
     for title, text in logs_for(item):
-        report.sections.append((f"Captured {title}", tail(text)))
-        attach_text(item.config, title, text)
+        folded = dedupe(text)
+        report.sections.append((f"Captured {title}", tail(folded)))
+        attach_text(item.config, title, folded)
+
+
+def attach_passing_logs(item: pytest.Item) -> None:
+    """When allure records, a passing test's own logs too (folded): what its processes did
+    when the requirement held is the baseline a reader compares a failure with. Logs of
+    session fixtures (etcd) are left to failing tests: they would repeat in every result."""
+    if allure_if_active(item.config) is None:
+        return
+    for title, text in collect_failure_logs(item):
+        attach_text(item.config, title, dedupe(text))

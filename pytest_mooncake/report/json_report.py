@@ -1,13 +1,43 @@
-"""The conformance matrix as JSON (``--mc-report``): the shape the README documents and
-``scripts/judge_mooncake.py`` reads."""
+"""The conformance matrix as JSON (``--mc-report``): the shape the README documents,
+``pytest_mooncake/data/report.schema.json`` declares and ``scripts/judge_mooncake.py`` reads.
+
+One target: the flat form (``target``, ``target_version``, ``requirements``). A matrix
+(``--mc-matrix``): ``matrix`` and ``columns``, one entry per target with its version; no flat
+form, so no reader takes the first column for the run. Both carry ``schema_version``, the start
+time, the duration, the seed, summary counts and each test's duration.
+"""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix, pair_label
+from pytest_mooncake.report.verdict_rule import VERDICTS
+
+SCHEMA_VERSION = 1
+"""Bumped when a key is removed or changes meaning (adding a key keeps the version)."""
+
+
+@dataclass
+class RunFacts:
+    """What the report records besides the matrix."""
+
+    seed: int
+    started: float = 0.0
+    """Epoch seconds of the session start."""
+    duration: float = 0.0
+    matrix: str | None = None
+    """The ``--mc-matrix`` spec, when the run had several columns."""
+    targets: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per column label: ``version`` and ``notes`` (libraries supplied here, e.g. stand-ins)."""
+    fail_on: str = "never"
+    fail_on_problems: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def column_document(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
@@ -19,7 +49,8 @@ def column_document(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
             continue
         tests = []
         for t in sorted(matrix.tests(req, column), key=lambda t: t.nodeid):
-            entry: dict[str, Any] = {"nodeid": t.nodeid, "outcome": t.outcome}
+            entry: dict[str, Any] = {"nodeid": t.nodeid, "outcome": t.outcome,
+                                     "duration_s": round(t.duration, 3)}
             if t.reason:
                 entry["reason"] = t.reason
             if t.not_applicable is not None and t.not_applicable.capability:
@@ -31,26 +62,60 @@ def column_document(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
     return out
 
 
-def _with_pairs(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"requirements": column_document(matrix, column)}
+def summary(requirements: dict[str, Any]) -> dict[str, Any]:
+    """Counts of one column's verdicts and of its tests' outcomes."""
+    verdicts = Counter(entry["verdict"] for entry in requirements.values())
+    tests: dict[str, str] = {}
+    for entry in requirements.values():
+        for t in entry["tests"]:
+            tests[t["nodeid"]] = t["outcome"]
+    outcomes = Counter(tests.values())
+    return {"requirements": len(requirements),
+            "verdicts": {v: verdicts.get(v, 0) for v in VERDICTS},
+            "tests": {o: outcomes.get(o, 0) for o in ("passed", "failed", "skipped", "error")}}
+
+
+def _column(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
+    reqs = column_document(matrix, column)
+    out: dict[str, Any] = {"summary": summary(reqs), "requirements": reqs}
     if matrix.pairs.get(column):
         out["pairs"] = {p: {"requirements": column_document(matrix, pair_label(column, p))}
                         for p in sorted(matrix.pairs[column])}
     return out
 
 
-def to_json(matrix: ConformanceMatrix, seed: int,
-            extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The report: one column as the documented flat form; several also under ``columns``."""
-    first = matrix.columns[0] if matrix.columns else ""
-    doc: dict[str, Any] = {"target": first, "seed": seed, **_with_pairs(matrix, first)}
-    if len(matrix.columns) > 1:
-        doc["columns"] = {c: _with_pairs(matrix, c) for c in matrix.columns}
-    if extra:
-        doc.update(extra)
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+
+
+def to_json(matrix: ConformanceMatrix, run: RunFacts) -> dict[str, Any]:
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "started": _iso(run.started),
+                           "duration_s": round(run.duration, 3), "seed": run.seed}
+    if len(matrix.columns) > 1 or run.matrix:
+        doc["matrix"] = run.matrix or ""
+        doc["columns"] = {c: {"target": c, **_facts(run, c), **_column(matrix, c)}
+                          for c in matrix.columns}
+        doc["summary"] = summary({f"{c} {r}": e for c, col in doc["columns"].items()
+                                  for r, e in col["requirements"].items()})
+    else:
+        first = matrix.columns[0] if matrix.columns else ""
+        facts = _facts(run, first)
+        doc.update({"target": first, "target_version": facts["version"]})
+        if facts.get("notes"):
+            doc["target_notes"] = facts["notes"]
+        doc.update(_column(matrix, first))
+    doc["fail_on"] = {"rule": run.fail_on, "problems": list(run.fail_on_problems)}
+    doc.update(run.extra)
     return doc
 
 
-def write_json(matrix: ConformanceMatrix, path: str | Path, seed: int,
-               extra: dict[str, Any] | None = None) -> None:
-    Path(path).write_text(json.dumps(to_json(matrix, seed, extra), indent=2) + "\n")
+def _facts(run: RunFacts, column: str) -> dict[str, str]:
+    facts = run.targets.get(column, {})
+    out = {"version": facts.get("version", "unknown")}
+    if facts.get("notes"):
+        out["notes"] = facts["notes"]
+    return out
+
+
+def write_json(matrix: ConformanceMatrix, path: str | Path, run: RunFacts) -> None:
+    Path(path).write_text(json.dumps(to_json(matrix, run), indent=2) + "\n")

@@ -7,17 +7,20 @@ else from the test. A test whose worker crashed gets its labels from ``crash_lab
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from pytest_mooncake.report.ci_contract import EXIT_NOT_JUDGED, FailOn
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.crash_labels import CrashLabels, Labels
-from pytest_mooncake.report.json_report import write_json
+from pytest_mooncake.report.json_report import RunFacts, write_json
 from pytest_mooncake.report.not_applicable import NotApplicable
 
 REQ_PROPERTY = "mc_req"
+REQ_MARK = "mc_req"
 COLUMN_PROPERTY = "mc_column"
 PAIR_PROPERTY = "mc_skew_pair"
 UNJUDGED_PROPERTY = "mc_unjudged"
@@ -78,18 +81,24 @@ def failure_message(report: pytest.TestReport) -> str | None:
 
 
 class MatrixRecorder:
-    """Folds test reports into the matrix and prints it at the end (controller only)."""
+    """Folds test reports into the matrix, applies ``--mc-fail-on`` and prints the matrix at the
+    end (controller only)."""
 
     def __init__(self, matrix: ConformanceMatrix, default_column: str,
-                 header: Callable[[], list[str]], report_path: str | None, seed: int,
-                 facts: Callable[[], dict[str, Any]] | None = None):
+                 header: Callable[[], list[str]], report_path: str | None, run: RunFacts,
+                 fail_on: FailOn | None = None,
+                 facts: Callable[[], dict[str, dict[str, str]]] | None = None):
         self.matrix = matrix
         self.default_column = default_column
         self.header = header
         self.report_path = report_path
-        self.seed = seed
+        self.run = run
+        self.fail_on = fail_on or FailOn()
+        self.run.fail_on = self.fail_on.spec
         self.facts = facts
-        """What the JSON report records besides the matrix (each column's target facts)."""
+        self._collected: dict[str, set[str]] = {}
+        """Per column, its target's version and notes (read when the session starts)."""
+        self._clock = time.monotonic()
         self.crash_labels = CrashLabels()
 
     @pytest.hookimpl(optionalhook=True)
@@ -98,6 +107,13 @@ class MatrixRecorder:
         """xdist's report of a test whose worker died: give it the test's labels, so the
         crash counts as an error of its requirements (a phase the verdict rule calls a crash)."""
         report.user_properties.extend(self.crash_labels.of(crashitem))
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.run.started = time.time()
+        self._clock = time.monotonic()
+        self._exit = 0
+        if self.facts is not None:
+            self.run.targets = self.facts()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = report.user_properties
@@ -113,16 +129,58 @@ class MatrixRecorder:
         self.matrix.record(reqs, column, report.nodeid, when, report.outcome,
                            _skip_of(report) if report.skipped else None,
                            failure_message(report), pair,
-                           pair_only=any(k == PAIR_ONLY_PROPERTY for k, _ in props))
+                           pair_only=any(k == PAIR_ONLY_PROPERTY for k, _ in props),
+                           duration=report.duration)
 
     def pytest_unconfigure(self) -> None:
         self.crash_labels.close()
 
+    def _collected_lines(self) -> list[str]:
+        reqs = sorted(self._collected, key=self.matrix.catalogue.order)
+        if not reqs:
+            return [*self.header(), "no collected test names a requirement (mark tests with mc_req)"]
+        tests = {n for nodes in self._collected.values() for n in nodes}
+        return [*self.header(),
+                f"collected {len(tests)} test(s) naming {len(reqs)} requirement(s); no verdicts "
+                f"without running them (--collect-only):",
+                *(f"  {req:<10} {len(self._collected[req])} test(s)" for req in reqs)]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Apply the ``--mc-fail-on`` rule: a run pytest would pass exits ``EXIT_NOT_JUDGED``
+        where the rule finds a breach (a failing run keeps its own status). Nothing is judged
+        when only collecting."""
+        self.run.duration = time.monotonic() - self._clock
+        if session.config.option.collectonly:
+            return
+        self.run.fail_on_problems = self.fail_on.problems(self.matrix)
+        if self.run.fail_on_problems and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = EXIT_NOT_JUDGED
+        self._exit = int(session.exitstatus)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """What ``--collect-only`` shows instead of a matrix: the requirements collected."""
+        self._collected = {}
+        for item in session.items:
+            for mark in item.iter_markers(REQ_MARK):
+                for req in mark.args:
+                    self._collected.setdefault(req, set()).add(item.nodeid)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         terminalreporter.section("mooncake conformance matrix")
+        if terminalreporter.config.option.collectonly:
+            for line in self._collected_lines():
+                terminalreporter.write_line(line)
+            return
         for line in self.matrix.render(self.header()):
             terminalreporter.write_line(line)
+        problems = self.run.fail_on_problems
+        if problems:
+            terminalreporter.write_line(
+                f"--mc-fail-on={self.fail_on.spec}: {len(problems)} problem(s), exit status "
+                f"{self._exit}:", red=True)
+            for line in problems:
+                terminalreporter.write_line(f"  {line}", red=True)
         if self.report_path:
-            write_json(self.matrix, self.report_path, self.seed,
-                       self.facts() if self.facts else None)
+            write_json(self.matrix, self.report_path, self.run)
             terminalreporter.write_line(f"JSON report written to {self.report_path}")

@@ -1,4 +1,4 @@
 """The TOML files the plugin reads, each declared once as a pydantic model: skew matrices
-(``fixtures/skew/*.toml``), run matrices (``fixtures/matrices/*.toml``) and cluster manifests
-(``fixtures/clusters/*.toml``). ``toml_documents`` reads a file and turns every validation
+(``pytest_mooncake/data/skew/*.toml``), run matrices (``pytest_mooncake/data/matrices/*.toml``) and cluster manifests
+(``pytest_mooncake/data/clusters/*.toml``). ``toml_documents`` reads a file and turns every validation
 problem into one ``SchemaError`` naming the file and the field."""

@@ -1,6 +1,7 @@
 """The cluster file: one schema for what ``--mc-target=cluster:FILE`` observes, what
 ``pytest_mooncake.nodes`` drives over SSH, and what the lab writes
-(``fixtures/clusters/example.toml`` and ``nodes-example.toml`` document every field)::
+(the shipped ``pytest_mooncake/data/clusters/example.toml`` and ``nodes-example.toml``
+document every field)::
 
     [cluster]      name, version (the report header); controller_address
     [etcd]         endpoints = ["host:port"]; components = [...]
@@ -28,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from pytest_mooncake.schemas.cluster_nodes import KINDS, ComponentSpec, NodeSpec
+from pytest_mooncake.schemas.shipped_files import NotShipped, find
 from pytest_mooncake.schemas.toml_documents import SchemaError, problem, read_toml, validate
 
 TARGET_PERMISSIONS = ("observe", "transfers", "metadata_writes", "metadata_faults", "store")
@@ -297,10 +299,13 @@ def parse_cluster(doc: dict[str, Any], path: str | Path) -> ClusterFile:
 
 
 def load_manifest(path: str | Path) -> ClusterFile:
-    """Read and validate a cluster file; ``ManifestError`` naming the file and the field."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise ManifestError(f"{path}: no such cluster file (--mc-target=cluster:FILE)")
+    """Read and validate a cluster file (a path, or the name of a shipped one such as
+    ``example``); ``ManifestError`` naming the file and the field."""
+    try:
+        path = find("clusters", str(Path(path).expanduser()))
+    except NotShipped as exc:
+        raise ManifestError(f"{path}: no such cluster file (--mc-target=cluster:FILE or a "
+                            f"shipped name; {exc})") from None
     try:
         doc = read_toml(path)
     except SchemaError as exc:

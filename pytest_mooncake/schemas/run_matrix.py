@@ -1,4 +1,4 @@
-"""A run matrix (``--mc-matrix``, ``fixtures/matrices/NAME.toml``): one session over several
+"""A run matrix (``--mc-matrix``, ``pytest_mooncake/data/matrices/NAME.toml``): one session over several
 targets, a matrix column each.
 
     [[column]]

@@ -1,4 +1,4 @@
-"""A version-skew matrix (``fixtures/skew/NAME.toml``): the roles of a pair, the implementations
+"""A version-skew matrix (``pytest_mooncake/data/skew/NAME.toml``): the roles of a pair, the implementations
 a role may run and the pairs to run. ``fixtures/version_skew.py`` loads it and checks that each
 implementation names a target that exists.
 

@@ -50,7 +50,8 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
     ),
     "cluster": (
         "pytest_mooncake.targets.mooncake.deployment_placement:ClusterTarget",
-        "an existing deployment described by a TOML manifest: cluster:FILE",
+        "an existing deployment described by a TOML manifest: cluster:FILE.toml, or "
+        "cluster:example (the shipped example)",
     ),
 }
 """name -> (module:class, one-line description). External targets add themselves here."""

@@ -179,11 +179,11 @@ def parser() -> argparse.ArgumentParser:
     ctl.set_defaults(func=cmd_ctl)
 
     ls = sub.add_parser("list", help="processes with a control socket in a run directory")
-    ls.add_argument("run_dir")
+    ls.add_argument("run_dir", help="a run directory 'env' prepared")
     ls.set_defaults(func=cmd_list)
 
     clean = sub.add_parser("clean", help="remove a run directory no process uses any more")
-    clean.add_argument("run_dir")
+    clean.add_argument("run_dir", help="a run directory 'env' prepared")
     clean.add_argument("--force", action="store_true", help="remove it even if processes use it")
     clean.set_defaults(func=cmd_clean)
 

@@ -39,19 +39,29 @@ def _request_size(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reference_engine engine")
+    p = argparse.ArgumentParser(
+        prog="python -m reference_engine engine",
+        description="A transfer-engine process: publishes one segment's descriptor in the "
+                    "metadata store and serves transfers into its buffer over TCP; a loopback "
+                    "control port drives it (write, read, lookup, stats, ...).",
+        epilog="example: python -m reference_engine engine --name seg-a "
+               "--metadata 127.0.0.1:2379 --ttl-ms 200")
     p.add_argument("--name", required=True, help="segment name")
     p.add_argument("--metadata", required=True,
                    help="etcd://h:p[;h:p], h:p (etcd) or http://h:p/metadata")
-    p.add_argument("--protocol", default="tcp", choices=["tcp"])
-    p.add_argument("--profile", default="rfc", choices=sorted(PROFILES))
+    p.add_argument("--protocol", default="tcp", choices=["tcp"],
+                   help="transport of the data path (tcp; RDMA runs in the simulator)")
+    p.add_argument("--profile", default="rfc", choices=sorted(PROFILES),
+                   help="rfc (the RFCs' behaviour, default) or legacy (Mooncake 0.3.13's)")
     p.add_argument("--ttl-ms", type=float, default=None, help="metadata_cache_ttl_ms")
-    p.add_argument("--buffer-size", type=_int, default=4 << 20)
+    p.add_argument("--buffer-size", type=_int, default=4 << 20, metavar="BYTES",
+                   help="size of the registered buffer (default 4 MiB; 0x.. accepted)")
     p.add_argument("--fixed-address", type=_int, default=None,
                    help="map the buffer at this address (a restart that keeps addresses)")
     p.add_argument("--data-port", type=int, default=0, help="TCP data port (0 = any)")
     p.add_argument("--host", default="127.0.0.1", help="data and control bind address")
-    p.add_argument("--control-port", type=int, default=0)
+    p.add_argument("--control-port", type=int, default=0,
+                   help="control port on --host (0 = any; the log says which)")
     add_limit_flags(p, "data-", "data port", BINARY_LIMITS)
     add_limit_flags(p, "control-", "control port", BINARY_LIMITS)
     p.add_argument("--control-max-request", type=_request_size, default=MAX_REQUEST,
@@ -60,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
                         "many bytes arrived. One write or read through the control channel "
                         "moves at most 3/4 of it less 64 KiB (its data travels as base64) "
                         f"(default {MAX_REQUEST}: 12 MiB transfers)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING or ERROR")
     return p
 
 

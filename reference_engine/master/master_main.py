@@ -24,10 +24,12 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m reference_engine master",
                                 description="A reference Mooncake store master with etcd HA.")
     p.add_argument("--etcd", required=True, help="etcd endpoints, host:port[,host:port]")
-    p.add_argument("--cluster-id", required=True)
+    p.add_argument("--cluster-id", required=True,
+                   help="the HA group: masters with the same id elect one leader on --etcd")
     p.add_argument("--rpc", type=host_port, default=("127.0.0.1", 0), help="RPC listen HOST:PORT")
     p.add_argument("--admin", type=host_port, default=("127.0.0.1", 0), help="admin HTTP HOST:PORT")
-    p.add_argument("--profile", choices=tuple(PROFILES), default="rfc")
+    p.add_argument("--profile", choices=tuple(PROFILES), default="rfc",
+                   help="rfc (the RFC's promotion safety, default) or legacy (Mooncake 0.3.13's)")
     p.add_argument("--lease-ttl", type=int, default=2, help="leader lease TTL, seconds")
     p.add_argument("--poll-interval", type=float, default=0.1, help="OpLog/election poll, seconds")
     p.add_argument("--client-ttl", type=float, default=10.0, help="client heartbeat TTL, seconds")
@@ -35,22 +37,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--etcd-timeout", type=float, default=1.0, help="per etcd call, seconds")
     p.add_argument("--write-timeout", type=float, default=5.0,
                    help="how long a write waits to become durable, seconds")
-    p.add_argument("--catch-up-timeout", type=float, default=5.0)
+    p.add_argument("--catch-up-timeout", type=float, default=5.0,
+                   help="rfc: how long a standby catches up with the OpLog before it judges "
+                        "whether it may campaign for leader, seconds (default 5)")
     p.add_argument("--partial-restore", action="store_true",
                    help="rfc: promote dropping invalid entries instead of refusing")
     p.add_argument("--warmup", type=float, default=None,
                    help="legacy: leader warm-up before serving (default: the lease TTL)")
-    p.add_argument("--snapshot-dir", default=None)
+    p.add_argument("--snapshot-dir", default=None,
+                   help="where snapshots are written and restored from (default: none)")
     p.add_argument("--snapshot-interval", type=float, default=0.0, help="0 = only on request")
-    p.add_argument("--trim-oplog-after-snapshot", action="store_true")
+    p.add_argument("--trim-oplog-after-snapshot", action="store_true",
+                   help="drop OpLog entries a snapshot covers")
     p.add_argument("--enable-fault-planting", action="store_true",
                    help="allow the plant_raw_entry debug RPC (tests only)")
-    p.add_argument("--batch-max-entries", type=int, default=1024)
+    p.add_argument("--batch-max-entries", type=int, default=1024,
+                   help="OpLog entries per batch a standby reads (default 1024)")
     p.add_argument("--replay-delay", type=float, default=0.0,
                    help="seconds per OpLog batch while a standby builds its baseline (tests)")
     add_limit_flags(p, "rpc-", "RPC port", BINARY_LIMITS)
     add_limit_flags(p, "admin-", "admin HTTP port", HTTP_LIMITS)
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING or ERROR")
     return p
 
 

@@ -26,20 +26,36 @@ from reference_engine.profiles import PROFILES
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reference_engine client")
-    p.add_argument("--etcd", required=True)
-    p.add_argument("--cluster-id", required=True)
-    p.add_argument("--client-id", required=True)
-    p.add_argument("--control", type=host_port, default=("127.0.0.1", 0))
-    p.add_argument("--profile", choices=tuple(PROFILES), default="rfc")
+    p = argparse.ArgumentParser(
+        prog="python -m reference_engine client",
+        description="A store client mounting one segment and following the leader master; a "
+                    "loopback HTTP control port drives it (GET /status; POST /put, /get, "
+                    "/exists, /remove).",
+        epilog="example: python -m reference_engine client --etcd 127.0.0.1:2379 "
+               "--cluster-id mc-1 --client-id c0 --control 127.0.0.1:0")
+    p.add_argument("--etcd", required=True, metavar="HOST:PORT",
+                   help="the etcd the masters elect their leader on")
+    p.add_argument("--cluster-id", required=True,
+                   help="the master cluster to follow (the masters' --cluster-id)")
+    p.add_argument("--client-id", required=True,
+                   help="this client's name; also its segment's name")
+    p.add_argument("--control", type=host_port, default=("127.0.0.1", 0), metavar="HOST:PORT",
+                   help="address of the control HTTP server (default 127.0.0.1:0, any free "
+                        "port; the log line 'control http://...' says which)")
+    p.add_argument("--profile", choices=tuple(PROFILES), default="rfc",
+                   help="rfc (the RFCs' behaviour, default) or legacy (Mooncake 0.3.13's)")
     p.add_argument("--version", default=MASTER_VERSION, help="protocol version to announce")
-    p.add_argument("--segment-size", type=int, default=64 << 20)
-    p.add_argument("--reattach-timeout", type=float, default=3.0)
-    p.add_argument("--call-timeout", type=float, default=2.0)
-    p.add_argument("--heartbeat-interval", type=float, default=0.2)
+    p.add_argument("--segment-size", type=int, default=64 << 20, metavar="BYTES",
+                   help="size of the mounted segment (default 64 MiB)")
+    p.add_argument("--reattach-timeout", type=float, default=3.0, metavar="S",
+                   help="seconds to find the new leader after losing the old one (default 3)")
+    p.add_argument("--call-timeout", type=float, default=2.0, metavar="S",
+                   help="deadline of one RPC to the master (default 2)")
+    p.add_argument("--heartbeat-interval", type=float, default=0.2, metavar="S",
+                   help="seconds between heartbeats to the leader (default 0.2)")
     p.add_argument("--stall", type=float, default=121.0,
                    help="legacy: seconds spent waiting on the dead connection before re-resolving")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
     return p
 
 

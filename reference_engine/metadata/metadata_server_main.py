@@ -37,11 +37,12 @@ def parser() -> argparse.ArgumentParser:
                    help="allow --listen on an address other than loopback (127.0.0.0/8, ::1, "
                         "localhost), e.g. 0.0.0.0; off by default: whoever reaches this server "
                         "can redirect every engine's transfers")
-    p.add_argument("--path", default="/metadata")
+    p.add_argument("--path", default="/metadata",
+                   help="URL path of the API (default /metadata: http://HOST:PORT/metadata)")
     p.add_argument("--max-body", type=int, default=MAX_BODY_BYTES,
                    help="largest PUT body accepted, bytes (larger: 413)")
     add_limit_flags(p, "", "metadata HTTP", HTTP_LIMITS)
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING or ERROR")
     return p
 
 

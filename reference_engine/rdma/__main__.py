@@ -38,22 +38,37 @@ def _report(outcome: Outcome, trace: bool = False) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reference_engine.rdma",
                                      description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("scenarios")
-    for name in ("run", "explore"):
-        p = sub.add_parser(name)
-        p.add_argument("scenario")
-        p.add_argument("--profile", choices=tuple(PROFILES), default="rfc")
-        p.add_argument("--dedicated-poller", action="store_true")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub.add_parser("scenarios", help="list the scenarios (the RFC's testing-plan interleavings)",
+                   description="Print the name of every scenario, one a line.")
+    for name, what in (("run", "run one scenario, pinned to the interleaving the RFC describes"),
+                       ("explore", "run a scenario under many schedules until one breaks an "
+                                   "invariant")):
+        p = sub.add_parser(name, help=what, description=what[0].upper() + what[1:] + "; exit 1 "
+                           "on a violation, printing its replay tokens.",
+                           epilog=f"example: python -m reference_engine.rdma {name} "
+                                  f"stale_completion_after_retry --profile legacy")
+        p.add_argument("scenario", help="a name 'scenarios' prints")
+        p.add_argument("--profile", choices=tuple(PROFILES), default="rfc",
+                       help="rfc (default) or legacy (Mooncake 0.3.13's completion path)")
+        p.add_argument("--dedicated-poller", action="store_true",
+                       help="the dedicated-poller worker model (MC_RDMA_DEDICATED_POLLER=1) "
+                            "instead of the shared one")
         if name == "explore":
-            p.add_argument("--schedules", type=int, default=500)
+            p.add_argument("--schedules", type=int, default=500, metavar="N",
+                           help="schedules to try before giving up (default 500)")
             p.add_argument("--strategy", choices=STRATEGIES, default="mix",
                            help="mix (default): PCT and random walk alternately")
-            p.add_argument("--seed", type=int, default=0)
+            p.add_argument("--seed", type=int, default=0,
+                           help="seed of the schedule choices (default 0); the same seed "
+                                "explores the same schedules")
             p.add_argument("--depth", type=int, default=None,
                            help="PCT bug depth (default: pct 2, mix 12)")
-    p = sub.add_parser("replay")
-    p.add_argument("token")
+    p = sub.add_parser("replay", help="run exactly the schedule a token names",
+                       description="Run exactly the schedule a token names (from run, explore "
+                                   "or a failing test's --mc-replay); exit 1 on a violation.",
+                       epilog="example: python -m reference_engine.rdma replay mcs1.eyJ... --trace")
+    p.add_argument("token", help="a replay or exact token (mcs1....)")
     p.add_argument("--trace", action="store_true", help="print every step")
     args = parser.parse_args(argv)
     try:

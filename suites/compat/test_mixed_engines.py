@@ -1,7 +1,7 @@
 """MR-8 between two real implementations on the same etcd, in both writer/reader roles:
-the target under test against the reference engine (fixtures/skew/mixed-engines.toml, so a
+the target under test against the reference engine (the shipped skew matrix mixed-engines, so a
 release's column judges that release), and real releases against each other
-(fixtures/skew/release-engines.toml, each pair in its reader's column).
+(release-engines, each pair in its reader's column).
 
 The writer publishes its descriptor; the reader resolves it from the shared etcd and transfers
 both ways (writes into the writer's buffer, reads back what the writer holds). With a real

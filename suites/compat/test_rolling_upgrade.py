@@ -6,7 +6,7 @@ transferring at every step.
   3. enable invalidation on instance change (a new writer incarnation is followed).
 
 Each upgrade is what an operator does: stop the process, start the new build under the same
-segment name. Run once per upgrade path of fixtures/skew/rolling-upgrade.toml, from an old
+segment name. Run once per upgrade path of pytest_mooncake/data/skew/rolling-upgrade.toml, from an old
 build to the target under test.
 """
 

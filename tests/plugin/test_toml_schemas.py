@@ -13,9 +13,10 @@ from pytest_mooncake.schemas.skew_matrix import SkewMatrixFile
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = [(SkewMatrixFile, p) for p in sorted((ROOT / "fixtures" / "skew").glob("*.toml"))] + \
-    [(RunMatrixFile, p) for p in sorted((ROOT / "fixtures" / "matrices").glob("*.toml"))] + \
-    [(ClusterFile, p) for p in sorted((ROOT / "fixtures" / "clusters").glob("*.toml"))]
+DATA = ROOT / "pytest_mooncake" / "data"
+SHIPPED = [(SkewMatrixFile, p) for p in sorted((DATA / "skew").glob("*.toml"))] + \
+    [(RunMatrixFile, p) for p in sorted((DATA / "matrices").glob("*.toml"))] + \
+    [(ClusterFile, p) for p in sorted((DATA / "clusters").glob("*.toml"))]
 
 SKEW = """
 roles = ["writer", "reader"]

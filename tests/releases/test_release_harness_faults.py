@@ -8,7 +8,7 @@
 - 0.3.14 echoes ``client_active_ttl_sec=``, not ``client_ttl=``: the TTL check never matched.
 - the capability probe only checked that ``mooncake_master`` is executable, not that it starts;
   a component that does not start was a FAIL inside the test body, not an error.
-- ``fixtures/skew/mixed-engines.toml`` named the installed wheel, so a release's column judged
+- the skew matrix ``mixed-engines`` named the installed wheel, so a release's column judged
   0.3.13 in two MR-8 tests.
 """
 

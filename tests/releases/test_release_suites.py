@@ -1,7 +1,7 @@
 """The fast part of the conformance suites against the releases CI judges by version
 (0.3.13.post1 and 0.3.14), as CI runs it, in an environment that cannot import Mooncake.
 
-One child pytest runs the ``[fast]`` paths of fixtures/verdicts/mooncake.toml over a two-column
+One child pytest runs the ``[fast]`` paths of pytest_mooncake/data/verdicts/mooncake.toml over a two-column
 matrix (``mooncake==0.3.13.post1``, ``mooncake-cuda13==0.3.14``); each release runs in its own
 cached environment (``scripts/setup.sh`` pre-installs both). The child's own ``mooncake`` is a
 package that refuses to import, so the run shows the plugin judges a release by version without
@@ -26,7 +26,7 @@ from pytest_mooncake.targets import target_identity
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = ROOT / "fixtures" / "reports" / "releases.json"
-FAST = tomllib.loads((ROOT / "fixtures" / "verdicts" / "mooncake.toml").read_text())["fast"]
+FAST = tomllib.loads((ROOT / "pytest_mooncake" / "data" / "verdicts" / "mooncake.toml").read_text())["fast"]
 RUN_DEADLINE = 600  # both releases take ~1-2 min here; past this the run is taken as hung
 NO_WHEEL = ("raise ImportError('this environment has no Mooncake wheel: the plugin must judge "
             "releases by version in their own environments')\n")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.fixtures.version_skew import PROJECT_SKEW_DIR, SkewMatrixError, load_matrix
+from pytest_mooncake.fixtures.version_skew import SkewMatrixError, load_matrix
+from pytest_mooncake.schemas.shipped_files import shipped_dir
 
 MATRIX = """
 roles = ["writer", "reader"]
@@ -94,7 +95,7 @@ def test_unknown_matrix_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        "*test_x*unknown skew matrix 'no-such-matrix'*no-such-matrix.toml*available: *upgrade*"])
+        "*test_x*unknown skew matrix 'no-such-matrix'*no-such-matrix.toml*shipped*: *rolling-upgrade*"])
 
 
 @pytest.mark.parametrize(("broken", "field"), [
@@ -145,12 +146,12 @@ def test_matrix_given_as_a_path_next_to_the_test(pytester: pytest.Pytester) -> N
 
 
 def test_shipped_matrices_are_valid() -> None:
-    shipped = sorted(PROJECT_SKEW_DIR.glob("*.toml"))
+    shipped = sorted(shipped_dir("skew").glob("*.toml"))
     assert shipped
     for path in shipped:
         matrix = load_matrix(path)
         assert matrix.pairs and path.read_text().startswith("#"), path
-    upgrade = load_matrix(PROJECT_SKEW_DIR / "metadata-rolling-upgrade.toml")
+    upgrade = load_matrix(shipped_dir("skew") / "metadata-rolling-upgrade.toml")
     assert "writer=reference:legacy-reader=reference" in [p.id for p in upgrade.pairs]
 
 

@@ -15,7 +15,7 @@ from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetLacks
 from pytest_mooncake.targets.mooncake.deployment_placement import ClusterTarget
 
-EXAMPLE = Path(__file__).parents[2] / "fixtures" / "clusters" / "example.toml"
+EXAMPLE = Path(__file__).parents[2] / "pytest_mooncake" / "data" / "clusters" / "example.toml"
 
 
 def manifest(tmp_path: Path, text: str, name: str = "c.toml") -> Path:

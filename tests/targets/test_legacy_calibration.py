@@ -1,6 +1,6 @@
 """reference:legacy claims to reproduce Mooncake 0.3.13: wherever the stored release run judges
 a requirement on both (neither n/a), their verdicts agree, or a reviewed line of
-fixtures/verdicts/legacy-vs-0.3.13.toml says why they differ (and is removed once they agree)."""
+pytest_mooncake/data/verdicts/legacy-vs-0.3.13.toml says why they differ (and is removed once they agree)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pytest_mooncake.report.catalogue import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "fixtures" / "reports" / "release.json"
-EXPLAINED = ROOT / "fixtures" / "verdicts" / "legacy-vs-0.3.13.toml"
+EXPLAINED = ROOT / "pytest_mooncake" / "data" / "verdicts" / "legacy-vs-0.3.13.toml"
 LEGACY, BUILD = "reference:legacy", "mooncake"
 
 

@@ -63,7 +63,7 @@ def test_reference_clients_speak_only_the_reference_protocol():
 def test_docker_and_cluster_targets_declare_no_mixed_clients(tmp_path):
     docker = resolve_target("docker:kvcacheai/mooncake:0.3.13")
     docker.client_factory = lambda timeout: (_ for _ in ()).throw(OSError("no engine"))
-    for target in (docker, resolve_target("cluster:fixtures/clusters/example.toml")):
+    for target in (docker, resolve_target("cluster:example")):
         for cap in (Capability.FOREIGN_MASTER, Capability.CLIENT_VERSION):
             assert target.missing(cap), (target.label, cap)
         assert target.store_client_lacks(MOONCAKE_MASTERS).capability is \

@@ -1,6 +1,6 @@
 """The fast part of the conformance suites against the real Mooncake wheel, as CI runs it.
 
-A child pytest runs the ``[fast]`` paths of fixtures/verdicts/mooncake.toml with
+A child pytest runs the ``[fast]`` paths of pytest_mooncake/data/verdicts/mooncake.toml with
 ``--mc-target=mooncake`` (real TransferEngine driver processes, real ``mooncake_master`` HA
 masters and ``mooncake.store`` clients on a real etcd) and writes ``--mc-report``; its verdicts
 are checked against that file, which is itself checked against the full run stored in
@@ -24,7 +24,7 @@ from pytest_mooncake.report.catalogue import load_catalogue, tomllib
 from pytest_mooncake.targets import resolve_target
 
 ROOT = Path(__file__).resolve().parents[2]
-VERDICTS = ROOT / "fixtures" / "verdicts" / "mooncake.toml"
+VERDICTS = ROOT / "pytest_mooncake" / "data" / "verdicts" / "mooncake.toml"
 RELEASE_REPORT = ROOT / "fixtures" / "reports" / "release.json"
 EXPECTED = tomllib.loads(VERDICTS.read_text())
 TABLE = EXPECTED["mooncake"]
@@ -84,7 +84,7 @@ def column_problems(requirements: Mapping[str, Any], version: str) -> list[str]:
                 reason = t.get("reason", "")
                 if not names_a_means(reason) or version not in reason:
                     problems.append(f"{where}: n/a reason {reason!r} names none of the missing "
-                                    f"means of fixtures/verdicts/mooncake.toml or not {version!r}")
+                                    f"means of pytest_mooncake/data/verdicts/mooncake.toml or not {version!r}")
             if t["outcome"] == "failed" and not t.get("message"):
                 problems.append(f"{where}: failed without a message saying what the build did")
     return problems
@@ -102,13 +102,13 @@ def test_wheel_gate_skips_locally_and_fails_under_ci():
 
 
 def test_expected_verdicts_are_those_of_the_stored_release_run():
-    """fixtures/verdicts/mooncake.toml is the stored full run's mooncake column, requirement by
+    """pytest_mooncake/data/verdicts/mooncake.toml is the stored full run's mooncake column, requirement by
     requirement, and its n/a means cover every n/a reason of that run."""
     doc = json.loads(RELEASE_REPORT.read_text())
     column = doc["columns"]["mooncake"]["requirements"]
     reqs = [r for r in load_catalogue().requirements if r.split("-")[0] in FAMILIES]
     wrong = verdict_mismatches(column, expected_verdict, reqs)
-    assert not wrong, ("fixtures/verdicts/mooncake.toml disagrees with the mooncake column of "
+    assert not wrong, ("pytest_mooncake/data/verdicts/mooncake.toml disagrees with the mooncake column of "
                        "fixtures/reports/release.json:\n  " + "\n  ".join(wrong))
     version = doc["judged"]["versions"]["mooncake"]
     problems = column_problems(column, version)
@@ -139,7 +139,7 @@ def test_fast_suites_give_the_expected_verdicts(fast_report):
     judged = [*FAST_REQUIREMENTS, *(r for r in observed if r not in FAST_REQUIREMENTS)]
     wrong = verdict_mismatches(observed, expected_verdict, judged)
     assert not wrong, (f"{len(wrong)} verdict(s) of the fast suites against {fast_report['_version']} "
-                       f"differ from fixtures/verdicts/mooncake.toml:\n  " + "\n  ".join(wrong)
+                       f"differ from pytest_mooncake/data/verdicts/mooncake.toml:\n  " + "\n  ".join(wrong)
                        + _context(fast_report))
 
 

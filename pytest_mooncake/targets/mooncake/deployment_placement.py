@@ -1,6 +1,7 @@
 """The ``cluster`` target: an existing deployment described by a cluster file
 (``--mc-target=cluster:FILE``; schema ``schemas/cluster_manifest.py``, documented in
-``fixtures/clusters/example.toml`` and ``nodes-example.toml``).
+the shipped ``pytest_mooncake/data/clusters/example.toml`` and
+``nodes-example.toml``).
 
 The file names what exists (etcd endpoints, master admin URLs, engines and store clients with
 their control endpoints and protocol) and, where it has ``[[nodes]]`` and ``[[components]]``,
@@ -316,7 +317,8 @@ class ClusterTarget(MooncakeFamilyTarget):
 
         if not variant:
             raise UnknownTarget("the cluster target needs a cluster file: "
-                                "--mc-target=cluster:FILE (see fixtures/clusters/example.toml)")
+                                "--mc-target=cluster:FILE (see the shipped example: "
+                                "cluster:example, pytest_mooncake/data/clusters/example.toml)")
         try:
             return cls(load_manifest(variant))
         except ManifestError as exc:

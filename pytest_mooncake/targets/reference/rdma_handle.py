@@ -135,6 +135,21 @@ class ReferenceRdma:
         except ScheduleError as exc:
             raise ValueError(str(exc)) from None
 
+    def schedule_trace(self, token: str) -> str:
+        """The schedule ``token`` names, replayed step by step: which actor ran at which
+        scheduling point, then the invariants it broke (what a failing test attaches)."""
+        try:
+            outcome = exploration.replay(token, record_trace=True)
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
+        lines = [f"{outcome.scenario} ({outcome.profile}), {outcome.steps} steps, "
+                 f"replay token {token}"]
+        lines += [f"{step:5d}  {actor:<24} {point}"
+                  for step, (actor, point) in enumerate(outcome.trace, 1)]
+        lines += [f"violation: {v.kind}: {v.detail}" for v in outcome.violations] or \
+            ["no violation in this replay"]
+        return "\n".join(lines)
+
     def cluster(self, controlled: bool = True, dedicated_poller: bool = False,
                 **config: Any) -> RdmaCluster:
         """A hand-built scenario. ``config``: RdmaConfig fields (slice_size, num_qp_per_ep,
