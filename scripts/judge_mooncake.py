@@ -94,7 +94,8 @@ def column_facts(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 
 def versions(doc: Mapping[str, Any]) -> dict[str, str]:
     """Each column's version as its target reported it in the run."""
-    return {label: facts.get("version", "") for label, facts in column_facts(doc).items()}
+    return {label: facts["version"] for label, facts in column_facts(doc).items()
+            if facts.get("version")}
 
 
 def run(target: str | None, report: Path, workers: int, seed: int | None) -> dict[str, Any]:

@@ -72,7 +72,7 @@ def test_labels_parameters_run_files_and_passing_logs(pytester: pytest.Pytester)
                (allure / "environment.properties").read_text().splitlines())
     assert env["mooncake.target"] == "reference" and env["mooncake.seed"] == "9"
     assert env["mooncake.target.version"].startswith("reference-engine")
-    assert env["mooncake.verbs"] == "sim" and env["mooncake.etcd"].startswith("3.")
+    assert env["mooncake.verbs"] == "auto" and env["mooncake.etcd"].startswith("3.")
     assert json.loads((allure / "executor.json").read_text())["name"].startswith("pytest-mooncake")
     categories = json.loads((allure / "categories.json").read_text())
     assert [c["matchedStatuses"] for c in categories] == [["failed"], ["broken"], ["skipped"]]

@@ -155,7 +155,9 @@ class DeploymentPlacement:
         elif not f.permits("transfers"):
             lacks[Capability.ENGINE] = f"{where} does not permit transfers (allow = {sorted(f.allow)})"
         if Capability.ENGINE in lacks:
-            lacks[Capability.REGISTER_MEMORY] = lacks[Capability.ENGINE]
+            for needs_engine in (Capability.REGISTER_MEMORY, Capability.CACHE_CONTROL,
+                                 Capability.CACHE_TTL, Capability.FORCED_REFRESH):
+                lacks[needs_engine] = lacks[Capability.ENGINE]
         restart = self._engine_restart_lacks()
         if restart:
             lacks[Capability.ENGINE_RESTART] = restart
@@ -190,6 +192,8 @@ class DeploymentPlacement:
                                             f"target attach to its masters")
         rdma = f"{where} offers no hook to hold, reorder or replay RDMA completions"
         lacks[Capability.RDMA_CONTROL] = rdma
+        lacks[Capability.RDMA_STATE] = (f"{where} offers no view of its engines' RDMA transport "
+                                        f"state (slices, endpoint generations, rails)")
         lacks[Capability.SCHEDULER] = rdma
         return lacks
 
