@@ -34,6 +34,7 @@ from typing import Any
 
 from pytest_mooncake.releases import elf, loader, standins
 from pytest_mooncake.releases.catalog import resolve
+from pytest_mooncake.releases.package_binaries import PackageBinaries
 from pytest_mooncake.releases.pipinstall import ReleaseFetchError, outer_pip, pip_argv, pip_install
 from pytest_mooncake.releases.spec import ReleaseSpec, parse_spec
 from pytest_mooncake.runtime.native import cache_dir
@@ -68,7 +69,7 @@ def python_tag(python: str = sys.executable) -> str:
 
 
 @dataclass(frozen=True)
-class ReleaseEnv:
+class ReleaseEnv(PackageBinaries):
     """A complete environment of one release: where things are and how to run them."""
 
     spec: ReleaseSpec
@@ -100,20 +101,6 @@ class ReleaseEnv:
     def package_dir(self) -> Path:
         """``site-packages/mooncake``: where the real binaries and ``engine.so`` are."""
         return self.site_packages / "mooncake"
-
-    def binary(self, name: str) -> Path | None:
-        """The real executable ``name`` in the package directory (not the ``bin/`` wrapper,
-        which spawns it as a child a signal to the wrapper does not reach), or None."""
-        path = self.package_dir / name
-        return path if path.is_file() and os.access(path, os.X_OK) else None
-
-    @property
-    def master_binary(self) -> Path | None:
-        return self.binary("mooncake_master")
-
-    @property
-    def bench_binary(self) -> Path | None:
-        return self.binary("transfer_engine_bench")
 
     def libraries(self, base: Mapping[str, str] | None = None) -> standins.LibraryPlan:
         """How the libraries this release links outside its wheel are found here (real ones

@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_mooncake.releases import loader, standins
 from pytest_mooncake.releases.envs import ReleaseEnv, scan_links
+from pytest_mooncake.releases.package_binaries import PackageBinaries
 from pytest_mooncake.runtime.native import cache_dir
 
 LINKS_FILE = "links.json"
@@ -32,7 +33,7 @@ _FIND_PACKAGE = ("import importlib.util, os; s = importlib.util.find_spec('moonc
 
 
 @dataclass(frozen=True)
-class LocalBuild:
+class LocalBuild(PackageBinaries):
     """An installed Mooncake build (see the module doc)."""
 
     python: Path
@@ -57,18 +58,6 @@ class LocalBuild:
     def root(self) -> Path:
         """Where its probed facts are cached."""
         return cache_dir("builds", f"{self.distribution}-{self.version}-{_fingerprint(self.package_dir)}")
-
-    def binary(self, name: str) -> Path | None:
-        path = self.package_dir / name
-        return path if path.is_file() and os.access(path, os.X_OK) else None
-
-    @property
-    def master_binary(self) -> Path | None:
-        return self.binary("mooncake_master")
-
-    @property
-    def bench_binary(self) -> Path | None:
-        return self.binary("transfer_engine_bench")
 
     def links(self) -> dict[str, Any]:
         """What its ELF files link (``envs.scan_links``), cached with its facts."""

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.fixtures.version_skew import PROJECT_SKEW_DIR, load_matrix
+from pytest_mooncake.fixtures.version_skew import load_matrix
 from pytest_mooncake.releases import LocalBuild, facts_of
 from pytest_mooncake.runtime.processes import Supervisor
+from pytest_mooncake.schemas.shipped_files import shipped_dir
 from pytest_mooncake.targets import (
     Capability,
     ComponentStartError,
@@ -251,21 +252,21 @@ def test_a_component_start_error_in_a_test_body_is_an_error_verdict(pytester):
 def test_no_shipped_skew_matrix_names_the_installed_wheel():
     """A role is the column's build ("@target"), a reference profile or a release by version:
     never ``mooncake`` (whatever wheel the plugin's environment holds)."""
-    for path in sorted(PROJECT_SKEW_DIR.glob("*.toml")):
+    for path in sorted(shipped_dir("skew").glob("*.toml")):
         matrix = load_matrix(path)
         for impl in matrix.implementations.values():
             assert impl.target == "@target" or impl.target.startswith("reference") or \
                 "==" in impl.target, f"{path.name}: {impl.name} runs {impl.target!r}"
-    mixed = load_matrix(PROJECT_SKEW_DIR / "mixed-engines.toml")
+    mixed = load_matrix(shipped_dir("skew") / "mixed-engines.toml")
     assert all(any(mixed.implementations[i].target == "@target" for _, i in pair.roles)
                for pair in mixed.pairs)
 
 
 def test_release_pairs_count_in_the_column_they_judge():
-    upgrade = load_matrix(PROJECT_SKEW_DIR / "release-upgrade.toml")
+    upgrade = load_matrix(shipped_dir("skew") / "release-upgrade.toml")
     (pair,) = upgrade.pairs
     assert target_identity(pair.judged_target) == target_identity("mooncake-cuda13==0.3.14")
-    engines = load_matrix(PROJECT_SKEW_DIR / "release-engines.toml")
+    engines = load_matrix(shipped_dir("skew") / "release-engines.toml")
     readers = {target_identity(p.judged_target) for p in engines.pairs}
     assert readers == {target_identity(f"mooncake=={v}") for v in (
         "0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13.post1", "0.3.14")}

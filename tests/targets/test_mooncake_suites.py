@@ -145,10 +145,11 @@ def test_fast_suites_give_the_expected_verdicts(fast_report):
 
 def test_fast_suites_judge_pass_fail_and_na(fast_report):
     """The subset is worth running: it shows the build meeting a requirement, failing one, and
-    lacking the means for several, so a wheel that no longer starts cannot pass it."""
+    lacking the means for one (MP-8: its clients speak no other master protocol), so a wheel
+    that no longer starts cannot pass it."""
     verdicts = [e["verdict"] for e in fast_report["requirements"].values()]
     counts = {v: verdicts.count(v) for v in ("pass", "FAIL", "n/a")}
-    assert counts["pass"] >= 1 and counts["FAIL"] >= 1 and counts["n/a"] >= 3, (
+    assert counts["pass"] >= 1 and counts["FAIL"] >= 1 and counts["n/a"] >= 1, (
         f"fast subset verdicts {counts}" + _context(fast_report))
 
 
