@@ -73,6 +73,19 @@ def defined_symbols(path: Path) -> set[str]:
     return _symbols(path, "--defined-only")
 
 
+def versioned_symbols(path: Path, *, defined: bool) -> set[str]:
+    """Dynamic symbols as ``name@VERSION`` (bare ``name`` where unversioned): the ones ``path``
+    imports, or with ``defined`` the ones it exports (a default version's ``@@`` as ``@``),
+    so an import and the export that satisfies it compare equal."""
+    which = "--defined-only" if defined else "--undefined-only"
+    out = set()
+    for line in _run("nm", "-D", "--with-symbol-versions", which, str(path)).splitlines():
+        parts = line.split()
+        if parts and parts[-2:-1] != ["A"]:  # "A" lines are the version nodes themselves
+            out.add(parts[-1].replace("@@", "@"))
+    return out
+
+
 def printable_strings(path: Path, pattern: re.Pattern[bytes]) -> set[str]:
     """Every match of ``pattern`` in the file's bytes (e.g. environment variable names an
     ``.so`` reads: they are stored as C strings)."""

@@ -4,7 +4,7 @@
     ctl    send one control request to a running process (hold, release, counters, ...)
     list   the processes of a run directory that have a control socket
     clean  remove a run directory once no process uses it
-    build  build the emulated library and print its path
+    build  build the emulated library (and the libmlx5 stub beside it) and print its path
 """
 
 from __future__ import annotations
@@ -187,7 +187,8 @@ def parser() -> argparse.ArgumentParser:
     clean.add_argument("--force", action="store_true", help="remove it even if processes use it")
     clean.set_defaults(func=cmd_clean)
 
-    build = sub.add_parser("build", help="build the emulated library and print its path")
+    build = sub.add_parser("build", help="build the emulated library (and the libmlx5 stub beside "
+                           "it) and print its path")
     build.set_defaults(func=cmd_build)
     return ap
 

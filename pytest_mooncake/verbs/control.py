@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -378,6 +379,15 @@ class VerbsControl:
     def held(self) -> list[HeldCompletion]:
         return [_from(HeldCompletion, d) for kind, d in self.request("held").lines
                 if kind == "held"]
+
+    def kept_back(self, counters: Counters | None = None) -> dict[int, int]:
+        """WRs per QP (by number) the test keeps from completing: the held ones, and on a QP
+        an execution-stage hold stalls, every WR not executed yet (RC executes a send queue in
+        order, so they wait behind the stalled one). ``counters``: a snapshot just taken."""
+        counters = self.counters() if counters is None else counters
+        stalls = Counter(h.qp for h in self.held() if h.stage == "execution")
+        return {qpn: q.held + (max(q.pending - stalls[qpn], 0) if stalls[qpn] else 0)
+                for qpn, q in counters.qps.items()}
 
     # ----------------------------------------------------------------------------- holding
 

@@ -4,7 +4,8 @@ Real 0.3.13 engine processes on emulated RDMA devices: a completion held through
 control socket keeps the build's transfer waiting until it is released; a released error status
 is what the build sees (it posts the slice again); holds under two tags are released in the
 order the test picks; a process killed while completions are held leaves nothing held and is
-reported as a crash; ``--mc-verbs`` picks the layer. Without the wheel these are n/a.
+reported as a crash; ``--mc-verbs`` picks the layer. Without the wheel these are n/a. 0.3.14
+(which links libmlx5) moves bytes both ways on the same layer where its environment is cached.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_mooncake.releases import find_env
+from pytest_mooncake.targets import TargetContext, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetLacks
 from pytest_mooncake.targets.mooncake.verbs_layers import (
     EmulatedVerbs,
@@ -22,6 +25,7 @@ from pytest_mooncake.targets.mooncake.verbs_layers import (
     SimulatorVerbs,
     verbs_layer,
 )
+from pytest_mooncake.verbs.library import mlx5_path
 from pytest_mooncake.waits import wait_until
 
 SLICE = 4096
@@ -152,3 +156,56 @@ def test_a_killed_process_leaves_nothing_held_and_is_reported(rdma):
     finally:
         cluster.close()
     assert not run_dir.exists(), f"the fabric's run directory {run_dir} outlived its cluster"
+
+
+# ------------------------------------------------------------------ a release that links libmlx5
+
+NEWEST = "mooncake-cuda13==0.3.14"
+
+
+@pytest.fixture(scope="module")
+def newest_rdma(mc_etcd, tmp_path_factory):
+    """0.3.14's target on emulated devices, from the user's release cache (never installed
+    here: `python -m pytest_mooncake.releases install mooncake-cuda13==0.3.14` does that)."""
+    if find_env(NEWEST) is None:
+        pytest.skip(f"n/a: {NEWEST} is not installed in the release cache; install it with "
+                    f"`python -m pytest_mooncake.releases install {NEWEST}`")
+    target = resolve_target(NEWEST)
+    target.open(TargetContext(seed=1, workdir=tmp_path_factory.mktemp("mc-0314"),
+                              etcd_endpoints=lambda: list(mc_etcd.endpoints)))
+    try:
+        target.use_verbs("emulated:mlx5_0,mlx5_1")
+        reason = target.missing("rdma_control")
+        assert reason is None, f"{NEWEST} on emulated devices: {reason}"
+        handle = target.rdma(seed=14)
+        try:
+            yield handle
+        finally:
+            handle.close()
+    finally:
+        target.close()
+
+
+def test_a_release_linking_libmlx5_moves_bytes_over_emulated_rdma(newest_rdma):
+    """0.3.14 links libmlx5 (DevX for its GPU device transport): its engine starts only with the
+    emulator's libmlx5 stub, and its RDMA transport then runs on plain verbs."""
+    cluster = newest_rdma.cluster()
+    try:
+        cluster.add_node("A", ["mlx5_0"])
+        cluster.add_node("B", ["mlx5_1"])
+        maps = Path(f"/proc/{cluster.nodes['A'].pid}/maps").read_text()
+        assert str(mlx5_path().resolve()) in maps, "the engine did not load the libmlx5 stub"
+        payload = os.urandom(3 * SLICE + 123)
+        cluster.write_local("A", 0, payload)
+        out = cluster.submit("A", "B", len(payload), dst_offset=SLICE)
+        assert cluster.settle() and cluster.status(out) == "COMPLETED"
+        assert cluster.read("B", SLICE, len(payload)) == payload
+        back = cluster.submit("A", "B", len(payload), src_offset=8 * SLICE, dst_offset=SLICE,
+                              op="read")
+        assert cluster.settle() and cluster.status(back) == "COMPLETED"
+        assert cluster.read("A", 8 * SLICE, len(payload)) == payload
+        assert cluster.posts(out, 0) and cluster.posts(back, 0), \
+            "the bytes moved, but not as RDMA work requests on the emulated NIC"
+        assert not cluster.check()
+    finally:
+        cluster.close()

@@ -73,6 +73,7 @@ def test_nth_picks_one_completion_and_wr_id_filters(fabric, peers):
     held = ctl.wait_held(2)
     assert sorted(h.wr_id for h in held) == [3, 7]
     assert [w["wr_id"] for w in a.poll_until(6)] == [1, 2, 4, 5, 6, 8]
+    assert ctl.kept_back() == {a.qpn: 2}, "completion-stage holds keep back only themselves"
     assert ctl.unhold() == 2
     assert ctl.release() == 2
     assert sorted(w["wr_id"] for w in a.poll_until(2)) == [3, 7]
@@ -108,6 +109,8 @@ def test_an_execution_hold_stalls_the_send_queue_until_released(fabric, peers):
     assert bytes.fromhex(b.peer.read(b.addr, 768)) == chunks[0] + bytes(512)
     qp = ctl.counters().qps[a.qpn]
     assert (qp.posted, qp.executed, qp.pending, qp.held) == (3, 1, 2, 1)
+    # WR 3 is outstanding because of the test, not the application: both are kept back
+    assert ctl.kept_back()[a.qpn] == qp.outstanding == 2
     assert ctl.release([held.id]) == 1
     assert statuses(a.poll_until(2)) == [(2, WC_SUCCESS), (3, WC_SUCCESS)]
     assert bytes.fromhex(b.peer.read(b.addr, 768)) == b"".join(chunks)

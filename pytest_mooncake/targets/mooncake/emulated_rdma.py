@@ -14,7 +14,8 @@ in what a real build shows from outside:
   ``IBV_EVENT_QP_FATAL``): whether and where the build retries is the build's own choice;
 - ``settle()`` issues queued transfers and waits until every transfer ended, or until nothing
   changed on the cluster's NICs for ``SETTLE_QUIET`` seconds while every WR still outstanding
-  is one the test holds: a free-running build has no other "quiescent" to offer;
+  is one the test keeps back (held, or queued behind one held before execution: RC order):
+  a free-running build has no other "quiescent" to offer;
 - ``check()`` judges what the NICs and the processes show: a dead process (its exit status and
   the log lines that say why, e.g. a sanitizer or glibc heap report), a transfer that never
   ended, WRs whose completions were never polled, WRs posted to a QP after the build moved it
@@ -188,6 +189,7 @@ class EmulatedRdmaCluster:
         self.nodes: dict[str, Node] = {}
         self.transfers: list[Transfer] = []
         self._rules: dict[str, list[tuple[str, int]]] = {}
+        self._stirred = False  # an async event was raised since the last settle()
         self._metadata = EtcdMetadata(self.placement.master_etcd())
 
     # ------------------------------------------------------------------ building
@@ -417,6 +419,7 @@ class EmulatedRdmaCluster:
                 raise ValueError(f"slice {index} of transfer {transfer} was never posted: "
                                  f"settle() first")
             qps = {posted[-1]["qp_num"]}
+        self._stirred = True
         for qp in sorted(qps):
             src.ctl.fail_qp(qp)
 
@@ -429,11 +432,13 @@ class EmulatedRdmaCluster:
         """QP-fatal on every live QP of ``node`` connected to ``peer``; returns how many."""
         n, p = self._node(node), self._node(peer)
         qps = self._qp_nums_to(n, p)
+        self._stirred = True
         for qp in qps:
             n.ctl.fail_qp(qp)
         return len(qps)
 
     def device_fatal(self, node: str, nic: str) -> None:
+        self._stirred = True
         self._node(node).ctl.inject("device_fatal", device=nic)
 
     def gid_change(self, node: str, nic: str, gid: str) -> None:
@@ -442,9 +447,11 @@ class EmulatedRdmaCluster:
         n = self._node(node)
         found = re.findall(rf"gid index: (\d+) on {re.escape(nic)}/", n.engine.logs())
         index = int(found[-1]) if found else 3
+        self._stirred = True
         n.ctl.inject("gid_change", device=nic, gid=gid if ":" in gid else None, index=index)
 
     def port_down(self, node: str, nic: str) -> None:
+        self._stirred = True
         self._node(node).ctl.port_down(nic)
 
     def restart_peer(self, name: str, same_instance: bool = False,
@@ -613,7 +620,7 @@ class EmulatedRdmaCluster:
                 parts.append((node.name, "gone"))
                 continue
             parts.append((node.name, c.posted, c.completed, c.polled, c.held, c.events,
-                          c.acked, c.cqes))
+                          c.acked, c.cqes, tuple(sorted((q.qpn, q.state) for q in c.qps.values()))))
         return tuple(parts)
 
     def _nics_idle(self) -> bool:
@@ -622,25 +629,30 @@ class EmulatedRdmaCluster:
                 continue
             try:
                 c = node.ctl.counters()
+                kept = node.ctl.kept_back(c)
             except ProcessGone:
                 continue
             if c.events != c.acked or any(cq.queued for cq in c.cqs.values()):
                 return False
-            if any(q.outstanding > q.held for q in c.qps.values()):
+            if any(q.outstanding > kept[q.qpn] for q in c.qps.values()):
                 return False
         return True
 
     def settle(self, timeout: float = 30.0, max_steps: int = 0) -> bool:
         """Issue queued transfers; wait until every transfer ended and every NIC is idle, or
-        until nothing changed for ``SETTLE_QUIET`` s with only held work outstanding. False at
-        the deadline."""
+        until nothing changed for ``SETTLE_QUIET`` s with only held work outstanding. After an
+        async event (QP or device fatal, GID change, port down) the quiet period is always
+        waited for: a build acks an event before it acts on it (0.3.14 acks GID_CHANGE, then
+        disconnects its endpoints), so idle NICs and ended transfers do not yet mean it acted;
+        its QPs' states are part of what must stay unchanged. False at the deadline."""
         self._flush()
         last = [None, time.monotonic()]
+        stirred = self._stirred
 
         def settled() -> bool:
             self._poll_status()
             idle = self._nics_idle()
-            if idle and all(t.status != "WAITING" for t in self.transfers):
+            if idle and not stirred and all(t.status != "WAITING" for t in self.transfers):
                 return True
             snap = self._snapshot()
             now = time.monotonic()
@@ -654,6 +666,7 @@ class EmulatedRdmaCluster:
                        max_interval=0.1)
         except Timeout:
             return False
+        self._stirred = False
         return True
 
     def check(self) -> list[RdmaViolation]:
@@ -679,6 +692,7 @@ class EmulatedRdmaCluster:
         for node in live:
             try:
                 c = node.ctl.counters()
+                kept = node.ctl.kept_back(c)
                 retired = node.ctl.retired()
             except ProcessGone:
                 continue
@@ -686,11 +700,11 @@ class EmulatedRdmaCluster:
                 out.append(RdmaViolation("no_quiescence", (
                     f"{node.name}: {c.held} completion(s) still held by the test")))
             for q in c.qps.values():
-                if q.outstanding > q.held:
+                if q.outstanding > kept[q.qpn]:
                     out.append(RdmaViolation("counter_leak", (
                         f"{node.name}: QP {q.qpn} ({q.dev}, {q.state}) has "
-                        f"{q.outstanding - q.held} WR(s) whose completions the build never "
-                        f"polled")))
+                        f"{q.outstanding - kept[q.qpn]} WR(s) whose completions the build "
+                        f"never polled")))
             for cq in c.cqs.values():
                 if cq.queued:
                     out.append(RdmaViolation("counter_leak", (
