@@ -7,10 +7,11 @@ import pytest
 
 from pytest_mooncake.runtime.processes import http_ok
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
-from pytest_mooncake.targets import TargetLacks
+from pytest_mooncake.targets import TargetContext, TargetLacks, UnknownTarget
 from pytest_mooncake.targets.base import Capability
 from pytest_mooncake.targets.mooncake import master_snapshots
 from pytest_mooncake.targets.mooncake.admin_http import admin_get
+from pytest_mooncake.targets.mooncake.local_placement import MooncakeTarget
 from pytest_mooncake.targets.mooncake.master_snapshots import (
     OplogSnapshots,
     PeriodicSnapshots,
@@ -66,15 +67,36 @@ def test_the_wheel_has_a_snapshot_means_where_its_flags_are(mooncake_target):
         assert Capability.MASTER_SNAPSHOT in mooncake_target.capabilities
 
 
-def test_a_snapshot_written_and_restored_by_the_real_masters(mooncake_target, request):
-    """The wheel's masters write a snapshot on request (observed on their metrics and files);
-    every master is killed and a fresh one starts from the snapshot. What it serves is
-    recorded against what the snapshot held: 0.3.13.post1's periodic snapshot holds the
-    objects, and a master started from it loads none (MP-9 FAILs on it)."""
-    missing = mooncake_target.missing(Capability.MASTER_SNAPSHOT)
+OPLOG_RELEASE = "mooncake-cuda13==0.3.14"
+"""The release with OpLog snapshots (its environment is cached by scripts/setup.sh)."""
+
+
+@pytest.fixture(params=["wheel", OPLOG_RELEASE])
+def snapshot_target(request, mooncake_target, mc_etcd, tmp_path):
+    """The installed wheel (0.3.13.post1: periodic snapshots) and the 0.3.14 release (OpLog
+    snapshots of a standby), each opened on ``mc_etcd``."""
+    if request.param == "wheel":
+        return mooncake_target
+    try:
+        target = MooncakeTarget.from_release(request.param)
+    except UnknownTarget as exc:
+        pytest.skip(f"n/a: {request.param} cannot be installed here: {exc}")
+    target.open(TargetContext(seed=1, workdir=tmp_path / "target",
+                              etcd_endpoints=lambda: list(mc_etcd.endpoints)))
+    request.addfinalizer(target.close)
+    return target
+
+
+def test_a_snapshot_written_and_restored_by_the_real_masters(snapshot_target, request):
+    """The build's masters write a snapshot on request (seen on their metrics and files);
+    every master is killed and a fresh one starts from the snapshot. 0.3.13.post1's periodic
+    snapshot holds the objects, and a master started from it loads none (MP-9 FAILs on it);
+    0.3.14's standby snapshot counts them in its manifest, and a fresh master bootstraps from
+    it and serves them all."""
+    missing = snapshot_target.missing(Capability.MASTER_SNAPSHOT)
     if missing:
         pytest.skip("n/a: " + missing)
-    cluster = mooncake_target.master_cluster(masters=2, clients=1, snapshots=True)
+    cluster = snapshot_target.master_cluster(masters=2, clients=1, snapshots=True)
     request.addfinalizer(cluster.close)
     leader = cluster.leader(timeout=30)
     (standby,) = cluster.standbys()
@@ -91,14 +113,20 @@ def test_a_snapshot_written_and_restored_by_the_real_masters(mooncake_target, re
     fresh = cluster.start_master()
     assert cluster.leader(timeout=30) == fresh
     log = cluster.master_log(fresh)
-    restored = cluster.keys(fresh)
-    if isinstance(means_for(cluster.flags.flags), PeriodicSnapshots):
+    if isinstance(cluster.snapshot_means, PeriodicSnapshots):
         # 0.3.13.post1: the fresh master loads the newest snapshot as its baseline and says
         # keys=0, then restores 0 objects, though the snapshot held every key
         assert "Loaded snapshot baseline: snapshot_id=" in log
-        assert restored == [] and "keys=0" in log
-    else:
-        assert sorted(restored) == sorted(keys)
+        assert "keys=0" in log and "Restored from standby: 0 objects" in log
+        assert cluster.keys(fresh) == []
+        return
+    assert report["writer"] == standby, report
+    # it bootstraps from that snapshot (nothing after it to replay) and lists every object once
+    # the client remounted its segment (an object is listed when its segment is mounted again)
+    assert (f"Batch snapshot bootstrap complete: snapshot_seq={report['last_included_seq']}"
+            in log), report
+    wait_until(lambda: sorted(cluster.keys(fresh)) == sorted(keys), 30,
+               f"master {fresh} to list the {len(keys)} objects of the snapshot")
 
 
 def test_a_master_without_ha_restarted_from_its_snapshot(mooncake_target, mc_etcd, tmp_path):
