@@ -189,6 +189,8 @@ class MooncakeFamilyTarget(Target):
     def master_cluster(self, masters: int = 2, clients: int = 1,
                        **options: Any) -> MasterClusterHandle:
         options = check_master_options(options, self.version, self.placement.etcd_routing)
+        if options.get("snapshots"):
+            self._require(Capability.MASTER_SNAPSHOT)
         self._require(Capability.MASTER_CLUSTER)
         self._refuse_unhonoured("master_cluster", options, self.placement.master_options,
                                 Capability.MASTER_CLUSTER)

@@ -29,6 +29,7 @@ from pytest_mooncake.targets.mooncake.install import (
     locate_release,
 )
 from pytest_mooncake.targets.mooncake.launchers import LocalLauncher
+from pytest_mooncake.targets.mooncake.master_snapshots import lack as snapshot_means_lack
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
 from pytest_mooncake.targets.mooncake.option_rules import MOONCAKE_ETCD_ROUTING
 from pytest_mooncake.targets.mooncake.process_placement import ProcessPlacement
@@ -161,7 +162,9 @@ class LocalPlacement(ProcessPlacement):
             lacks[Capability.MASTER_CLUSTER] = (
                 f"mooncake.store of {ver} is unusable: "
                 f"{store_error or 'MooncakeDistributedStore lacks ' + ', '.join(sorted(set(STORE_API) - store))}")
-        lacks[Capability.MASTER_SNAPSHOT] = snapshot_lack(facts, ver)
+        no_snapshot = lacks.get(Capability.MASTER_CLUSTER) or snapshot_lack(facts, ver)
+        if no_snapshot:
+            lacks[Capability.MASTER_SNAPSHOT] = no_snapshot
         lacks[Capability.MASTER_FAULT_PLANTING] = (
             f"mooncake_master of {ver} has no means to plant an entry in a standby's replicated "
             f"state (no admin endpoint for it)")
@@ -245,18 +248,15 @@ def _methods(facts: ReleaseFacts, which: str) -> tuple[frozenset[str], str | Non
         return frozenset(), str(exc)
 
 
-def snapshot_lack(facts: ReleaseFacts, ver: str) -> str:
-    """Why the Mooncake targets cannot have ``ver``'s masters write a snapshot on request,
-    naming the snapshot flags its ``mooncake_master --help`` lists."""
+def snapshot_lack(facts: ReleaseFacts, ver: str) -> str | None:
+    """Why the Mooncake targets cannot have ``ver``'s masters write a snapshot on request and
+    start from it, from the flags its ``mooncake_master --help`` lists (``master_snapshots``);
+    None when one means is complete."""
     try:
-        flags = sorted(f for needs in family.SNAPSHOT_MEANS.values() for f in needs
-                       if facts.master_flag(f) is not None)
+        flags = facts.master_flags
     except ProbeFailed as exc:
         return f"{ver} offers no means to have a snapshot written on request: {exc}"
-    have = ", ".join(f"--{f}" for f in flags) or "none"
-    return (f"{ver} offers no means to have a snapshot written on request that the Mooncake "
-            f"targets drive (its snapshot flags, probed from {family.PROBES['master_flag']}: "
-            f"{have})")
+    return snapshot_means_lack(flags, ver, family.PROBES["master_flag"])
 
 
 class MooncakeTarget(MooncakeFamilyTarget):

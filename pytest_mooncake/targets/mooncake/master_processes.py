@@ -23,6 +23,13 @@ from pytest_mooncake.targets.base import (
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
 from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
+from pytest_mooncake.targets.mooncake.master_snapshots import (
+    LOCAL_PATH_ENV,
+    SnapshotMeans,
+    lack,
+    means_for,
+    refuse_oplog,
+)
 from pytest_mooncake.targets.mooncake.option_rules import (
     MOONCAKE_ETCD_ROUTING,
     check_master_options,
@@ -68,7 +75,10 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
     take whole seconds, so a fraction is rounded up, and the value the master echoes in its
     config line is checked), ``flags`` (extra ``{name: value}`` master flags; one the build
     lacks is n/a), ``env`` (extra environment, e.g. ``MOONCAKE_SNAPSHOT_LOCAL_PATH``),
-    ``cluster_id``, ``ready_timeout``."""
+    ``snapshots`` (the masters write snapshots under ``<workdir>/snapshots`` through the means
+    the build's flags offer, ``master_snapshots``; ``snapshot(i)`` waits for one),
+    ``trim_oplog_after_snapshot`` (reported by ``snapshot(i)``: no OpLog, or one the snapshot
+    holds whole), ``cluster_id``, ``ready_timeout``."""
 
     def __init__(self, launcher: Launcher, workdir: Path, etcd_endpoints: list[str],
                  masters: int = 2, clients: int = 1, **options: Any):
@@ -91,6 +101,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
         self.dropped: dict[str, str] = {}
         """Settings the build's master has no flag for, left out (e.g. ``metrics_host``)."""
         self._flags: MasterFlags | None = None
+        self.snapshot_means = self._snapshot_means() if options.get("snapshots") else None
         if masters:
             self._refuse_unspellable()
         try:
@@ -118,6 +129,9 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
             settings["enable_oplog"] = True if oplog is None else bool(oplog)
         if self.client_ttl is not None:
             settings[self.flags.client_ttl_flag or "client_ttl"] = self.client_ttl
+        if self.snapshot_means is not None:
+            settings["enable_oplog"] = self.snapshot_means.oplog
+            settings.update(self.snapshot_means.settings())
         settings.update(self.options.get("flags") or {})
         return settings
 
@@ -145,7 +159,28 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
         self.flags.refuse_missing(self.options.get("flags") or {}, "flags={...}")
 
     def _env(self) -> dict[str, str]:
-        return dict(self.options.get("env") or {})
+        env = dict(self.options.get("env") or {})
+        if self.snapshot_means is not None:
+            env.setdefault(LOCAL_PATH_ENV, str(self.workdir / "snapshots"))
+        return env
+
+    def _snapshot_means(self) -> SnapshotMeans:
+        """How this build's masters write and restore snapshots (``snapshots=True``), from the
+        flags its ``--help`` lists; a build with no complete means is n/a naming them."""
+        means = means_for(self.flags.flags)
+        if means is None:
+            raise TargetLacks(Capability.MASTER_SNAPSHOT,
+                              lack(self.flags.flags, self.build, self.flags.source) or "")
+        refuse_oplog(means, self.options.get("oplog"), self.build)
+        return means
+
+    def snapshot(self, index: int) -> dict[str, Any]:
+        """A snapshot begun after this call, so holding every acknowledged write, by master
+        ``index`` or by the master the build has write them (``master_snapshots``): the
+        report names the writer, the snapshot and how many objects it holds."""
+        if self.snapshot_means is None:
+            raise TargetError(f"{self.where} was started without snapshots=True")
+        return self.snapshot_means.take(self, index, self.workdir / "snapshots")
 
     def start_master(self, index: int | None = None,
                      etcd: str | list[str] | None = None) -> int:

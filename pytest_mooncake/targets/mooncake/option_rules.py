@@ -14,10 +14,11 @@ from pytest_mooncake.targets.base import Capability, TargetLacks
 ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_timeout")
 """``start_engine`` options a Mooncake engine understands (``ttl_ms`` needs cache_ttl,
 ``profile`` other than the build's own needs version_skew)."""
-MASTER_OPTIONS = ("oplog", "snapshots", "client_ttl", "lease_ttl", "flags", "env", "cluster_id",
-                  "ready_timeout")
-"""``master_cluster`` options (``snapshots`` needs a snapshot the build writes on request;
-``lease_ttl`` is known, for the reference target's sake, and refused: no Mooncake target sets it)."""
+MASTER_OPTIONS = ("oplog", "snapshots", "trim_oplog_after_snapshot", "client_ttl", "lease_ttl",
+                  "flags", "env", "cluster_id", "ready_timeout")
+"""``master_cluster`` options (``snapshots`` needs a means of the build's to write snapshots,
+``master_snapshots``, and the target's master_snapshot capability; ``lease_ttl`` is known, for
+the reference target's sake, and refused: no Mooncake target sets it)."""
 MOONCAKE_ETCD_ROUTING = ("every mooncake_master this target starts gets the cluster's "
                          "--etcd_endpoints")
 
@@ -41,15 +42,12 @@ def unknown_options(call: str, given: Mapping[str, Any], known: tuple[str, ...])
 
 def check_master_options(options: Mapping[str, Any], build: str,
                          no_routing: str = MOONCAKE_ETCD_ROUTING) -> dict[str, Any]:
-    """``options`` without an empty ``master_etcd``; refuses routing, unknown options and
-    snapshots before anything is started."""
+    """``options`` without an empty ``master_etcd``; refuses routing, unknown options and a
+    lease TTL before anything is started."""
     options = dict(options)
     if options.pop("master_etcd", None):
         raise lacks_etcd_routing("master_etcd", no_routing)
     unknown_options("master_cluster", options, MASTER_OPTIONS)
-    if options.get("snapshots"):
-        raise TargetLacks(Capability.MASTER_SNAPSHOT,
-                          f"the Mooncake targets do not drive {build}'s snapshot flags yet")
     if options.get("lease_ttl") is not None:
         raise TargetLacks(Capability.MASTER_CLUSTER, (
             f"lease_ttl: the Mooncake targets do not set the leader lease TTL of {build}'s "

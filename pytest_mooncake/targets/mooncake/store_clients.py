@@ -120,10 +120,11 @@ struct_pack), spoken by ``mooncake.store`` clients."""
 
 
 def start_store_client(launcher: Launcher, workdir: Path, etcd: list[str], cluster_id: str,
-                       index: int, client_id: str | None, ready_timeout: float
-                       ) -> StoreClient | RefusedStoreClient:
+                       index: int, client_id: str | None, ready_timeout: float,
+                       master: str | None = None) -> StoreClient | RefusedStoreClient:
     """A real ``mooncake.store`` client in a driver process on the cluster ``cluster_id`` of
-    ``etcd`` (it finds the leader there); ready once ``setup`` returned 0."""
+    ``etcd`` (it finds the leader there, or talks to ``master``, ``host:port`` of a master
+    without HA); ready once ``setup`` returned 0."""
     ready_file = Path(workdir) / f"client-{index}.ready"
     ready_file.unlink(missing_ok=True)
     te_port = launcher.port()
@@ -132,7 +133,7 @@ def start_store_client(launcher: Launcher, workdir: Path, etcd: list[str], clust
     control = launcher.control_port
     argv = launcher.driver_argv(
         "store", "--hostname", f"{launcher.host_name(name)}:{te_port}",
-        "--metadata", etcd_uri, "--master", etcd_uri, "--ready-file", str(ready_file),
+        "--metadata", etcd_uri, "--master", master or etcd_uri, "--ready-file", str(ready_file),
         "--control-host", launcher.bind_host, "--control-port", str(control))
     env = {"MC_STORE_CLUSTER_ID": cluster_id}
 

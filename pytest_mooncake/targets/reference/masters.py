@@ -321,12 +321,29 @@ class ReferenceMasterCluster(ProcessMasters):
         return _http("POST", self.masters[index].admin + "/ha/promote", {"timeout": timeout},
                      timeout=timeout + 10)
 
-    def snapshot(self, index: int) -> Mapping[str, Any]:
-        """Have standby ``index`` write a snapshot now (``POST /ha/snapshot``)."""
-        status, body = _http("POST", self.masters[index].admin + "/ha/snapshot", {}, timeout=30.0)
-        if status != 200:
-            raise TargetError(f"snapshot on master {index} failed: {body}")
-        return body
+    def snapshot(self, index: int, timeout: float = 20.0) -> Mapping[str, Any]:
+        """Have standby ``index`` write a snapshot (``POST /ha/snapshot``) as soon as it has
+        applied the leader's whole durable prefix (it answers 409 UNAVAILABLE_IN_CURRENT_STATUS
+        until then): the snapshot holds every acknowledged write."""
+        answers: list[tuple[int, Any]] = []
+
+        def written() -> bool:
+            answers.append(_http("POST", self.masters[index].admin + "/ha/snapshot", {},
+                                 timeout=30.0))
+            status, body = answers[-1]
+            if status == 200:
+                return True
+            if status == 409 and isinstance(body, dict) and \
+                    body.get("error") == "UNAVAILABLE_IN_CURRENT_STATUS":
+                return False
+            raise TargetError(f"snapshot on master {index} failed: HTTP {status}: {body}")
+
+        try:
+            wait_until(written, timeout, f"master {index} to write a snapshot", interval=0.05)
+        except TimeoutError:
+            raise TargetError(f"snapshot on master {index} failed for {timeout:g}s: "
+                              f"{answers[-1][1] if answers else 'no answer'}") from None
+        return answers[-1][1]
 
     def key_count(self, index: int) -> int:
         return int(self.metrics(index)["master_key_count"])
