@@ -38,8 +38,9 @@ from bench_tcp import (
     real_bench_binary,
     real_crashes,
     run_real,
-    wait_for,
 )
+
+from pytest_mooncake.waits import wait_until
 
 
 def start_target(children: Children, exe: Path, etcd, protocol: str, env, extra, log: Path) -> tuple:
@@ -51,7 +52,7 @@ def start_target(children: Children, exe: Path, etcd, protocol: str, env, extra,
              f"--buffer_size={BUFFER}"],
             env=env, stdout=f, stderr=subprocess.STDOUT)
     client = etcd.client()
-    wait_for(lambda: client.get(f"mooncake/ram/{name}".encode())[0] is not None, 60,
+    wait_until(lambda: client.get(f"mooncake/ram/{name}".encode())[0] is not None, 60,
              f"the {protocol} target's descriptor")
     return name, proc
 
