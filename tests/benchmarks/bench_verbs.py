@@ -70,6 +70,7 @@ def main(argv: list[str]) -> int:
                     "(e.g. mooncake-cuda13==0.3.14); default: the installed wheel")
     args = ap.parse_args(argv)
     base = None
+    vram_flags: list[str] = []
     if args.release:
         from pytest_mooncake.releases import ensure_env
 
@@ -78,6 +79,14 @@ def main(argv: list[str]) -> int:
         if exe is None:
             print(f"n/a: {args.release} ships no transfer_engine_bench")
             return 1
+        help_text = subprocess.run([str(exe), "--help"], env=base, capture_output=True,
+                                   text=True, timeout=60).stdout
+        if "-use_vram" in help_text:  # a CUDA build: its buffers in host memory (no GPU here)
+            vram_flags = ["--use_vram=false"]
+            # and no DMA-BUF check of a GPU its topology maps to the NIC (cuInit fails on the
+            # no-device stand-in driver, and the check disables the NIC); nothing here is GPU
+            # memory, so registering through plain ibv_reg_mr is what happens anyway
+            base["WITH_NVIDIA_PEERMEM"] = "1"
     else:
         exe = real_bench_binary()
         if exe is None:
@@ -96,12 +105,12 @@ def main(argv: list[str]) -> int:
     ok = False
     with EmulatedFabric.create(args.devices) as fabric:
         devices = ",".join(d.name for d in fabric.devices)
-        rdma_env, rdma_flags = fabric.apply(base), [f"--device_name={devices}"]
+        rdma_env, rdma_flags = fabric.apply(base), [f"--device_name={devices}", *vram_flags]
         try:
             etcd = EtcdServer(tmp / "etcd", tmp / "etcd.log").start()
             rdma_target, rdma_proc = start_target(children, exe, etcd, "rdma", rdma_env,
                                                   rdma_flags, tmp / "rdma-target.log")
-            tcp_target, tcp_proc = start_target(children, exe, etcd, "tcp", base, [],
+            tcp_target, tcp_proc = start_target(children, exe, etcd, "tcp", base, vram_flags,
                                                 tmp / "tcp-target.log")
             for r in range(args.rounds):
                 for op, block in cells:
@@ -111,7 +120,7 @@ def main(argv: list[str]) -> int:
                         rdma_flags)))
                     tcp[op, block].append(measured(tcp_proc.pid, partial(
                         run_real, children, exe, etcd.uri, tcp_target, op, block,
-                        args.duration, tmp / f"tcp-{op}-{block}.log", "tcp", base)))
+                        args.duration, tmp / f"tcp-{op}-{block}.log", "tcp", base, vram_flags)))
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
             ok = True
         finally:
