@@ -78,8 +78,13 @@ def serving_keys(cluster, expected: list[str], timeout: float = WAIT) -> tuple[i
     return new, seen[-1]
 
 
-def plant_bad_descriptor(cluster, standby: int) -> int:
-    seq = cluster.plant_bad_descriptor("k3")
+PLANTED = {"overlap": "a memory descriptor overlapping 'k3'",
+           "unknown_segment": "a memory descriptor on a segment nobody mounted"}
+"""The bad entries planted (``kind`` of ``plant_bad_descriptor``, modelled on k3's metadata)."""
+
+
+def plant_bad_descriptor(cluster, standby: int, kind: str = "overlap") -> int:
+    seq = cluster.plant_bad_descriptor("k3", kind=kind)
     wait_until(lambda: cluster.replication(standby)["applied_seq"] >= seq, WAIT,
                "the standby to apply the planted entry")
     return seq
@@ -179,20 +184,21 @@ def promoted_or_refused(cluster, standby: int) -> str:
 
 @pytest.mark.mc_req("MP-1")
 @pytest.mark.mc_requires("master_fault_planting")
-def test_crash_failover_to_an_invalid_context_is_refused(mc_master_cluster):
-    """The leader dies while the only standby's promotion context holds a memory descriptor
-    overlapping another object's: the candidate's dry run fails, so it must refuse promotion
-    (a build without a planned handover shows MP-1 here, at the failover it does have)."""
+@pytest.mark.parametrize("kind", sorted(PLANTED))
+def test_crash_failover_to_an_invalid_context_is_refused(mc_master_cluster, kind):
+    """The leader dies while the only standby's promotion context holds a bad memory
+    descriptor: the candidate's dry run fails, so it must refuse promotion (a build without a
+    planned handover shows MP-1 here, at the failover it does have)."""
     cluster = mc_master_cluster(masters=2, clients=1)
     keys, leader, standby = soaked(cluster)
-    seq = plant_bad_descriptor(cluster, standby)
+    seq = plant_bad_descriptor(cluster, standby, kind)
     cluster.kill_master(leader)
     if promoted_or_refused(cluster, standby) == "refused":
         return
     new, kept = serving_keys(cluster, keys)
     pytest.fail(
-        f"the leader was killed while its only standby's promotion context held a memory "
-        f"descriptor overlapping {keys[3]!r} (planted OpLog entry {seq}); the standby was "
+        f"the leader was killed while its only standby's promotion context held "
+        f"{PLANTED[kind]} (planted OpLog entry {seq}); the standby was "
         f"promoted anyway and master {new} serves {len(kept)} of {len(keys)} objects"
         f"{restore_lines(cluster, new)}; MP-1 requires the dry-run validation to fail and the "
         f"candidate to refuse promotion",
@@ -201,15 +207,17 @@ def test_crash_failover_to_an_invalid_context_is_refused(mc_master_cluster):
 
 @pytest.mark.mc_req("MP-2")
 @pytest.mark.mc_requires("master_fault_planting")
-def test_partial_restore_keeps_every_valid_object(mc_master_cluster):
+@pytest.mark.parametrize("kind", sorted(PLANTED))
+def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
     cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
     keys, leader, standby = soaked(cluster)
-    plant_bad_descriptor(cluster, standby)
+    plant_bad_descriptor(cluster, standby, kind)
     cluster.kill_master(leader)
     new, kept = serving_keys(cluster, keys)
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
-        f"one planted bad memory descriptor cost {len(lost)} of {len(keys)} valid objects after "
+        f"one planted entry holding {PLANTED[kind]} cost {len(lost)} of {len(keys)} valid "
+        f"objects after "
         f"failover (master {new} serves {len(kept)}, e.g. lost {lost[:5]})"
         f"{restore_lines(cluster, new)}; MP-2 requires the restore drop only the invalid entry")
 

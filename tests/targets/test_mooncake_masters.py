@@ -136,8 +136,11 @@ def test_a_planted_descriptor_lands_where_the_standby_replays_it(mooncake_target
         cluster.plant_bad_descriptor("never-written")
     assert unlogged.value.capability is Capability.MASTER_FAULT_PLANTING
     assert "logged no PUT_END for 'never-written'" in unlogged.value.reason
+    elsewhere = cluster.plant_bad_descriptor("victim-0", key="planted-elsewhere",
+                                             kind="unknown_segment")
+    assert elsewhere == before["primary_seq"] + 1
     seq = cluster.plant_bad_descriptor("victim-1", key="planted-overlap")
-    assert seq == before["primary_seq"] + 1
+    assert seq == elsewhere + 1
     at = wait_until(lambda: (r := cluster.replication(standby))["applied_seq"] >= seq and r, 30,
                     "the standby to apply the planted entry")
     assert at["primary_seq"] == seq and at["role"] == "standby"
@@ -149,4 +152,7 @@ def test_a_planted_descriptor_lands_where_the_standby_replays_it(mooncake_target
     assert (planted.key, planted.op_type, len(planted.payload)) == \
         ("planted-overlap", victim.op_type, len(victim.payload))
     assert planted.payload != victim.payload  # the buffer address moved half the size up
-    assert "planted-overlap" not in cluster.keys(leader)
+    (unmounted,) = oplog.batches()[-2].entries
+    endpoint = cluster.replica_segments("victim-0")[0].encode()
+    assert unmounted.key == "planted-elsewhere" and endpoint not in unmounted.payload
+    assert not {"planted-overlap", "planted-elsewhere"} & set(cluster.keys(leader))

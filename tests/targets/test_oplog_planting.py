@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from pytest_mooncake.targets.base import planted_kind
 from pytest_mooncake.targets.mooncake.oplog_planting import (
     PUT_END,
     BatchRecord,
@@ -17,6 +18,7 @@ from pytest_mooncake.targets.mooncake.oplog_planting import (
     UndecodableBatch,
     compact_json,
     decode_batch,
+    moved_to_unmounted_segment,
     shifted_descriptor,
 )
 
@@ -87,3 +89,20 @@ def test_etcd_without_an_oplog_or_with_a_foreign_encoding_is_unplantable(mc_etcd
     finally:
         oplog._etcd.delete_prefix(oplog.root)
         oplog.close()
+
+
+def test_the_planted_segment_is_one_nobody_mounted_and_keeps_the_length():
+    payload = decode_batch(WRITTEN_BY_0_3_13).entries[0].payload
+    moved, what = moved_to_unmounted_segment(
+        payload, "127.0.0.1:24619", {"127.0.0.1:24619", "127.0.0.1:24620"})
+    assert len(moved) == len(payload) and b"127.0.0.1:24619" not in moved
+    assert b"\x0f127.0.0.1:24621" in moved  # struct_pack's length byte still says 15
+    assert what == "on 127.0.0.1:24621, a segment nobody mounted"
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        moved_to_unmounted_segment(payload, "127.0.0.1:9", set())
+
+
+def test_an_unknown_kind_of_planted_descriptor_is_refused_naming_the_known_ones():
+    assert planted_kind("unknown_segment") == "unknown_segment"
+    with pytest.raises(ValueError, match=r"unknown kind 'torn' \(known: overlap, unknown_segment\)"):
+        planted_kind("torn")

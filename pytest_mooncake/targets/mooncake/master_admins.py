@@ -25,7 +25,13 @@ from typing import Any
 
 from pytest_mooncake.runtime.deadlines import wait_until
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
-from pytest_mooncake.targets.base import Capability, ObservationFailed, TargetError, TargetLacks
+from pytest_mooncake.targets.base import (
+    Capability,
+    ObservationFailed,
+    TargetError,
+    TargetLacks,
+    planted_kind,
+)
 from pytest_mooncake.targets.mooncake import oplog_planting as planting
 from pytest_mooncake.targets.mooncake.admin_http import admin_get, admin_post, json_or_none
 from pytest_mooncake.targets.mooncake.oplog_planting import OPLOG_ROOT
@@ -230,12 +236,15 @@ class MooncakeMasters:
             f"mooncake_master of {self.build} has no endpoint to write a snapshot "
             f"on request"))
 
-    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor") -> int:
+    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor",
+                             kind: str = "overlap") -> int:
         """Append to the OpLog the masters keep in etcd (``oplog_planting``) a PUT_END of ``key``
-        whose memory descriptor overlaps ``victim_key``'s: the victim's own last PUT_END payload
-        with its buffer address moved half its size up. The leader's index is not touched; a
-        standby replays the entry. Returns its sequence id; ``TargetLacks`` with what the probe
-        of the etcd keys found where the build keeps no such OpLog or no entry for the victim."""
+        made from ``victim_key``'s own last PUT_END payload: its buffer address moved half its
+        size up (``kind`` "overlap") or its segment's endpoint swapped for one nobody mounted
+        ("unknown_segment"). The leader's index is not touched; a standby replays the entry.
+        Returns its sequence id; ``TargetLacks`` with what the probe of the etcd keys found
+        where the build keeps no such OpLog or no entry for the victim."""
+        planted_kind(kind)
         if not self.etcd or not self.oplog_cluster:
             raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
                 f"{self.where}: the etcd its masters keep their OpLog in is not known to this "
@@ -251,17 +260,36 @@ class MooncakeMasters:
             if not puts:
                 raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
                     f"mooncake_master of {self.build} ({self.where}) logged no PUT_END for "
-                    f"{victim_key!r} in {oplog.root}batches/: no descriptor of it to overlap"))
-            replica = self._replicas(victim_key)[:1]
-            if not replica or not isinstance(replica[0].get("buffer_address_"), int):
-                raise ObservationFailed(f"the replica of {victim_key!r} the serving leader "
-                                        f"reports", f"no buffer_address_ in {replica}")
-            payload, _ = planting.shifted_descriptor(
-                puts[-1].payload, replica[0]["buffer_address_"], int(replica[0].get("size_", 1)))
+                    f"{victim_key!r} in {oplog.root}batches/: no descriptor of it to plant from"))
+            payload = self._bad_payload(victim_key, puts[-1].payload, kind)
             return oplog.append([planting.OpLogEntry(planting.PUT_END, puts[-1].tenant, key,
                                                      payload)])
         finally:
             oplog.close()
+
+    def _bad_payload(self, victim_key: str, payload: bytes, kind: str) -> bytes:
+        """The victim's metadata made invalid as ``kind`` says, located through the replica the
+        serving leader reports for it."""
+        replica = self._replicas(victim_key)[:1]
+        if kind == "overlap":
+            if not replica or not isinstance(replica[0].get("buffer_address_"), int):
+                raise ObservationFailed(f"the replica of {victim_key!r} the serving leader "
+                                        f"reports", f"no buffer_address_ in {replica}")
+            moved, _ = planting.shifted_descriptor(payload, replica[0]["buffer_address_"],
+                                                   int(replica[0].get("size_", 1)))
+            return moved
+        endpoint = replica[0].get("transport_endpoint_") if replica else None
+        if not isinstance(endpoint, str):
+            raise ObservationFailed(f"the replica of {victim_key!r} the serving leader reports",
+                                    f"no transport_endpoint_ in {replica}")
+        mounted = {str(s.get("te_endpoint")) for s in self.segments_detail()}
+        try:
+            moved, _ = planting.moved_to_unmounted_segment(payload, endpoint, mounted)
+        except ValueError as exc:
+            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                f"mooncake_master of {self.build}: {exc}, so the planter cannot tell where its "
+                f"segment is said")) from None
+        return moved
 
     def metrics(self, index: int) -> Mapping[str, float]:
         status, body = admin_get(self.admin_url(index) + "/metrics", timeout=5.0)

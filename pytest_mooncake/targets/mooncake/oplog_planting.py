@@ -193,3 +193,19 @@ def shifted_descriptor(payload: bytes, address: int, size: int) -> tuple[bytes, 
     moved = address + max(1, size // 2)
     return (payload.replace(needle, moved.to_bytes(8, "little")),
             f"[{moved:#x}, +{size}) over [{address:#x}, +{size})")
+
+
+def moved_to_unmounted_segment(payload: bytes, endpoint: str, mounted: set[str]) -> tuple[bytes, str]:
+    """``payload`` (a PUT_END's metadata) with its replica's transport ``endpoint`` replaced by
+    one of the same length (the same host, another port) that no segment in ``mounted`` has, so
+    struct_pack's length prefix still holds. ``ValueError`` when the endpoint is not found
+    exactly once."""
+    needle = endpoint.encode()
+    if payload.count(needle) != 1:
+        raise ValueError(f"the endpoint {endpoint!r} occurs {payload.count(needle)} times in the "
+                         f"victim's metadata, not once")
+    host, _, port = endpoint.rpartition(":")
+    low, high = 10 ** (len(port) - 1), 10 ** len(port)
+    other = next(f"{host}:{p}" for p in (*range(int(port) + 1, high), *range(low, int(port)))
+                 if f"{host}:{p}" not in mounted)
+    return payload.replace(needle, other.encode()), f"on {other}, a segment nobody mounted"
