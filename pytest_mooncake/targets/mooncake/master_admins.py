@@ -1,8 +1,9 @@
 """The one reading of mooncake_master's admin service (``--metrics_port``), by master index:
 role and leader from ``/health`` (``role``, ``ha_state``, ``service_ready``), key counts and
 metrics from ``/metrics``, replication progress (``ha_oplog_applied_sequence_id`` and the
-primary's durable OpLog prefix in etcd), promotability where the build has an endpoint for it,
-segments and drains (MP-10) through the serving leader.
+primary's durable OpLog prefix in etcd), promotability and planned handover where the build has
+an endpoint for them, bad entries planted in the OpLog the build keeps in etcd
+(``oplog_planting``: MP-1, MP-2), segments and drains (MP-10) through the serving leader.
 
 ``MooncakeMasters`` is the base of the masters this family starts (``master_processes``) and of
 those of an existing deployment (``deployment_placement``): a subclass says where each admin
