@@ -37,12 +37,15 @@ def test_example_manifest_is_valid():
     assert target.capabilities == {Capability.ENGINE, Capability.MASTER_CLUSTER,
                                    Capability.METADATA_ETCD, Capability.REGISTER_MEMORY,
                                    Capability.CACHE_CONTROL,  # the driver's lookup
+                                   Capability.CACHE_TTL,  # start_engine(ttl_ms=) refuses (n/a)
                                    Capability.PROMOTABILITY}  # probed live by promotable()
     assert "links no engine to a [[components]] entry" in target.missing(
         Capability.ENGINE_RESTART)
     assert "no engine can have its metadata traffic routed" in target.missing(
         Capability.METADATA_FAULTS)
-    assert "cannot set ttl_ms" in target.missing(Capability.CACHE_TTL)
+    with pytest.raises(TargetLacks, match=r"start_engine\(ttl_ms=\.\.\.\).*cannot set ttl_ms") as lacks:
+        target.start_engine("seg-a", None, ttl_ms=200)
+    assert lacks.value.capability is Capability.ENGINE  # the deployment's limit: n/a, not FAIL
     assert "no forced refresh" in target.missing(Capability.FORCED_REFRESH)
     assert target.toxiproxy_url == "http://127.0.0.1:8474"
 

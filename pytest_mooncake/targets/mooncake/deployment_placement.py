@@ -101,7 +101,6 @@ class DeploymentPlacement:
     driven on its nodes."""
 
     kind = "cluster"
-    engine_options = frozenset({"ready_timeout", "ttl_ms"})
     master_options = frozenset({"ready_timeout"})
 
     def __init__(self, file: ClusterFile):
@@ -122,6 +121,15 @@ class DeploymentPlacement:
     @property
     def version(self) -> str:
         return f"cluster {self.file.name} ({self.file.version or 'version not stated'})"
+
+    @property
+    def engine_options(self) -> frozenset[str]:
+        """``ttl_ms`` only where every driven engine's wire can set it (a reference engine's):
+        an engine started by its own command line keeps the cache bound that line gives it, a
+        limit of the deployment (n/a), not a build without a bound (which would FAIL MR-1)."""
+        driven = [e for e in self.file.engines if e.control]
+        settable = driven and all(ENGINE_WIRES[e.protocol].sets_ttl for e in driven)
+        return frozenset({"ready_timeout", "ttl_ms"} if settable else {"ready_timeout"})
 
     @property
     def where(self) -> str:

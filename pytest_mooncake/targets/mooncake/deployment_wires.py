@@ -47,10 +47,6 @@ def _split(endpoint: str) -> tuple[str, int]:
 
 
 DRIVER_LACKS = {
-    Capability.CACHE_TTL: (
-        "engines behind pytest_mooncake's driver in a cluster file read their cache bound "
-        "(MC_TE_METADATA_REFRESH_INTERVAL_SECONDS) from the environment their component's "
-        "command line gives them; the cluster target cannot set ttl_ms"),
     Capability.FORCED_REFRESH: (
         "engines behind pytest_mooncake's driver run mooncake.engine.TransferEngine, which "
         "offers no forced refresh of one peer's descriptor"),
@@ -66,6 +62,8 @@ class DriverEngineWire(DriverCommands):
 
     protocol = "driver"
     lacks_by_protocol = DRIVER_LACKS
+    sets_ttl = False
+    """A driver engine reads its cache bound from the environment its command line gives it."""
 
     def __init__(self, segment: str, endpoint: str, metadata: Any,
                  lacks: Mapping[Capability, str]):
@@ -100,6 +98,7 @@ class ReferenceEngineWire:
 
     protocol = "reference"
     lacks_by_protocol: Mapping[Capability, str] = {}
+    sets_ttl = True
 
     def __init__(self, segment: str, endpoint: str, metadata: Any,
                  lacks: Mapping[Capability, str]):
