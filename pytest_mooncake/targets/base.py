@@ -275,6 +275,18 @@ class MasterEndpoint:
     """False when the etcd endpoints are only reachable inside a container network."""
 
 
+PLANTED_DESCRIPTORS = ("overlap", "unknown_segment")
+"""The kinds of bad memory descriptor ``MasterClusterHandle.plant_bad_descriptor`` plants."""
+
+
+def planted_kind(kind: str) -> str:
+    """``kind`` when it names a planted descriptor; a ``ValueError`` naming the known ones."""
+    if kind not in PLANTED_DESCRIPTORS:
+        raise ValueError(f"plant_bad_descriptor: unknown kind {kind!r} (known: "
+                         f"{', '.join(PLANTED_DESCRIPTORS)})")
+    return kind
+
+
 class MasterClusterHandle(Protocol):
     """N HA masters and M store clients on one etcd. Masters and clients are named by index.
     A method the target has no means for raises ``TargetLacks`` (the test is n/a).
@@ -323,8 +335,11 @@ class MasterClusterHandle(Protocol):
         ...
 
     def snapshot(self, index: int) -> Mapping[str, Any]: ...
-    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor") -> int:
-        """Replicate an object whose memory descriptor overlaps ``victim_key``'s; its seq id."""
+    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor",
+                             kind: str = "overlap") -> int:
+        """Replicate an object whose memory descriptor is invalid, modelled on ``victim_key``'s:
+        ``kind`` "overlap" overlaps the victim's buffer, "unknown_segment" lies on a segment no
+        client mounted (``PLANTED_DESCRIPTORS``). Returns the entry's sequence id."""
         ...
 
     def key_count(self, index: int) -> int: ...

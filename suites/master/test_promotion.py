@@ -78,8 +78,13 @@ def serving_keys(cluster, expected: list[str], timeout: float = WAIT) -> tuple[i
     return new, seen[-1]
 
 
-def plant_bad_descriptor(cluster, standby: int) -> int:
-    seq = cluster.plant_bad_descriptor("k3")
+PLANTED = {"overlap": "a memory descriptor overlapping 'k3'",
+           "unknown_segment": "a memory descriptor on a segment nobody mounted"}
+"""The bad entries planted (``kind`` of ``plant_bad_descriptor``, modelled on k3's metadata)."""
+
+
+def plant_bad_descriptor(cluster, standby: int, kind: str = "overlap") -> int:
+    seq = cluster.plant_bad_descriptor("k3", kind=kind)
     wait_until(lambda: cluster.replication(standby)["applied_seq"] >= seq, WAIT,
                "the standby to apply the planted entry")
     return seq
@@ -147,19 +152,74 @@ def test_handover_to_an_invalid_context_is_refused_and_leader_stays(mc_master_cl
     assert cluster.client(0).put("after-refusal", 64)["ok"], "the leader stopped taking writes"
 
 
+RESTORE_OUTCOME = ("overlap", "fail", "reject", "restored from")
+"""Words of a master's log line that say how its restore went (what it refused or dropped)."""
+
+
+def restore_lines(cluster, index: int) -> str:
+    """What master ``index``'s log says about its restore's outcome (the last four lines naming
+    the restore and one of ``RESTORE_OUTCOME``), for a failure message; empty when it says
+    nothing."""
+    lines = [line.strip()[:200] for line in cluster.master_log(index).splitlines()
+             if "restor" in line.lower() and any(w in line.lower() for w in RESTORE_OUTCOME)]
+    return f"; its log: {' | '.join(lines[-4:])}" if lines else ""
+
+
+def promoted_or_refused(cluster, standby: int) -> str:
+    """After the leader died: "promoted" once the standby's role is leader, "refused" once it
+    counts a refused promotion (``ha_promotions_refused_total`` in its /metrics, the RFC's
+    counter); the first of the two seen within 2 * WAIT (a standby that does neither FAILs)."""
+    def outcome() -> str | None:
+        if cluster.replication(standby)["role"] == "leader":
+            return "promoted"
+        return "refused" if cluster.metrics(standby).get("ha_promotions_refused_total") else None
+
+    try:
+        return wait_until(outcome, 2 * WAIT, "the standby to be promoted or refuse promotion")
+    except Timeout:
+        pytest.fail(f"{2 * WAIT:g}s after the leader was killed, the standby whose promotion "
+                    f"context fails validation neither was promoted nor counted a refused "
+                    f"promotion: {cluster.replication(standby)}", pytrace=False)
+
+
+@pytest.mark.mc_req("MP-1")
+@pytest.mark.mc_requires("master_fault_planting")
+@pytest.mark.parametrize("kind", sorted(PLANTED))
+def test_crash_failover_to_an_invalid_context_is_refused(mc_master_cluster, kind):
+    """The leader dies while the only standby's promotion context holds a bad memory
+    descriptor: the candidate's dry run fails, so it must refuse promotion (a build without a
+    planned handover shows MP-1 here, at the failover it does have)."""
+    cluster = mc_master_cluster(masters=2, clients=1)
+    keys, leader, standby = soaked(cluster)
+    seq = plant_bad_descriptor(cluster, standby, kind)
+    cluster.kill_master(leader)
+    if promoted_or_refused(cluster, standby) == "refused":
+        return
+    new, kept = serving_keys(cluster, keys)
+    pytest.fail(
+        f"the leader was killed while its only standby's promotion context held "
+        f"{PLANTED[kind]} (planted OpLog entry {seq}); the standby was "
+        f"promoted anyway and master {new} serves {len(kept)} of {len(keys)} objects"
+        f"{restore_lines(cluster, new)}; MP-1 requires the dry-run validation to fail and the "
+        f"candidate to refuse promotion",
+        pytrace=False)
+
+
 @pytest.mark.mc_req("MP-2")
 @pytest.mark.mc_requires("master_fault_planting")
-def test_partial_restore_keeps_every_valid_object(mc_master_cluster):
+@pytest.mark.parametrize("kind", sorted(PLANTED))
+def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
     cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
     keys, leader, standby = soaked(cluster)
-    plant_bad_descriptor(cluster, standby)
+    plant_bad_descriptor(cluster, standby, kind)
     cluster.kill_master(leader)
     new, kept = serving_keys(cluster, keys)
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
-        f"one planted bad memory descriptor cost {len(lost)} of {len(keys)} valid objects after "
-        f"failover (master {new} serves {len(kept)}, e.g. lost {lost[:5]}); MP-2 requires the "
-        f"restore drop only the invalid entry")
+        f"one planted entry holding {PLANTED[kind]} cost {len(lost)} of {len(keys)} valid "
+        f"objects after "
+        f"failover (master {new} serves {len(kept)}, e.g. lost {lost[:5]})"
+        f"{restore_lines(cluster, new)}; MP-2 requires the restore drop only the invalid entry")
 
 
 def fresh_standby(cluster) -> tuple[list[str], int]:

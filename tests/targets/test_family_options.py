@@ -90,8 +90,8 @@ def test_a_deployment_names_the_engine_option_it_cannot_honour(tmp_path):
 
 def test_master_options_are_refused_alike_before_anything_starts(tmp_path):
     for target in (_docker(), _cluster(tmp_path)):
-        with pytest.raises(TypeError, match="unknown option.*partial_restore"):
-            target.master_cluster(masters=1, clients=0, partial_restore=True)
+        with pytest.raises(TypeError, match="unknown option.*no_such_option"):
+            target.master_cluster(masters=1, clients=0, no_such_option=True)
         with pytest.raises(TargetLacks) as lacks:
             target.master_cluster(masters=1, clients=0, snapshots=True)
         assert lacks.value.capability is Capability.MASTER_SNAPSHOT, target.label

@@ -10,6 +10,7 @@ import pytest
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.targets.base import Capability
+from pytest_mooncake.targets.mooncake.oplog_planting import OpLogInEtcd
 from pytest_mooncake.targets.mooncake.store_clients import payload
 from pytest_mooncake.waits import wait_until
 
@@ -114,3 +115,44 @@ def test_metrics_parser_keeps_labels_and_skips_junk():
     assert parsed["master_key_count"] == 3.0
     assert parsed['ha_state{role="leader"}'] == 1.5
     assert "broken line" not in parsed and "broken" not in parsed
+
+
+def test_a_planted_descriptor_lands_where_the_standby_replays_it(mooncake_target, request):
+    """0.3.13 keeps its OpLog in etcd: planting is a capability of the build, and
+    plant_bad_descriptor appends the next batch there, encoded as the build's own records, so
+    the standby applies it (its applied sequence reaches the planted entry's) while the leader's
+    index never holds the key. A victim the OpLog never logged is n/a, said as what etcd held."""
+    assert mooncake_target.missing(Capability.MASTER_FAULT_PLANTING) is None
+    cluster = mooncake_target.master_cluster(masters=2, clients=1)
+    request.addfinalizer(cluster.close)
+    leader = cluster.leader(timeout=30)
+    (standby,) = cluster.standbys()
+    client = cluster.client()
+    for i in range(3):
+        assert client.put(f"victim-{i}", 64)["ok"]
+    before = wait_until(lambda: (r := cluster.replication(standby))["applied_seq"]
+                        >= r["primary_seq"] > 0 and r, 30, "the standby to apply the puts")
+    with pytest.raises(TargetLacks) as unlogged:
+        cluster.plant_bad_descriptor("never-written")
+    assert unlogged.value.capability is Capability.MASTER_FAULT_PLANTING
+    assert "logged no PUT_END for 'never-written'" in unlogged.value.reason
+    elsewhere = cluster.plant_bad_descriptor("victim-0", key="planted-elsewhere",
+                                             kind="unknown_segment")
+    assert elsewhere == before["primary_seq"] + 1
+    seq = cluster.plant_bad_descriptor("victim-1", key="planted-overlap")
+    assert seq == elsewhere + 1
+    at = wait_until(lambda: (r := cluster.replication(standby))["applied_seq"] >= seq and r, 30,
+                    "the standby to apply the planted entry")
+    assert at["primary_seq"] == seq and at["role"] == "standby"
+    oplog = OpLogInEtcd(cluster.etcd, cluster.oplog_cluster)
+    request.addfinalizer(oplog.close)
+    assert oplog.unplantable() is None
+    (planted,) = oplog.batches()[-1].entries
+    victim = [e for b in oplog.batches() for e in b.entries if e.key == "victim-1"][-1]
+    assert (planted.key, planted.op_type, len(planted.payload)) == \
+        ("planted-overlap", victim.op_type, len(victim.payload))
+    assert planted.payload != victim.payload  # the buffer address moved half the size up
+    (unmounted,) = oplog.batches()[-2].entries
+    endpoint = cluster.replica_segments("victim-0")[0].encode()
+    assert unmounted.key == "planted-elsewhere" and endpoint not in unmounted.payload
+    assert not {"planted-overlap", "planted-elsewhere"} & set(cluster.keys(leader))

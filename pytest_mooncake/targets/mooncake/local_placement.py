@@ -165,9 +165,6 @@ class LocalPlacement(ProcessPlacement):
         no_snapshot = lacks.get(Capability.MASTER_CLUSTER) or snapshot_lack(facts, ver)
         if no_snapshot:
             lacks[Capability.MASTER_SNAPSHOT] = no_snapshot
-        lacks[Capability.MASTER_FAULT_PLANTING] = (
-            f"mooncake_master of {ver} has no means to plant an entry in a standby's replicated "
-            f"state (no admin endpoint for it)")
         lacks[Capability.VERSION_SKEW] = (
             f"the mooncake target runs one build ({ver}); skew pairs come from --mc-matrix")
         lacks[Capability.CLIENT_VERSION] = (
@@ -176,6 +173,9 @@ class LocalPlacement(ProcessPlacement):
         if Capability.MASTER_CLUSTER in lacks:
             lacks[Capability.FOREIGN_MASTER] = lacks[Capability.MASTER_CLUSTER]
             lacks[Capability.PROMOTABILITY] = lacks[Capability.MASTER_CLUSTER]
+            lacks[Capability.MASTER_FAULT_PLANTING] = lacks[Capability.MASTER_CLUSTER]
+        # planting is probed live too: plant_bad_descriptor reads the OpLog the running masters
+        # keep in etcd and raises TargetLacks with what it found where there is none it can write
         # promotability is probed live: the first promotable() asks a running master's admin
         # service (MooncakeMasters.promotable) and raises TargetLacks with what it answered
         caps = frozenset(c for c in Capability if c not in lacks)

@@ -1,8 +1,9 @@
 """The one reading of mooncake_master's admin service (``--metrics_port``), by master index:
 role and leader from ``/health`` (``role``, ``ha_state``, ``service_ready``), key counts and
 metrics from ``/metrics``, replication progress (``ha_oplog_applied_sequence_id`` and the
-primary's durable OpLog prefix in etcd), promotability where the build has an endpoint for it,
-segments and drains (MP-10) through the serving leader.
+primary's durable OpLog prefix in etcd), promotability and planned handover where the build has
+an endpoint for them, bad entries planted in the OpLog the build keeps in etcd
+(``oplog_planting``: MP-1, MP-2), segments and drains (MP-10) through the serving leader.
 
 ``MooncakeMasters`` is the base of the masters this family starts (``master_processes``) and of
 those of an existing deployment (``deployment_placement``): a subclass says where each admin
@@ -25,15 +26,21 @@ from typing import Any
 
 from pytest_mooncake.runtime.deadlines import wait_until
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
-from pytest_mooncake.targets.base import Capability, ObservationFailed, TargetError, TargetLacks
+from pytest_mooncake.targets.base import (
+    Capability,
+    ObservationFailed,
+    TargetError,
+    TargetLacks,
+    planted_kind,
+)
+from pytest_mooncake.targets.mooncake import oplog_planting as planting
 from pytest_mooncake.targets.mooncake.admin_http import admin_get, admin_post, json_or_none
+from pytest_mooncake.targets.mooncake.oplog_planting import OPLOG_ROOT
 
 PROMOTABILITY_PATHS = ("/ha/promotable", "/promotable", "/api/v1/ha/promotable")
 PROMOTABILITY_FIELDS = ("promotable", "reason", "validation", "applied_seq", "primary_seq",
                         "keys_restorable")
-OPLOG_ROOT = "/oplog/"
-"""etcd prefix of mooncake_master's batch OpLog: ``/oplog/<cluster>/batches/<id>`` and
-``/oplog/<cluster>/durable_prefix`` (``{"schema_version", "batch_id", "last_seq"}``)."""
+HANDOVER_PATHS = ("/ha/promote", "/promote", "/api/v1/ha/promote")
 
 
 def seen(status: int | None, body: str) -> str:
@@ -205,20 +212,85 @@ class MooncakeMasters:
                                     seen(status, body))
         return [line.strip() for line in body.splitlines() if line.strip()]
 
-    def promote(self, index: int, timeout: float = 15.0) -> Any:
+    def promote(self, index: int, timeout: float = 15.0) -> tuple[int, Any]:
+        """A planned handover to standby ``index`` through its admin service, where it has an
+        endpoint for one: ``HANDOVER_PATHS`` are POSTed in turn until one is there; every one
+        answering 404 or 405 is ``TargetLacks`` naming them (leadership then moves only when
+        the leader's etcd lease lapses); no answer or a 5xx is ``ObservationFailed``."""
+        admin = self.admin_url(index)
+        tried = []
+        for path in HANDOVER_PATHS:
+            status, body = admin_post(admin + path, {"timeout": timeout}, timeout=timeout + 10)
+            if status is None or status >= 500:
+                raise ObservationFailed(f"POST {path} on master {index}'s admin service ({admin})",
+                                        seen(status, body))
+            if status not in (404, 405):
+                doc = json_or_none(body)
+                return status, doc if isinstance(doc, dict) else {"body": body[:200]}
+            tried.append(f"POST {path} -> {status}")
         raise TargetLacks(Capability.MASTER_CLUSTER, (
             f"mooncake_master of {self.build} has no planned-handover endpoint "
-            f"(leadership moves only when the leader's etcd lease lapses)"))
+            f"({'; '.join(tried)}): leadership moves only when the leader's etcd lease lapses"))
 
     def snapshot(self, index: int) -> Any:
         raise TargetLacks(Capability.MASTER_SNAPSHOT, (
             f"mooncake_master of {self.build} has no endpoint to write a snapshot "
             f"on request"))
 
-    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor") -> int:
-        raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
-            f"mooncake_master of {self.build} has no means to plant an entry in a "
-            f"standby's replicated state"))
+    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor",
+                             kind: str = "overlap") -> int:
+        """Append to the OpLog the masters keep in etcd (``oplog_planting``) a PUT_END of ``key``
+        made from ``victim_key``'s own last PUT_END payload: its buffer address moved half its
+        size up (``kind`` "overlap") or its segment's endpoint swapped for one nobody mounted
+        ("unknown_segment"). The leader's index is not touched; a standby replays the entry.
+        Returns its sequence id; ``TargetLacks`` with what the probe of the etcd keys found
+        where the build keeps no such OpLog or no entry for the victim."""
+        planted_kind(kind)
+        if not self.etcd or not self.oplog_cluster:
+            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                f"{self.where}: the etcd its masters keep their OpLog in is not known to this "
+                f"handle, so nothing can be planted in it"))
+        oplog = planting.OpLogInEtcd(self.etcd, self.oplog_cluster)
+        try:
+            why = oplog.unplantable()
+            if why:
+                raise TargetLacks(Capability.MASTER_FAULT_PLANTING,
+                                  f"mooncake_master of {self.build} ({self.where}): {why}")
+            puts = [e for b in oplog.batches() for e in b.entries
+                    if e.op_type == planting.PUT_END and e.key == victim_key]
+            if not puts:
+                raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                    f"mooncake_master of {self.build} ({self.where}) logged no PUT_END for "
+                    f"{victim_key!r} in {oplog.root}batches/: no descriptor of it to plant from"))
+            payload = self._bad_payload(victim_key, puts[-1].payload, kind)
+            return oplog.append([planting.OpLogEntry(planting.PUT_END, puts[-1].tenant, key,
+                                                     payload)])
+        finally:
+            oplog.close()
+
+    def _bad_payload(self, victim_key: str, payload: bytes, kind: str) -> bytes:
+        """The victim's metadata made invalid as ``kind`` says, located through the replica the
+        serving leader reports for it."""
+        replica = self._replicas(victim_key)[:1]
+        if kind == "overlap":
+            if not replica or not isinstance(replica[0].get("buffer_address_"), int):
+                raise ObservationFailed(f"the replica of {victim_key!r} the serving leader "
+                                        f"reports", f"no buffer_address_ in {replica}")
+            moved, _ = planting.shifted_descriptor(payload, replica[0]["buffer_address_"],
+                                                   int(replica[0].get("size_", 1)))
+            return moved
+        endpoint = replica[0].get("transport_endpoint_") if replica else None
+        if not isinstance(endpoint, str):
+            raise ObservationFailed(f"the replica of {victim_key!r} the serving leader reports",
+                                    f"no transport_endpoint_ in {replica}")
+        mounted = {str(s.get("te_endpoint")) for s in self.segments_detail()}
+        try:
+            moved, _ = planting.moved_to_unmounted_segment(payload, endpoint, mounted)
+        except ValueError as exc:
+            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                f"mooncake_master of {self.build}: {exc}, so the planter cannot tell where its "
+                f"segment is said")) from None
+        return moved
 
     def metrics(self, index: int) -> Mapping[str, float]:
         status, body = admin_get(self.admin_url(index) + "/metrics", timeout=5.0)
@@ -248,11 +320,12 @@ class MooncakeMasters:
             raise TargetError(f"GET /get_segments_detail answered {status}: {body[:200]}")
         return [s for s in doc["segments"] if isinstance(s, dict)]
 
-    def replica_segments(self, key: str) -> list[str]:
-        """Segments holding a readable replica of ``key`` (none when it is absent or not yet
-        readable). ``/batch_query_keys`` reads replicas without a read lease (a lease would hold
-        the object back from a drain); a key with a comma cannot be said in its ``keys=`` list,
-        so it goes through ``/query_key``, which grants one."""
+    def _replicas(self, key: str) -> list[dict[str, Any]]:
+        """The serving leader's replica records of ``key`` (``transport_endpoint_``,
+        ``buffer_address_``, ``size_``, ...; none when it is absent or not yet readable).
+        ``/batch_query_keys`` reads them without a read lease (a lease would hold the object
+        back from a drain); a key with a comma cannot be said in its ``keys=`` list, so it goes
+        through ``/query_key``, which grants one."""
         admin = self._leader_admin()
         if "," in key:
             status, body = admin_get(admin + "/query_key?key=" + urllib.parse.quote(key))
@@ -273,7 +346,12 @@ class MooncakeMasters:
             if not item.get("ok"):
                 return []
             replicas = (item.get("values") or []) + (item.get("nof_values") or [])
-        endpoints = [r.get("transport_endpoint_") for r in replicas if isinstance(r, dict)]
+        return [r for r in replicas if isinstance(r, dict)]
+
+    def replica_segments(self, key: str) -> list[str]:
+        """Segments holding a readable replica of ``key`` (none when it is absent or not yet
+        readable)."""
+        endpoints = [r.get("transport_endpoint_") for r in self._replicas(key)]
         by_endpoint = {s.get("te_endpoint"): s.get("segment_name") for s in self.segments_detail()}
         return [by_endpoint.get(e) or e for e in endpoints if e]
 

@@ -15,10 +15,12 @@ ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_ti
 """``start_engine`` options a Mooncake engine understands (``ttl_ms`` needs cache_ttl,
 ``profile`` other than the build's own needs version_skew)."""
 MASTER_OPTIONS = ("oplog", "snapshots", "trim_oplog_after_snapshot", "client_ttl", "lease_ttl",
-                  "flags", "env", "cluster_id", "ready_timeout")
+                  "flags", "env", "cluster_id", "ready_timeout", "partial_restore")
 """``master_cluster`` options (``snapshots`` needs a means of the build's to write snapshots,
 ``master_snapshots``, and the target's master_snapshot capability; ``lease_ttl`` is known, for
-the reference target's sake, and refused: no Mooncake target sets it)."""
+the reference target's sake, and refused: no Mooncake target sets it; ``partial_restore`` asks
+for the restore MP-2 requires: a Mooncake build has one restore and no switch for it, so the
+option is taken and the build's own restore is what runs and is judged)."""
 MOONCAKE_ETCD_ROUTING = ("every mooncake_master this target starts gets the cluster's "
                          "--etcd_endpoints")
 
@@ -48,6 +50,7 @@ def check_master_options(options: Mapping[str, Any], build: str,
     if options.pop("master_etcd", None):
         raise lacks_etcd_routing("master_etcd", no_routing)
     unknown_options("master_cluster", options, MASTER_OPTIONS)
+    options.pop("partial_restore", None)
     if options.get("lease_ttl") is not None:
         raise TargetLacks(Capability.MASTER_CLUSTER, (
             f"lease_ttl: the Mooncake targets do not set the leader lease TTL of {build}'s "

@@ -18,7 +18,12 @@ from pytest_mooncake.runtime.loopback_http import http_request, json_body
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError, http_ok
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
-from pytest_mooncake.targets.base import MasterEndpoint, ObservationFailed, TargetError
+from pytest_mooncake.targets.base import (
+    MasterEndpoint,
+    ObservationFailed,
+    TargetError,
+    planted_kind,
+)
 from pytest_mooncake.targets.process_masters import ProcessMasters
 
 PLANT_OP_PUT_END = 1
@@ -444,18 +449,22 @@ class ReferenceMasterCluster(ProcessMasters):
 
     # ------------------------------------------------------------------ faults
 
-    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor") -> int:
+    def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor",
+                             kind: str = "overlap") -> int:
         """Append to the replicated OpLog (through the leader's debug RPC, without touching the
-        leader's own index) an object whose memory descriptor overlaps ``victim_key``'s.
+        leader's own index) an object whose memory descriptor overlaps ``victim_key``'s
+        (``kind`` "overlap") or lies on a segment nobody mounted ("unknown_segment").
         Returns the entry's sequence id."""
+        planted_kind(kind)
         client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
         client.start(wait=10.0)
         try:
             victim = client.get(victim_key)
             endpoint, address, size = victim["replicas"][0]["descriptors"][0]
+            descriptor = ([endpoint, address + max(1, size // 2), size] if kind == "overlap"
+                          else [f"unmounted-{endpoint}", address, size])
             payload = {"client_id": "planter", "size": size, "replicas": [
-                {"id": 10**9, "status": "COMPLETE",
-                 "descriptors": [[endpoint, address + max(1, size // 2), size]]}]}
+                {"id": 10**9, "status": "COMPLETE", "descriptors": [descriptor]}]}
             result = client.call("plant_raw_entry",
                                  {"op_type": PLANT_OP_PUT_END, "key": key, "payload": payload})
             return int(result["sequence_id"])

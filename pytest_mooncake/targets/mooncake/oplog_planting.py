@@ -1,0 +1,211 @@
+"""Entries planted in the OpLog a Mooncake HA leader keeps in etcd, which its standbys replay
+(MP-1, MP-2): the build has no admin endpoint for a fault, but its replicated state is a set of
+etcd keys anyone on that etcd can append to.
+
+The layout (0.3.13, 0.3.14; read from the build's source and checked against what a running
+master writes): ``/oplog/<cluster>/durable_prefix`` holds ``{"batch_id","last_seq",
+"schema_version"}``; ``/oplog/<cluster>/batches/<batch_id, 20 digits>`` holds a compact JSON array
+``[schema, batch_id, first_seq, last_seq, [[op_type, tenant, key, base64(payload)], ...],
+checksum]`` whose checksum is XXH32 (seed 0) of the compact JSON of the first five elements. A
+planted batch is the next one: batch ``prefix.batch_id + 1`` starting at ``prefix.last_seq + 1``,
+written with the advanced prefix in one etcd transaction that compares the prefix it read (so a
+leader's own write in between is never overwritten; the planter reads again and retries).
+
+Nothing is assumed about a build: ``OpLogInEtcd.unplantable`` decodes the build's own records
+with this encoding and says why planting is impossible (no prefix, no batches, a record this
+codec does not reproduce byte for byte), which is the n/a reason of a build that keeps no such
+OpLog. The leader is not told: its next OpLog write finds the prefix moved and fails (0.3.13
+logs "OpLog queue failed" for later puts and still acknowledges them).
+
+The codec is this module's own although reference_engine/master/oplog.py encodes the same
+records: the layer rules (DESIGN.md) keep reference_engine out of the mooncake targets."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import xxhash
+
+from pytest_mooncake.runtime.deadlines import wait_until
+from pytest_mooncake.runtime.etcd_process import etcd_client
+
+OPLOG_ROOT = "/oplog/"
+SCHEMA_VERSION = 1
+PUT_END = 1
+"""OpType of a completed put; its payload is the object's metadata (replicas, descriptors)."""
+APPEND_TIMEOUT = 10.0
+
+
+def compact_json(value: Any) -> bytes:
+    """JSON as jsoncpp writes it with no indentation: no spaces, object keys sorted, non-ASCII
+    escaped (``OpLogInEtcd.unplantable`` checks the build's records come out the same)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=True).encode()
+
+
+@dataclass(frozen=True)
+class OpLogEntry:
+    op_type: int
+    tenant: str
+    key: str
+    payload: bytes
+
+    def as_json(self) -> list[Any]:
+        return [self.op_type, self.tenant, self.key, base64.b64encode(self.payload).decode()]
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    batch_id: int
+    first_seq: int
+    entries: tuple[OpLogEntry, ...]
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + len(self.entries) - 1
+
+    def head(self) -> list[Any]:
+        return [SCHEMA_VERSION, self.batch_id, self.first_seq, self.last_seq,
+                [e.as_json() for e in self.entries]]
+
+    def checksum(self) -> int:
+        return xxhash.xxh32_intdigest(compact_json(self.head()), 0)
+
+    def encode(self) -> bytes:
+        return compact_json([*self.head(), self.checksum()])
+
+
+class UndecodableBatch(ValueError):
+    """A batch record this codec cannot read or would not write the same way."""
+
+
+def decode_batch(raw: bytes) -> BatchRecord:
+    """The record ``raw`` as this codec reads it; ``UndecodableBatch`` naming what differs when
+    it is not a schema-1 record whose checksum and bytes this codec reproduces."""
+    try:
+        doc = json.loads(raw)
+        schema, batch_id, first_seq, last_seq, entries, checksum = doc
+        record = BatchRecord(int(batch_id), int(first_seq), tuple(
+            OpLogEntry(int(op), str(tenant), str(key), base64.b64decode(payload, validate=True))
+            for op, tenant, key, payload in entries))
+    except (ValueError, TypeError) as exc:
+        raise UndecodableBatch(f"not a six-element batch array ({exc}): {raw[:160]!r}") from exc
+    if schema != SCHEMA_VERSION or record.last_seq != last_seq:
+        raise UndecodableBatch(f"schema {schema} (this codec writes {SCHEMA_VERSION}), "
+                               f"sequences {first_seq}..{last_seq} for {len(entries)} entries")
+    if record.checksum() != checksum:
+        raise UndecodableBatch(f"its checksum {checksum} is not XXH32 of its head "
+                               f"({record.checksum()})")
+    if record.encode() != raw:
+        raise UndecodableBatch(f"re-encoded it differs: {record.encode()[:160]!r} "
+                               f"vs {raw[:160]!r}")
+    return record
+
+
+class OpLogInEtcd:
+    """One cluster's batch OpLog in etcd, read and appended to from outside the masters."""
+
+    def __init__(self, endpoints: list[str], cluster: str):
+        self.endpoints = list(endpoints)
+        self.cluster = cluster.rstrip("/")
+        self.root = f"{OPLOG_ROOT}{self.cluster}/"
+        self.prefix_key = self.root + "durable_prefix"
+        self._etcd = etcd_client(self.endpoints[0], timeout=5)
+
+    def close(self) -> None:
+        self._etcd.close()
+
+    def batch_key(self, batch_id: int) -> str:
+        return f"{self.root}batches/{batch_id:020d}"
+
+    def prefix(self) -> tuple[bytes, dict[str, Any]] | None:
+        """The durable prefix as stored (raw, decoded), None when there is none."""
+        raw, _ = self._etcd.get(self.prefix_key)
+        return None if raw is None else (raw, json.loads(raw))
+
+    def raw_batches(self) -> list[tuple[str, bytes]]:
+        found = self._etcd.get_prefix(self.root + "batches/")
+        return sorted((meta.key.decode(), value) for value, meta in found)
+
+    def batches(self) -> list[BatchRecord]:
+        return [decode_batch(raw) for _, raw in self.raw_batches()]
+
+    def unplantable(self) -> str | None:
+        """Why nothing can be planted in this build's OpLog (None: it can), from what the
+        running masters wrote: the durable prefix and every batch record, decoded and
+        re-encoded by this codec."""
+        prefix = self.prefix()
+        if prefix is None:
+            others = sorted({m.key.decode() for _, m in self._etcd.get_prefix(OPLOG_ROOT)})
+            return (f"its masters wrote no {self.prefix_key} (keys under {OPLOG_ROOT}: "
+                    f"{', '.join(others[:5]) or 'none'}): they keep no batch OpLog in etcd")
+        raw_prefix, doc = prefix
+        if set(doc) != {"batch_id", "last_seq", "schema_version"} or \
+                compact_json(doc) != raw_prefix:
+            return f"its durable prefix is not the encoding this planter writes: {raw_prefix!r}"
+        records = self.raw_batches()
+        if not records:
+            return f"its durable prefix {raw_prefix!r} stands beside no batch records"
+        for key, raw in records:
+            try:
+                decode_batch(raw)
+            except UndecodableBatch as exc:
+                return f"its batch record {key} is not the encoding this planter writes: {exc}"
+        return None
+
+    def append(self, entries: list[OpLogEntry], timeout: float = APPEND_TIMEOUT) -> int:
+        """Write ``entries`` as the next batch and advance the durable prefix past them, in one
+        transaction on the prefix as read (retried while the leader moves it); the sequence id
+        of the last entry."""
+        done: list[int] = []
+
+        def attempt() -> bool:
+            raw_prefix, doc = self.prefix() or (None, {"batch_id": 0, "last_seq": 0})
+            record = BatchRecord(int(doc["batch_id"]) + 1, int(doc["last_seq"]) + 1,
+                                 tuple(entries))
+            new_prefix = compact_json({"batch_id": record.batch_id, "last_seq": record.last_seq,
+                                       "schema_version": SCHEMA_VERSION})
+            txn = self._etcd.transactions
+            compare = (txn.version(self.prefix_key) == 0 if raw_prefix is None
+                       else txn.value(self.prefix_key) == raw_prefix)
+            ok, _ = self._etcd.transaction(
+                compare=[compare, txn.version(self.batch_key(record.batch_id)) == 0],
+                success=[txn.put(self.batch_key(record.batch_id), record.encode()),
+                         txn.put(self.prefix_key, new_prefix)], failure=[])
+            if ok:
+                done.append(record.last_seq)
+            return ok
+
+        wait_until(attempt, timeout, f"a planted batch appended after {self.prefix_key}")
+        return done[0]
+
+
+def shifted_descriptor(payload: bytes, address: int, size: int) -> tuple[bytes, str]:
+    """``payload`` (a PUT_END's metadata, struct_pack) with its buffer ``address`` moved half the
+    object's ``size`` up, so the copy overlaps the original without coinciding; the payload
+    unchanged (the same range, which overlaps as well) when the address is not found exactly
+    once as a little-endian u64. Returns the payload and what the planted descriptor is."""
+    needle = address.to_bytes(8, "little")
+    if payload.count(needle) != 1:
+        return payload, f"the same range [{address:#x}, +{size})"
+    moved = address + max(1, size // 2)
+    return (payload.replace(needle, moved.to_bytes(8, "little")),
+            f"[{moved:#x}, +{size}) over [{address:#x}, +{size})")
+
+
+def moved_to_unmounted_segment(payload: bytes, endpoint: str, mounted: set[str]) -> tuple[bytes, str]:
+    """``payload`` (a PUT_END's metadata) with its replica's transport ``endpoint`` replaced by
+    one of the same length (the same host, another port) that no segment in ``mounted`` has, so
+    struct_pack's length prefix still holds. ``ValueError`` when the endpoint is not found
+    exactly once."""
+    needle = endpoint.encode()
+    if payload.count(needle) != 1:
+        raise ValueError(f"the endpoint {endpoint!r} occurs {payload.count(needle)} times in the "
+                         f"victim's metadata, not once")
+    host, _, port = endpoint.rpartition(":")
+    low, high = 10 ** (len(port) - 1), 10 ** len(port)
+    other = next(f"{host}:{p}" for p in (*range(int(port) + 1, high), *range(low, int(port)))
+                 if f"{host}:{p}" not in mounted)
+    return payload.replace(needle, other.encode()), f"on {other}, a segment nobody mounted"
