@@ -42,7 +42,7 @@ def test_example_manifest_is_valid():
         Capability.ENGINE_RESTART)
     assert "no engine can have its metadata traffic routed" in target.missing(
         Capability.METADATA_FAULTS)
-    assert "cannot set ttl_ms" in target.missing(Capability.CACHE_TTL)
+    assert "lists that setting in cache_env" in target.missing(Capability.CACHE_TTL)
     assert "no forced refresh" in target.missing(Capability.FORCED_REFRESH)
     assert target.toxiproxy_url == "http://127.0.0.1:8474"
 
@@ -65,6 +65,7 @@ def test_example_manifest_is_valid():
     ('[toxiproxy]\nurl = "localhost:8474"\n', "field 'toxiproxy.url': expected an http"),
     ('[fault]\nallow = []\n',
      "field 'fault': unknown field (known: clients, cluster, components, engines, etcd, faults"),
+    ('[[engines]]\nsegment = "a"\ncache_env = ["MC_TTL"]\n', "field 'engines[0].cache_env[0]'"),
     ('[etcd\nendpoints = 3\n', "not valid TOML"),
 ])
 def test_invalid_manifests_name_the_file_and_the_field(tmp_path, text, field):
@@ -73,6 +74,57 @@ def test_invalid_manifests_name_the_file_and_the_field(tmp_path, text, field):
         resolve_target(f"cluster:{path}")
     assert str(err.value).startswith(f"{path}: ")
     assert field in str(err.value)
+
+
+PER_TEST_ENGINES = """
+[etcd]
+endpoints = ["127.0.0.1:1"]
+[[nodes]]
+name = "n1"
+host = "127.0.0.1"
+[[components]]
+name = "engine-a"
+kind = "engine"
+node = "n1"
+start = "exec driver engine-a"
+[[components]]
+name = "engine-b"
+kind = "engine"
+node = "n1"
+unit = "engine-b.service"
+[[engines]]
+segment = "seg-a"
+control = "127.0.0.1:1"
+component = "engine-a"
+lifecycle = "per_test"
+cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]
+[faults]
+allow = ["observe", "transfers"]
+"""
+
+
+@pytest.mark.parametrize("engine_b, lacking", [
+    ("", None),
+    ('control = "127.0.0.1:2"\ncomponent = "engine-a"\nlifecycle = "per_test"\n', "seg-b"),
+    ('control = "127.0.0.1:2"\ncomponent = "engine-b"\nlifecycle = "per_test"\n'
+     'cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]\n', "seg-b"),  # a unit: no env
+    ('control = "127.0.0.1:2"\ncomponent = "engine-a"\n'
+     'cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]\n', "seg-b"),  # attached
+    ('control = "127.0.0.1:2"\ncomponent = "engine-a"\nlifecycle = "per_test"\n'
+     'cache_env = ["MC_DISABLE_METACACHE"]\n', "seg-b"),  # no refresh interval to bound by
+])
+def test_a_driver_engine_takes_a_ttl_where_the_file_names_its_cache_settings(
+        tmp_path, engine_b, lacking):
+    """A driver engine reads its cache bound from its environment at start: the target sets
+    it for a per-test engine whose entry names the setting its build reads (the lab writes it
+    from the release's probed ELF names) and whose component it starts with a command line."""
+    text = PER_TEST_ENGINES + (f'[[engines]]\nsegment = "seg-b"\n{engine_b}' if engine_b else "")
+    target = resolve_target(f"cluster:{manifest(tmp_path, text)}")
+    if lacking is None:
+        assert target.missing(Capability.CACHE_TTL) is None
+    else:
+        assert target.missing(Capability.CACHE_TTL).startswith(f"engines {lacking}: "), \
+            target.missing(Capability.CACHE_TTL)
 
 
 def test_missing_file_and_missing_spec_are_usage_errors(tmp_path):

@@ -41,7 +41,11 @@ from pytest_mooncake.targets.mooncake.deployment_control import (
     FleetHolder,
     not_allowed,
 )
-from pytest_mooncake.targets.mooncake.deployment_engines import METADATA_VAR, DeploymentEngine
+from pytest_mooncake.targets.mooncake.deployment_engines import (
+    METADATA_VAR,
+    DeploymentEngine,
+    cache_ttl_lacks,
+)
 from pytest_mooncake.targets.mooncake.deployment_masters import DeploymentMasters
 from pytest_mooncake.targets.mooncake.deployment_wires import ENGINE_WIRES
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
@@ -166,9 +170,14 @@ class DeploymentPlacement:
             f"where they map their buffers")
         for capability in (Capability.CACHE_CONTROL, Capability.CACHE_TTL,
                            Capability.FORCED_REFRESH, Capability.ENGINE_COUNTERS):
-            reasons = sorted({ENGINE_WIRES[e.protocol].lacks_by_protocol[capability]
-                              for e in driven
-                              if capability in ENGINE_WIRES[e.protocol].lacks_by_protocol})
+            if capability is Capability.CACHE_TTL:
+                lacking = {e.segment: why for e in driven if (why := cache_ttl_lacks(e, f))}
+                reasons = [f"engines {', '.join(lacking)}: {why}"
+                           for why in sorted(set(lacking.values()))]
+            else:
+                reasons = sorted({ENGINE_WIRES[e.protocol].lacks_by_protocol[capability]
+                                  for e in driven
+                                  if capability in ENGINE_WIRES[e.protocol].lacks_by_protocol})
             if reasons or not driven:
                 lacks[capability] = "; ".join(reasons) or lacks.get(Capability.ENGINE, "")
         faults = self._metadata_faults_lacks()
@@ -303,6 +312,11 @@ class ClusterTarget(MooncakeFamilyTarget):
         """The Toxiproxy that fronts the deployment (``[toxiproxy].url``): the session's
         fault proxy unless ``--mc-toxiproxy`` names another."""
         return self.manifest.toxiproxy.url
+
+    def peer_etcd(self) -> list[str] | None:
+        """The etcd components started beside the deployment for a test (a skew role) must
+        use, so its engines and theirs find each other: the file's ``[etcd].endpoints``."""
+        return list(self.manifest.etcd.endpoints) or None
 
     def peer_host(self, who: str) -> str:
         """Where components started on this host for a test beside the deployment (a skew role)

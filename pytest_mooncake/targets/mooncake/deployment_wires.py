@@ -16,9 +16,11 @@ from typing import Any
 
 from pytest_mooncake.runtime.loopback_http import http_request, json_body
 from pytest_mooncake.targets.base import Capability, LookupResult, TransferResult
+from pytest_mooncake.targets.mooncake import mooncake_log
 from pytest_mooncake.targets.mooncake.driver_control import ControlClient, ControlError, b64, unb64
 from pytest_mooncake.targets.mooncake.driver_engines import DriverCommands
 from pytest_mooncake.targets.mooncake.store_clients import StoreClient
+from pytest_mooncake.targets.reference import reference_log
 
 
 class RemoteProcess:
@@ -48,9 +50,10 @@ def _split(endpoint: str) -> tuple[str, int]:
 
 DRIVER_LACKS = {
     Capability.CACHE_TTL: (
-        "engines behind pytest_mooncake's driver in a cluster file read their cache bound "
-        "(MC_TE_METADATA_REFRESH_INTERVAL_SECONDS) from the environment their component's "
-        "command line gives them; the cluster target cannot set ttl_ms"),
+        "engines behind pytest_mooncake's driver read their cache bound "
+        "(MC_TE_METADATA_REFRESH_INTERVAL_SECONDS) from their environment at start; the "
+        "cluster target sets it only for a lifecycle = \"per_test\" engine with a `start` "
+        "component whose [[engines]] entry lists that setting in cache_env"),
     Capability.FORCED_REFRESH: (
         "engines behind pytest_mooncake's driver run mooncake.engine.TransferEngine, which "
         "offers no forced refresh of one peer's descriptor"),
@@ -66,6 +69,8 @@ class DriverEngineWire(DriverCommands):
 
     protocol = "driver"
     lacks_by_protocol = DRIVER_LACKS
+    log_rules = mooncake_log.RULES
+    """How its log's lines read as ``log_events`` counters (a real Mooncake engine's)."""
 
     def __init__(self, segment: str, endpoint: str, metadata: Any,
                  lacks: Mapping[Capability, str]):
@@ -76,6 +81,7 @@ class DriverEngineWire(DriverCommands):
         self.control = ControlClient(RemoteProcess(f"engine {segment}", endpoint), port,
                                      host=host)
         self.info: dict[str, Any] = {}
+        self.opened: set[str] = set()
 
     def refresh_info(self) -> dict[str, Any]:
         reply = self._call("info")
@@ -100,6 +106,7 @@ class ReferenceEngineWire:
 
     protocol = "reference"
     lacks_by_protocol: Mapping[Capability, str] = {}
+    log_rules = reference_log.RULES
 
     def __init__(self, segment: str, endpoint: str, metadata: Any,
                  lacks: Mapping[Capability, str]):
