@@ -1,7 +1,11 @@
-"""Emulated RDMA against TCP: one real Mooncake 0.3.13 build, same workload, same run.
+"""Emulated RDMA against TCP: one real Mooncake build, same workload, same run.
 
     python tests/benchmarks/bench_verbs.py [--duration 3] [--rounds 3] [--sizes 65536,1048576]
                                            [--ops write,read] [--devices mlx5_0] [--nice 0]
+                                           [--release mooncake-cuda13==0.3.14]
+
+The build is the installed wheel, or with ``--release`` a release's cached environment
+(``pytest_mooncake.releases``: installed on first use, with the stand-ins its libraries need).
 
 Runs Mooncake's ``transfer_engine_bench`` (initiator against a target, metadata in a real etcd,
 batches of 128, one submitting thread) once with ``--protocol=rdma`` on emulated devices
@@ -61,11 +65,23 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--devices", default="mlx5_0", help="emulated devices, as for "
                     "`python -m pytest_mooncake.verbs env --devices` (all are given to Mooncake)")
     ap.add_argument("--nice", type=int, default=0)
+    ap.add_argument("--release", help="a release by version, as --mc-target spells it "
+                    "(e.g. mooncake-cuda13==0.3.14); default: the installed wheel")
     args = ap.parse_args(argv)
-    exe = real_bench_binary()
-    if exe is None:
-        print("n/a: the Mooncake wheel (mooncake-transfer-engine-non-cuda) is not installed")
-        return 1
+    base = None
+    if args.release:
+        from pytest_mooncake.releases import ensure_env
+
+        release = ensure_env(args.release)
+        exe, base = release.bench_binary, release.env()
+        if exe is None:
+            print(f"n/a: {args.release} ships no transfer_engine_bench")
+            return 1
+    else:
+        exe = real_bench_binary()
+        if exe is None:
+            print("n/a: the Mooncake wheel (mooncake-transfer-engine-non-cuda) is not installed")
+            return 1
     from pytest_mooncake.runtime.etcd_process import EtcdServer
     from pytest_mooncake.verbs import EmulatedFabric
 
@@ -79,12 +95,12 @@ def main(argv: list[str]) -> int:
     ok = False
     with EmulatedFabric.create(args.devices) as fabric:
         devices = ",".join(d.name for d in fabric.devices)
-        rdma_env, rdma_flags = fabric.apply(), [f"--device_name={devices}"]
+        rdma_env, rdma_flags = fabric.apply(base), [f"--device_name={devices}"]
         try:
             etcd = EtcdServer(tmp / "etcd", tmp / "etcd.log").start()
             rdma_target, rdma_proc = start_target(children, exe, etcd, "rdma", rdma_env,
                                                   rdma_flags, tmp / "rdma-target.log")
-            tcp_target, tcp_proc = start_target(children, exe, etcd, "tcp", None, [],
+            tcp_target, tcp_proc = start_target(children, exe, etcd, "tcp", base, [],
                                                 tmp / "tcp-target.log")
             for r in range(args.rounds):
                 for op, block in cells:
@@ -94,7 +110,7 @@ def main(argv: list[str]) -> int:
                         rdma_flags)))
                     tcp[op, block].append(measured(tcp_proc.pid, partial(
                         run_real, children, exe, etcd.uri, tcp_target, op, block,
-                        args.duration, tmp / f"tcp-{op}-{block}.log")))
+                        args.duration, tmp / f"tcp-{op}-{block}.log", "tcp", base)))
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
             ok = True
         finally:
@@ -110,7 +126,7 @@ def main(argv: list[str]) -> int:
 
 
 def print_table(cells, rdma, tcp, args, devices: str) -> None:
-    print(f"Mooncake transfer_engine_bench, batch {BATCH}, 1 submitting thread, median of "
+    print(f"Mooncake transfer_engine_bench ({args.release or 'the installed wheel'}), batch {BATCH}, 1 submitting thread, median of "
           f"{args.rounds} rounds of {args.duration:g} s, nice {args.nice}; emulated RDMA on "
           f"{devices} vs TCP; CPU = initiator + target CPU time per op; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

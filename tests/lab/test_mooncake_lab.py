@@ -51,6 +51,7 @@ def test_the_release_engines_take_a_cache_ttl_through_the_lab_file(mc_mooncake_l
         [(e.segment, e.cache_env) for e in spec.engines]
     target = resolve_target(f"cluster:{mc_mooncake_lab.cluster_file}")
     try:
+        assert "ttl_ms" in target.placement.engine_options
         assert target.missing(Capability.CACHE_TTL) is None
     finally:
         target.close()

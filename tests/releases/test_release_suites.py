@@ -14,6 +14,7 @@ without regenerating that report, fails here.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,13 @@ def columns() -> list[str]:
     return [target_identity(f"mooncake=={v}") for v in CI_RELEASES]
 
 
+def matrix_paths(paths: list[str]) -> list[str]:
+    """The fast paths as a matrix run can select them: a test id's parameters
+    (``test_x[etcd]``) are ``[COLUMN-etcd]`` there, so a parametrized id selects the whole
+    function (every parameter of it is in the stored run too)."""
+    return list(dict.fromkeys(re.sub(r"\[[^\]]*\]$", "", p) for p in paths))
+
+
 def outcomes(doc: Mapping[str, Any], column: str) -> dict[str, str]:
     """nodeid -> outcome of every test a report gave ``column``."""
     reqs = doc["columns"][column]["requirements"]
@@ -67,7 +75,7 @@ def fast_run(real_release, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     matrix.write_text("".join(f'[[column]]\ntarget = "{c}"\n\n' for c in columns()))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", str(shadow.parent))
-        return _run_suites()([*FAST["paths"], f"--mc-matrix={matrix}", "-rfEs"],
+        return _run_suites()([*matrix_paths(FAST["paths"]), f"--mc-matrix={matrix}", "-rfEs"],
                              tmp / "report.json", RUN_DEADLINE)
 
 
@@ -98,14 +106,14 @@ def test_fast_outcomes_are_those_of_the_stored_release_matrix(fast_run):
 
 
 def test_fast_run_judges_each_release_with_reasons_and_no_errors(fast_run):
-    """Each release column shows a pass, a FAIL and n/a; no test errs; every n/a reason names
+    """Each release column shows a pass, a FAIL and an n/a; no test errs; every n/a reason names
     the release it was probed on; the plugin's environment imported no Mooncake."""
     problems = []
     for column in columns():
-        version = fast_run["targets"][column]["version"]
+        version = fast_run["columns"][column]["version"]
         reqs = fast_run["columns"][column]["requirements"]
         verdicts = [e["verdict"] for e in reqs.values()]
-        if not ("pass" in verdicts and "FAIL" in verdicts and verdicts.count("n/a") >= 3):
+        if not ("pass" in verdicts and "FAIL" in verdicts and verdicts.count("n/a") >= 1):
             problems.append(f"{column}: verdicts {sorted(verdicts)}")
         for req, entry in reqs.items():
             for t in entry["tests"]:

@@ -37,12 +37,15 @@ def test_example_manifest_is_valid():
     assert target.capabilities == {Capability.ENGINE, Capability.MASTER_CLUSTER,
                                    Capability.METADATA_ETCD, Capability.REGISTER_MEMORY,
                                    Capability.CACHE_CONTROL,  # the driver's lookup
+                                   Capability.CACHE_TTL,  # start_engine(ttl_ms=) refuses (n/a)
                                    Capability.PROMOTABILITY}  # probed live by promotable()
     assert "links no engine to a [[components]] entry" in target.missing(
         Capability.ENGINE_RESTART)
     assert "no engine can have its metadata traffic routed" in target.missing(
         Capability.METADATA_FAULTS)
-    assert "lists that setting in cache_env" in target.missing(Capability.CACHE_TTL)
+    with pytest.raises(TargetLacks, match=r"start_engine\(ttl_ms=\.\.\.\).*cannot set ttl_ms") as lacks:
+        target.start_engine("seg-a", None, ttl_ms=200)
+    assert lacks.value.capability is Capability.ENGINE  # the deployment's limit: n/a, not FAIL
     assert "no forced refresh" in target.missing(Capability.FORCED_REFRESH)
     assert target.toxiproxy_url == "http://127.0.0.1:8474"
 
@@ -103,28 +106,30 @@ allow = ["observe", "transfers"]
 """
 
 
-@pytest.mark.parametrize("engine_b, lacking", [
-    ("", None),
-    ('control = "127.0.0.1:2"\ncomponent = "engine-a"\nlifecycle = "per_test"\n', "seg-b"),
-    ('control = "127.0.0.1:2"\ncomponent = "engine-b"\nlifecycle = "per_test"\n'
-     'cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]\n', "seg-b"),  # a unit: no env
-    ('control = "127.0.0.1:2"\ncomponent = "engine-a"\n'
-     'cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]\n', "seg-b"),  # attached
-    ('control = "127.0.0.1:2"\ncomponent = "engine-a"\nlifecycle = "per_test"\n'
-     'cache_env = ["MC_DISABLE_METACACHE"]\n', "seg-b"),  # no refresh interval to bound by
+@pytest.mark.parametrize("engine_b", [
+    'control = "127.0.0.1:2"\ncomponent = "engine-a"\nlifecycle = "per_test"\n',
+    'control = "127.0.0.1:2"\ncomponent = "engine-b"\nlifecycle = "per_test"\n'
+    'cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]\n',  # a unit: no env to set
+    'control = "127.0.0.1:2"\ncomponent = "engine-a"\n'
+    'cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]\n',  # attached
+    'control = "127.0.0.1:2"\ncomponent = "engine-a"\nlifecycle = "per_test"\n'
+    'cache_env = ["MC_DISABLE_METACACHE"]\n',  # no refresh interval to bound by
 ])
 def test_a_driver_engine_takes_a_ttl_where_the_file_names_its_cache_settings(
-        tmp_path, engine_b, lacking):
+        tmp_path, engine_b):
     """A driver engine reads its cache bound from its environment at start: the target sets
     it for a per-test engine whose entry names the setting its build reads (the lab writes it
-    from the release's probed ELF names) and whose component it starts with a command line."""
-    text = PER_TEST_ENGINES + (f'[[engines]]\nsegment = "seg-b"\n{engine_b}' if engine_b else "")
+    from the release's probed ELF names) and whose component it starts with a command line;
+    another engine of the file is refused ttl_ms (engine: n/a) before anything starts."""
+    alone = resolve_target(f"cluster:{manifest(tmp_path, PER_TEST_ENGINES, 'a.toml')}")
+    assert "ttl_ms" in alone.placement.engine_options
+    text = PER_TEST_ENGINES + f'[[engines]]\nsegment = "seg-b"\n{engine_b}'
     target = resolve_target(f"cluster:{manifest(tmp_path, text)}")
-    if lacking is None:
-        assert target.missing(Capability.CACHE_TTL) is None
-    else:
-        assert target.missing(Capability.CACHE_TTL).startswith(f"engines {lacking}: "), \
-            target.missing(Capability.CACHE_TTL)
+    assert "ttl_ms" in target.placement.engine_options  # seg-a can take one
+    with pytest.raises(TargetLacks) as lacks:
+        target.start_engine("seg-b", target.metadata_store("etcd"), ttl_ms=200)
+    assert lacks.value.capability is Capability.ENGINE
+    assert "engine seg-b" in lacks.value.reason and "cache_env" in lacks.value.reason
 
 
 def test_missing_file_and_missing_spec_are_usage_errors(tmp_path):

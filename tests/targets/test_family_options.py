@@ -64,8 +64,8 @@ def test_unknown_engine_option_is_a_type_error_everywhere(tmp_path):
 
 def test_ttl_and_foreign_profile_are_refused_with_the_capability_everywhere(tmp_path):
     """ttl_ms: a build without a cache bound lacks cache_ttl (a FAIL where a requirement
-    demands it); a deployment cannot restart its engines with one, so it refuses the option
-    (engine: n/a) before asking the build."""
+    demands it); a deployment whose driver engines keep the bound their command lines give them
+    refuses the option (engine: n/a, a limit of the deployment) before asking the build."""
     for target in _placements(tmp_path):
         if target.kind != "mooncake":
             with pytest.raises(TargetLacks) as lacks:

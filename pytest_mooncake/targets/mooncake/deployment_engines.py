@@ -70,18 +70,23 @@ def own_part(log: str, pid: int | None) -> str:
     return log
 
 
+NO_TTL = ("a driver engine reads its cache bound (MC_TE_METADATA_REFRESH_INTERVAL_SECONDS) "
+          "from its environment at start: the cluster target sets it only for a lifecycle = "
+          "\"per_test\" engine with a `start` component whose [[engines]] entry lists that "
+          "setting in cache_env")
+
+
 def cache_ttl_lacks(entry: EngineEntry, file: ClusterFile) -> str | None:
     """Why a test cannot bound this engine's remote segment cache (None: it can). A reference
     engine sets it over its control channel; a driver engine reads it from its environment
     at start, so only a per-test engine whose build's settings the file names (``cache_env``)
     and whose component the run starts with a command line can have it."""
-    lacks = ENGINE_WIRES[entry.protocol].lacks_by_protocol.get(Capability.CACHE_TTL)
-    if lacks is None:
+    if ENGINE_WIRES[entry.protocol].sets_ttl:
         return None
     component = file.component(entry.component) if entry.component else None
     if (entry.lifecycle != "per_test" or component is None or component.start is None
             or CacheKnobs.of(entry.cache_env, entry.segment).missing() is not None):
-        return lacks
+        return NO_TTL
     return None
 
 
@@ -126,15 +131,15 @@ class DeploymentEngine(PublishedDescriptor):
 
     def _cache_env(self, ttl_ms: float | None) -> dict[str, str] | None:
         """The environment that bounds a driver engine's cache at ``ttl_ms`` (None: no TTL
-        asked, or the engine takes it over its control channel); TargetLacks where the file
-        gives no means."""
-        if ttl_ms is None or Capability.CACHE_TTL not in ENGINE_WIRES[
-                self.entry.protocol].lacks_by_protocol:
+        asked, or the engine takes it over its control channel); TargetLacks (engine) where
+        the file gives no means."""
+        if ttl_ms is None or ENGINE_WIRES[self.entry.protocol].sets_ttl:
             return None
         lacks = cache_ttl_lacks(self.entry, self.file)
-        if lacks is not None:
-            raise TargetLacks(Capability.CACHE_TTL, f"engine {self.segment} of "
-                                                    f"cluster:{self.file.path}: {lacks}")
+        if lacks is not None:  # the deployment's limit (n/a), not a build without a bound
+            raise TargetLacks(Capability.ENGINE, (
+                f"start_engine(ttl_ms=...): engine {self.segment} of cluster:{self.file.path} "
+                f"cannot be given a TTL: {lacks}"))
         return CacheKnobs.of(self.entry.cache_env, self.segment).env_for(float(ttl_ms))
 
     # ------------------------------------------------------------------ lifecycle

@@ -39,6 +39,10 @@ class RemoteProcess:
     def log_tail(self, lines: int = 30) -> str:
         return f"({self.name} runs at {self.where}; its log is read through its node)"
 
+    def wait_exit(self, timeout: float) -> int | None:
+        """Its exit status is its node's to see, not this host's: unknown (None)."""
+        return None
+
 
 def _split(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
@@ -49,11 +53,6 @@ def _split(endpoint: str) -> tuple[str, int]:
 
 
 DRIVER_LACKS = {
-    Capability.CACHE_TTL: (
-        "engines behind pytest_mooncake's driver read their cache bound "
-        "(MC_TE_METADATA_REFRESH_INTERVAL_SECONDS) from their environment at start; the "
-        "cluster target sets it only for a lifecycle = \"per_test\" engine with a `start` "
-        "component whose [[engines]] entry lists that setting in cache_env"),
     Capability.FORCED_REFRESH: (
         "engines behind pytest_mooncake's driver run mooncake.engine.TransferEngine, which "
         "offers no forced refresh of one peer's descriptor"),
@@ -71,6 +70,8 @@ class DriverEngineWire(DriverCommands):
     lacks_by_protocol = DRIVER_LACKS
     log_rules = mooncake_log.RULES
     """How its log's lines read as ``log_events`` counters (a real Mooncake engine's)."""
+    sets_ttl = False
+    """A driver engine reads its cache bound from its environment at start (``cache_env``)."""
 
     def __init__(self, segment: str, endpoint: str, metadata: Any,
                  lacks: Mapping[Capability, str]):
@@ -107,6 +108,7 @@ class ReferenceEngineWire:
     protocol = "reference"
     lacks_by_protocol: Mapping[Capability, str] = {}
     log_rules = reference_log.RULES
+    sets_ttl = True
 
     def __init__(self, segment: str, endpoint: str, metadata: Any,
                  lacks: Mapping[Capability, str]):
