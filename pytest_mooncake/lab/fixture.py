@@ -4,8 +4,9 @@
 
 ``mc_lab`` (session): a 3-node reference lab under a name no other lab on the host uses (so
 xdist workers and concurrent sessions never touch each other's); labs of earlier sessions whose
-process is gone (SIGKILLed) are removed first. Skips with the probe's reason where namespaces or sshd are not
-available. ``mc_lab_fleet`` (function): the lab's ``Fleet``; after the test, every fault the
+process is gone (SIGKILLed) are removed first. Skips with the probe's reason where namespaces
+or sshd are not available, and for a Mooncake release where its environment cannot be
+installed. ``mc_lab_fleet`` (function): the lab's ``Fleet``; after the test, every fault the
 test left (partitions, paused or stopped components) is healed, and the test errors if one
 could not be.
 ``make_lab_fixture(nodes=..., flavour=...)`` makes other shapes.
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from pytest_mooncake.lab.flavours import flavour_for
 from pytest_mooncake.lab.host import LabError, probe
 from pytest_mooncake.lab.netns_lab import Lab, sweep_stale, unused_name
 from pytest_mooncake.nodes.fleet import Fleet
@@ -37,11 +39,16 @@ def make_lab_fixture(nodes: int = 3, flavour: str = "reference", prefix: str = "
         reason = probe()
         if reason:
             pytest.skip(f"no lab on this machine: {reason}")
+        try:  # a release is installed into its cached environment on first use
+            flav = flavour_for(flavour)
+        except LabError as exc:
+            pytest.skip(f"no {flavour} lab on this machine: the release's environment cannot "
+                        f"be installed here: {exc}")
         lines: list[str] = []
         sweep_stale(progress=lines.append)
         for attempt in range(3):
             try:
-                lab = Lab.up(nodes=nodes, name=lab_name(prefix), flavour=flavour,
+                lab = Lab.up(nodes=nodes, name=lab_name(prefix), flavour=flav,
                              owner_pid=os.getpid(), progress=lines.append, **options)
                 break
             except LabError as exc:  # another session took the name between choice and build

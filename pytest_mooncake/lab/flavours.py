@@ -27,10 +27,11 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pytest_mooncake.lab.host import LabError
 from pytest_mooncake.lab.layout import NodeLayout
+from pytest_mooncake.schemas.cluster_manifest import CacheSetting
 from pytest_mooncake.schemas.cluster_nodes import ComponentSpec
 
 ETCD_CLIENT_PORT = 2379
@@ -109,7 +110,8 @@ class Flavour(ABC):
                cluster_id: str) -> Placed: ...
 
     def _engine_spec(self, node: NodeLayout, segment: str, slot: int, etcd: list[str],
-                     command: str, match: str, ready_log: str, env: dict[str, str]) -> Placed:
+                     command: str, match: str, ready_log: str, env: dict[str, str],
+                     **entry: Any) -> Placed:
         a = node.address
         control = f"{a}:{ENGINE_CONTROL_PORT + slot}"
         spec = ComponentSpec(
@@ -118,7 +120,7 @@ class Flavour(ABC):
             match=match, ready_log=ready_log, ready_tcp=control, start_timeout=60,
             stop_timeout=10)
         return Placed(spec, {"segment": segment, "control": control, "protocol": self.protocol,
-                             "lifecycle": "per_test"})
+                             "lifecycle": "per_test", **entry})
 
 
 class ReferenceFlavour(Flavour):
@@ -221,8 +223,11 @@ class MooncakeFlavour(Flavour):
              "--control-port", str(ENGINE_CONTROL_PORT + slot)])
         match = (re.escape(f"driver.py engine --segment {segment} ") + ".*--control-host "
                  + re.escape(a) + " ")
+        # the cache settings the release reads (probed in its ELF files): a test's ttl_ms
+        # becomes that environment when the cluster target starts the engine
+        cache_env = [n for n in get_args(CacheSetting) if self.facts.reads_env(n)]
         return self._engine_spec(node, segment, slot, etcd, command, match, "driver ready:",
-                                 self._env(a))
+                                 self._env(a), cache_env=cache_env)
 
     def client(self, node: NodeLayout, name: str, slot: int, etcd: list[str],
                cluster_id: str) -> Placed:

@@ -7,7 +7,7 @@ document every field)::
     [etcd]         endpoints = ["host:port"]; components = [...]
     [[masters]]    admin = "http://host:port"; rpc = "host:port"; component
     [[engines]]    segment; control = "host:port"; protocol = "driver" | "reference";
-                   aliases; component; lifecycle = "attach" | "per_test"
+                   aliases; component; lifecycle = "attach" | "per_test"; cache_env
     [[clients]]    control = "host:port"; protocol; component       (store clients)
     [toxiproxy]    url; [toxiproxy.proxies] NAME = "host:port"
     [faults]       allow = [...]; ledger; firewall
@@ -90,6 +90,9 @@ def _permission(value: str) -> str:
 
 
 NonEmpty = Annotated[str, AfterValidator(_non_empty)]
+CacheSetting = Literal["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS", "MC_DISABLE_METACACHE"]
+"""The remote segment cache settings a Mooncake build may read from its environment
+(``targets/mooncake/cache_knobs``)."""
 HostPort = Annotated[str, AfterValidator(_hostport)]
 Url = Annotated[str, AfterValidator(_url)]
 Permission = Annotated[str, AfterValidator(_permission)]
@@ -132,6 +135,11 @@ class EngineEntry(_Table):
     lifecycle: Literal["attach", "per_test"] = Field("attach", description=(
         "attach: a running engine is used as it is; per_test: the target starts it when a "
         "test asks for it and stops it when the test ends"))
+    cache_env: tuple[CacheSetting, ...] = Field((), description=(
+        "the cache settings its build reads from the environment (of "
+        "MC_TE_METADATA_REFRESH_INTERVAL_SECONDS, MC_DISABLE_METACACHE): a per_test driver "
+        "engine whose component has a `start` is started with them for a test that asks for a "
+        "cache TTL (ttl_ms)"))
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -96,10 +96,14 @@ def test_soaked_standby_survives_leader_crash_with_every_object(mc_master_cluste
     keys, leader, standby = soaked(cluster)
     cluster.kill_master(leader)
     new, kept = serving_keys(cluster, keys)
+    missing = sorted(set(keys) - set(kept))
+    extra = sorted(set(kept) - set(keys))
     assert kept == sorted(keys), (
-        f"a standby that ran before the data was written came up as leader (master {new}) with "
-        f"{len(kept)} of {len(keys)} objects after the leader was killed; MP-6 requires every "
-        f"object survive")
+        f"a standby that ran before the data was written came up as leader (master {new}) "
+        f"after the leader was killed with {len(kept)} objects for the {len(keys)} written: "
+        f"missing {missing[:10]}; objects the test never wrote, although the leader listed "
+        f"none when it began (removed earlier, back in the index): {extra[:10]}; MP-6 "
+        f"requires every object survive, with the index intact")
 
 
 @pytest.mark.mc_req("MP-3")

@@ -23,3 +23,22 @@ def test_mr16_on_the_reference_lab_passes_through_the_cluster_target(mc_lab, pyt
     assert "toxiproxy=http://198.18." in out, "the lab file's Toxiproxy was not used"
     row = next(line for line in out.splitlines() if line.startswith("MR-16"))
     assert "pass (2)" in row, row
+
+
+SKEW_AND_LOG = [f"{ROOT}/suites/compat/test_mixed_engines.py",
+                f"{ROOT}/suites/metadata/test_replacement.py::test_recovery_is_visible_in_the_log"]
+
+
+def test_skew_roles_share_the_lab_etcd_and_engine_logs_are_read_on_the_nodes(mc_lab, pytester):
+    """A skew role started beside the lab uses the lab's etcd (mixed-engines' pairs are n/a
+    because the cluster target starts only the engines its file lists, never a failed
+    'shares one etcd' precondition), and MR-15 reads B's log through its node as the local
+    reference target reads it (pass, not an AttributeError)."""
+    result = pytester.runpytest_subprocess(
+        "-p", "pytest_mooncake", *SKEW_AND_LOG, f"--mc-target=cluster:{mc_lab.cluster_file}",
+        "-p", "no:cacheprovider", "-rs", timeout=600)
+    out = result.stdout.str()
+    result.assert_outcomes(passed=1, skipped=2)
+    for role in ("w", "r"):
+        assert f"cluster:{mc_lab.cluster_file} lists no engine 'mixed-{role}-" in out, out
+    assert "shares one etcd" not in out, out

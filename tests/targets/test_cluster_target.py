@@ -68,6 +68,7 @@ def test_example_manifest_is_valid():
     ('[toxiproxy]\nurl = "localhost:8474"\n', "field 'toxiproxy.url': expected an http"),
     ('[fault]\nallow = []\n',
      "field 'fault': unknown field (known: clients, cluster, components, engines, etcd, faults"),
+    ('[[engines]]\nsegment = "a"\ncache_env = ["MC_TTL"]\n', "field 'engines[0].cache_env[0]'"),
     ('[etcd\nendpoints = 3\n', "not valid TOML"),
 ])
 def test_invalid_manifests_name_the_file_and_the_field(tmp_path, text, field):
@@ -76,6 +77,59 @@ def test_invalid_manifests_name_the_file_and_the_field(tmp_path, text, field):
         resolve_target(f"cluster:{path}")
     assert str(err.value).startswith(f"{path}: ")
     assert field in str(err.value)
+
+
+PER_TEST_ENGINES = """
+[etcd]
+endpoints = ["127.0.0.1:1"]
+[[nodes]]
+name = "n1"
+host = "127.0.0.1"
+[[components]]
+name = "engine-a"
+kind = "engine"
+node = "n1"
+start = "exec driver engine-a"
+[[components]]
+name = "engine-b"
+kind = "engine"
+node = "n1"
+unit = "engine-b.service"
+[[engines]]
+segment = "seg-a"
+control = "127.0.0.1:1"
+component = "engine-a"
+lifecycle = "per_test"
+cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]
+[faults]
+allow = ["observe", "transfers"]
+"""
+
+
+@pytest.mark.parametrize("engine_b", [
+    'control = "127.0.0.1:2"\ncomponent = "engine-a"\nlifecycle = "per_test"\n',
+    'control = "127.0.0.1:2"\ncomponent = "engine-b"\nlifecycle = "per_test"\n'
+    'cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]\n',  # a unit: no env to set
+    'control = "127.0.0.1:2"\ncomponent = "engine-a"\n'
+    'cache_env = ["MC_TE_METADATA_REFRESH_INTERVAL_SECONDS"]\n',  # attached
+    'control = "127.0.0.1:2"\ncomponent = "engine-a"\nlifecycle = "per_test"\n'
+    'cache_env = ["MC_DISABLE_METACACHE"]\n',  # no refresh interval to bound by
+])
+def test_a_driver_engine_takes_a_ttl_where_the_file_names_its_cache_settings(
+        tmp_path, engine_b):
+    """A driver engine reads its cache bound from its environment at start: the target sets
+    it for a per-test engine whose entry names the setting its build reads (the lab writes it
+    from the release's probed ELF names) and whose component it starts with a command line;
+    another engine of the file is refused ttl_ms (engine: n/a) before anything starts."""
+    alone = resolve_target(f"cluster:{manifest(tmp_path, PER_TEST_ENGINES, 'a.toml')}")
+    assert "ttl_ms" in alone.placement.engine_options
+    text = PER_TEST_ENGINES + f'[[engines]]\nsegment = "seg-b"\n{engine_b}'
+    target = resolve_target(f"cluster:{manifest(tmp_path, text)}")
+    assert "ttl_ms" in target.placement.engine_options  # seg-a can take one
+    with pytest.raises(TargetLacks) as lacks:
+        target.start_engine("seg-b", target.metadata_store("etcd"), ttl_ms=200)
+    assert lacks.value.capability is Capability.ENGINE
+    assert "engine seg-b" in lacks.value.reason and "cache_env" in lacks.value.reason
 
 
 def test_missing_file_and_missing_spec_are_usage_errors(tmp_path):

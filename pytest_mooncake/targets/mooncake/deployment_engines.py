@@ -19,6 +19,7 @@ observed; transfers are n/a naming what is missing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,8 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
     TransferResult,
 )
+from pytest_mooncake.targets.log_events import count_events
+from pytest_mooncake.targets.mooncake.cache_knobs import CacheKnobs, bound_ms
 from pytest_mooncake.targets.mooncake.deployment_control import (
     ComponentControl,
     FleetHolder,
@@ -46,6 +49,45 @@ from pytest_mooncake.targets.mooncake.driver_engines import (
 
 METADATA_VAR = "MC_METADATA"
 """The environment variable a per-test engine's command line takes its metadata URI from."""
+
+
+LOG_LINES = 5000
+"""How much of a component's log ``logs`` reads before cutting it to this handle's part."""
+
+
+def own_part(log: str, pid: int | None) -> str:
+    """``log`` from the first line its process ``pid`` wrote: the driver's and the reference
+    engine's ready lines name it (``"pid": N``), glog lines carry it as the thread id of the
+    main thread. The whole text where none does (an attached engine's start is older)."""
+    if pid is None:
+        return log
+    glog = re.compile(rf"^[IWEF]\d{{4}} [\d:.]+\s+{pid} ")
+    ready = re.compile(rf'"pid": {pid}\b')
+    lines = log.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if ready.search(line) or glog.match(line):
+            return "".join(lines[i:])
+    return log
+
+
+NO_TTL = ("a driver engine reads its cache bound (MC_TE_METADATA_REFRESH_INTERVAL_SECONDS) "
+          "from its environment at start: the cluster target sets it only for a lifecycle = "
+          "\"per_test\" engine with a `start` component whose [[engines]] entry lists that "
+          "setting in cache_env")
+
+
+def cache_ttl_lacks(entry: EngineEntry, file: ClusterFile) -> str | None:
+    """Why a test cannot bound this engine's remote segment cache (None: it can). A reference
+    engine sets it over its control channel; a driver engine reads it from its environment
+    at start, so only a per-test engine whose build's settings the file names (``cache_env``)
+    and whose component the run starts with a command line can have it."""
+    if ENGINE_WIRES[entry.protocol].sets_ttl:
+        return None
+    component = file.component(entry.component) if entry.component else None
+    if (entry.lifecycle != "per_test" or component is None or component.start is None
+            or CacheKnobs.of(entry.cache_env, entry.segment).missing() is not None):
+        return NO_TTL
+    return None
 
 
 class DeploymentEngine(PublishedDescriptor):
@@ -67,6 +109,12 @@ class DeploymentEngine(PublishedDescriptor):
         self.took_down = False
         """The test killed or stopped it and it has not been started since."""
         self.pid: int | None = None
+        self._ttl_ms: float | None = None
+        """The TTL set over its control channel (a reference engine)."""
+        self.first_pid: int | None = None
+        """Its first process in this handle: where its part of the component's log begins."""
+        self.cache_env = self._cache_env(ttl_ms)
+        """What bounds its cache, set at every start (a driver engine reads it only then)."""
         if entry.lifecycle == "per_test":
             self._fresh_start()
         elif route is not None:
@@ -78,8 +126,21 @@ class DeploymentEngine(PublishedDescriptor):
             self._connect()
         else:
             self.pid = self._observed_pid()
-        if ttl_ms is not None:
+        if ttl_ms is not None and self.cache_env is None:
             self.set_ttl_ms(int(ttl_ms))
+
+    def _cache_env(self, ttl_ms: float | None) -> dict[str, str] | None:
+        """The environment that bounds a driver engine's cache at ``ttl_ms`` (None: no TTL
+        asked, or the engine takes it over its control channel); TargetLacks (engine) where
+        the file gives no means."""
+        if ttl_ms is None or ENGINE_WIRES[self.entry.protocol].sets_ttl:
+            return None
+        lacks = cache_ttl_lacks(self.entry, self.file)
+        if lacks is not None:  # the deployment's limit (n/a), not a build without a bound
+            raise TargetLacks(Capability.ENGINE, (
+                f"start_engine(ttl_ms=...): engine {self.segment} of cluster:{self.file.path} "
+                f"cannot be given a TTL: {lacks}"))
+        return CacheKnobs.of(self.entry.cache_env, self.segment).env_for(float(ttl_ms))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -91,7 +152,8 @@ class DeploymentEngine(PublishedDescriptor):
         return self.node
 
     def _start_env(self) -> dict[str, str] | None:
-        return {METADATA_VAR: self.route} if self.route else None
+        env = {**(self.cache_env or {}), **({METADATA_VAR: self.route} if self.route else {})}
+        return env or None
 
     def _fresh_start(self) -> None:
         node = self._control("start")
@@ -101,8 +163,10 @@ class DeploymentEngine(PublishedDescriptor):
         node.start(env=self._start_env())
 
     def _connect(self) -> None:
+        """Attach the control wire to the process now behind it (nothing opened yet)."""
         assert self.wire is not None
         self.wire.close()
+        self.wire.opened = set()
         try:
             info = self.wire.refresh_info()
         except (ControlError, OSError) as exc:
@@ -113,6 +177,8 @@ class DeploymentEngine(PublishedDescriptor):
             raise TargetError(f"cluster:{self.file.path}: {self.entry.control} serves segment "
                               f"{info.get('segment')!r}, not {self.segment!r}")
         self.pid = info.get("pid")
+        if self.first_pid is None:
+            self.first_pid = self.pid
 
     def _observed_pid(self) -> int | None:
         if self.node is None:
@@ -217,10 +283,20 @@ class DeploymentEngine(PublishedDescriptor):
         return self._control("observe").sockets()
 
     def logs(self) -> str:
+        """Its component's log from this handle's first process on: the file outlives the
+        processes, and earlier tests' engines of the same component wrote to it too."""
         if self.node is None:
             return (f"(engine {self.segment} of cluster:{self.file.path} links no component; "
                     f"its log is not reachable)")
-        return self.node.log_or_note()
+        return own_part(self.node.log_or_note(LOG_LINES), self.first_pid)
+
+    def log_events(self) -> Mapping[str, int]:
+        """What its log shows, read with the rules of the engine behind its channel."""
+        if self.wire is None:
+            raise TargetLacks(Capability.ENGINE, (
+                f"engine {self.segment} of cluster:{self.file.path} has no control endpoint, "
+                f"so the protocol whose log lines to read is unknown"))
+        return count_events(self.logs(), self.wire.log_rules)
 
     # ------------------------------------------------------------------ driving it
 
@@ -268,6 +344,15 @@ class DeploymentEngine(PublishedDescriptor):
 
     def set_ttl_ms(self, ttl_ms: int) -> None:
         self._driven("set a TTL").set_ttl_ms(ttl_ms)
+        self._ttl_ms = float(ttl_ms)
+
+    @property
+    def cache_ttl_ms(self) -> float | None:
+        """How long it serves a cached remote descriptor at most: what its start environment
+        says (a driver engine), the TTL set over its channel, or None (unknown)."""
+        if self.cache_env is not None:
+            return bound_ms(self.cache_env)
+        return self._ttl_ms
 
     def stats(self) -> Mapping[str, int]:
         return self._driven("read counters").stats()

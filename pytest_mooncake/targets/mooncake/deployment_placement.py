@@ -41,7 +41,11 @@ from pytest_mooncake.targets.mooncake.deployment_control import (
     FleetHolder,
     not_allowed,
 )
-from pytest_mooncake.targets.mooncake.deployment_engines import METADATA_VAR, DeploymentEngine
+from pytest_mooncake.targets.mooncake.deployment_engines import (
+    METADATA_VAR,
+    DeploymentEngine,
+    cache_ttl_lacks,
+)
 from pytest_mooncake.targets.mooncake.deployment_masters import DeploymentMasters
 from pytest_mooncake.targets.mooncake.deployment_wires import ENGINE_WIRES
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
@@ -124,11 +128,13 @@ class DeploymentPlacement:
 
     @property
     def engine_options(self) -> frozenset[str]:
-        """``ttl_ms`` only where every driven engine's wire can set it (a reference engine's):
+        """``ttl_ms`` where a driven engine can take one (a reference engine's wire sets it; a
+        per-test driver engine is started with the settings its entry's ``cache_env`` names):
         an engine started by its own command line keeps the cache bound that line gives it, a
-        limit of the deployment (n/a), not a build without a bound (which would FAIL MR-1)."""
+        limit of the deployment (n/a, per engine), not a build without a bound (which would
+        FAIL MR-1)."""
         driven = [e for e in self.file.engines if e.control]
-        settable = driven and all(ENGINE_WIRES[e.protocol].sets_ttl for e in driven)
+        settable = any(cache_ttl_lacks(e, self.file) is None for e in driven)
         return frozenset({"ready_timeout", "ttl_ms"} if settable else {"ready_timeout"})
 
     @property
@@ -311,6 +317,11 @@ class ClusterTarget(MooncakeFamilyTarget):
         """The Toxiproxy that fronts the deployment (``[toxiproxy].url``): the session's
         fault proxy unless ``--mc-toxiproxy`` names another."""
         return self.manifest.toxiproxy.url
+
+    def peer_etcd(self) -> list[str] | None:
+        """The etcd components started beside the deployment for a test (a skew role) must
+        use, so its engines and theirs find each other: the file's ``[etcd].endpoints``."""
+        return list(self.manifest.etcd.endpoints) or None
 
     def peer_host(self, who: str) -> str:
         """Where components started on this host for a test beside the deployment (a skew role)

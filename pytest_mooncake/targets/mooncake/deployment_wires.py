@@ -16,9 +16,11 @@ from typing import Any
 
 from pytest_mooncake.runtime.loopback_http import http_request, json_body
 from pytest_mooncake.targets.base import Capability, LookupResult, TransferResult
+from pytest_mooncake.targets.mooncake import mooncake_log
 from pytest_mooncake.targets.mooncake.driver_control import ControlClient, ControlError, b64, unb64
 from pytest_mooncake.targets.mooncake.driver_engines import DriverCommands
 from pytest_mooncake.targets.mooncake.store_clients import StoreClient
+from pytest_mooncake.targets.reference import reference_log
 
 
 class RemoteProcess:
@@ -36,6 +38,10 @@ class RemoteProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         return f"({self.name} runs at {self.where}; its log is read through its node)"
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Its exit status is its node's to see, not this host's: unknown (None)."""
+        return None
 
 
 def _split(endpoint: str) -> tuple[str, int]:
@@ -62,8 +68,10 @@ class DriverEngineWire(DriverCommands):
 
     protocol = "driver"
     lacks_by_protocol = DRIVER_LACKS
+    log_rules = mooncake_log.RULES
+    """How its log's lines read as ``log_events`` counters (a real Mooncake engine's)."""
     sets_ttl = False
-    """A driver engine reads its cache bound from the environment its command line gives it."""
+    """A driver engine reads its cache bound from its environment at start (``cache_env``)."""
 
     def __init__(self, segment: str, endpoint: str, metadata: Any,
                  lacks: Mapping[Capability, str]):
@@ -74,6 +82,7 @@ class DriverEngineWire(DriverCommands):
         self.control = ControlClient(RemoteProcess(f"engine {segment}", endpoint), port,
                                      host=host)
         self.info: dict[str, Any] = {}
+        self.opened: set[str] = set()
 
     def refresh_info(self) -> dict[str, Any]:
         reply = self._call("info")
@@ -98,6 +107,7 @@ class ReferenceEngineWire:
 
     protocol = "reference"
     lacks_by_protocol: Mapping[Capability, str] = {}
+    log_rules = reference_log.RULES
     sets_ttl = True
 
     def __init__(self, segment: str, endpoint: str, metadata: Any,

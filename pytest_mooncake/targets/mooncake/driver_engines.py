@@ -69,9 +69,15 @@ class DriverCommands(PublishedDescriptor):
     def buffers(self) -> list[tuple[int, int]]:
         return [(int(a), int(n)) for a, n in self.info.get("buffers", [])]
 
+    opened: set[str]
+    """Peers this process has opened (so the engine may hold their descriptor); emptied by
+    whoever starts a new process behind the channel."""
+
     def _call(self, op: str, **args: Any) -> dict[str, Any]:
         if self.control is None:
             raise ControlError(f"engine {self.segment!r} was never started")
+        if "peer" in args:
+            self.opened.add(str(args["peer"]))
         return self.control.call(op, **args)
 
     @staticmethod
@@ -93,7 +99,11 @@ class DriverCommands(PublishedDescriptor):
 
     def lookup(self, peer: str, force: bool = False) -> LookupResult:
         """The peer's first buffer address as the engine resolves it for a transfer (through
-        its cache): all of the cached descriptor the Python API reveals (``partial``)."""
+        its cache): all of the cached descriptor the Python API reveals (``partial``). A
+        forced lookup of another peer this process never opened is a plain one: nothing of it
+        is cached, so the lookup is itself a fetch from the store, which is what force asks."""
+        if force and peer not in self.opened and peer != self.segment:
+            force = False
         if force:
             raise TargetLacks(Capability.FORCED_REFRESH, self.lacks.get(
                 Capability.FORCED_REFRESH, "the engine offers no forced metadata refresh"))
@@ -170,9 +180,8 @@ class MooncakeEngine(DriverCommands):
     ``lookup`` asks the engine for the peer's first buffer address (``get_first_buffer_address``,
     which opens the segment through the engine's metadata cache): that address is all the wheel's
     Python API reveals of the cached descriptor. Forced refreshes, TTLs and counters are absent in
-    the wheel, so those calls raise ``TargetLacks`` with the reason the target probed; except a
-    forced lookup of another peer this process never opened: nothing of it is cached, so the
-    plain lookup is itself a fetch from the store, which is what the force asks for."""
+    the wheel, so those calls raise ``TargetLacks`` with the reason the target probed (except a
+    forced lookup of a peer this process never opened: ``DriverCommands.lookup``)."""
 
     def __init__(self, launcher: Launcher, workdir: Path,
                  segment: str, metadata: MetadataHandle, lacks: Mapping[Capability, str],
@@ -239,16 +248,6 @@ class MooncakeEngine(DriverCommands):
 
     def _ready(self, _: ManagedProcess) -> bool:
         return self.ready_file.exists()
-
-    def _call(self, op: str, **args: Any) -> dict[str, Any]:
-        if "peer" in args:
-            self.opened.add(str(args["peer"]))
-        return super()._call(op, **args)
-
-    def lookup(self, peer: str, force: bool = False) -> LookupResult:
-        if force and peer not in self.opened and peer != self.segment:
-            return super().lookup(peer)
-        return super().lookup(peer, force)
 
     _ready.__doc__ = "the driver wrote its ready file (engine initialised, buffer registered)"
 
