@@ -63,6 +63,23 @@ def netns_pids(ns: str) -> list[int]:
     return [int(p) for p in done.stdout.split() if p.isdigit()]
 
 
+def pids_naming(path: str) -> list[int]:
+    """Processes whose command line names something under ``path`` (a lab's run directory):
+    what the lab started, also where its namespace is already gone or was never scanned (an
+    sshd that daemonized while ``up`` was being interrupted)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(path.encode() in arg for arg in argv):
+            found.append(int(entry.name))
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

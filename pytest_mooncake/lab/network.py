@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from pytest_mooncake.lab import host
 from pytest_mooncake.lab.host import LabError
-from pytest_mooncake.lab.layout import RANGE, LabLayout, NodeLayout, link_prefix, netns_prefix
+from pytest_mooncake.lab.layout import (
+    RANGE,
+    LabLayout,
+    NodeLayout,
+    link_prefix,
+    netns_prefix,
+    state_root,
+)
 
 
 def build_bridge(layout: LabLayout) -> None:
@@ -120,11 +127,15 @@ def tear_down(name: str) -> list[str]:
     Returns what could not be removed (empty when clean)."""
     problems = []
     left = leftovers(name)
-    pids = sorted({p for ns in left.namespaces for p in host.netns_pids(ns)})
-    if pids:
+    for _ in range(3):  # again: a daemon forking while the first round ran is found next
+        pids = sorted({p for ns in left.namespaces for p in host.netns_pids(ns)}
+                      | set(host.pids_naming(f"{state_root() / name}/")))
+        if not pids:
+            break
         stuck = host.terminate(pids)
         if stuck:
             problems.append(f"processes survived SIGKILL: {stuck}")
+            break
     for ns in left.namespaces:
         done = host.run("ip", "netns", "del", ns, check=False)
         if done.returncode != 0:

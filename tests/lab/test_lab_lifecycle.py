@@ -155,3 +155,23 @@ def test_the_next_session_sweeps_the_lab_of_a_killed_one():
         assert network.leftovers(name) and read_state(name)["status"] == "up"  # type: ignore[index]
         assert name in sweep_stale(progress=lambda _: None)
         assert_gone(name, prefix)
+
+
+def test_tear_down_kills_what_names_the_lab_outside_its_namespaces(tmp_path, monkeypatch):
+    """An sshd that daemonized while an interrupted ``up`` was cleaning up ran on after its
+    namespace was deleted (seen: ``sshd -f /run/pytest-mooncake-lab/i1a/n2/sshd_config``, an
+    hour later): tear_down also kills what names the lab's directory."""
+    monkeypatch.setenv("MC_LAB_DIR", str(tmp_path))
+    name = lab_name("o")
+    config = tmp_path / name / "n2" / "sshd_config"
+    config.parent.mkdir(parents=True)
+    config.write_text("")
+    stray = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(600)",
+                              str(config)], start_new_session=True)
+    try:
+        assert network.tear_down(name) == []
+        assert stray.wait(timeout=10) is not None
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+            stray.wait()
