@@ -71,6 +71,27 @@ def test_sysfs_facts_reach_the_process_without_a_driver(fabric, peers):
         assert not os.path.exists("/sys/class/infiniband/mlx5_1/device/numa_node")
 
 
+def test_fortified_path_calls_reach_the_device_tree(fabric):
+    """Builds compiled with _FORTIFY_SOURCE (the 0.3.10 and 0.3.11 wheels) call __realpath_chk,
+    __open_2 and __readlink_chk in place of realpath, open and readlink; answered by libc alone
+    they found no PCI function, and the build ran with no HCA (TCP in place of RDMA)."""
+    script = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "chk = libc['__realpath_chk']; chk.restype = ctypes.c_char_p\n"
+        "buf = ctypes.create_string_buffer(4096)\n"
+        "pci = chk(b'/sys/class/infiniband/mlx5_1/../..', buf, len(buf))\n"
+        "print(os.path.basename(pci.decode()) if pci else 'errno %d' % ctypes.get_errno())\n"
+        "fd = libc['__open_2'](b'/sys/class/infiniband/mlx5_1/device/numa_node', os.O_RDONLY)\n"
+        "print(os.read(fd, 16).decode().strip() if fd >= 0 else 'errno %d' % ctypes.get_errno())\n"
+        "n = libc['__readlink_chk'](b'/dev/infiniband/uverbs1', buf, 4095, len(buf))\n"
+        "print(buf.raw[:n].decode() if n >= 0 else 'errno %d' % ctypes.get_errno())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], env=fabric.apply(), capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split("\n")
+    assert out[:3] == ["0000:19:00.0", "1", "/dev/null"]
+
+
 def test_write_and_read_move_bytes_between_two_processes(peers):
     a, b = connected_pair(peers(), peers())
     data = os.urandom(64 << 10)
