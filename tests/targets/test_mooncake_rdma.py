@@ -137,6 +137,14 @@ def test_unknown_settings_are_refused_naming_what_the_build_takes(rdma):
     assert info.value.capability == Capability.RDMA_CONTROL
 
 
+def test_a_build_without_the_dedicated_poller_knob_says_so(rdma):
+    """No release to 0.3.14 names MC_RDMA_DEDICATED_POLLER; setting it changed nothing, and
+    CO-1 then passed or failed on which worker's shard the one test slice landed in."""
+    with pytest.raises(TargetLacks, match="does not read MC_RDMA_DEDICATED_POLLER") as info:
+        rdma.cluster(dedicated_poller=True)
+    assert "no dedicated-poller opt-in" in info.value.reason
+
+
 def test_a_killed_process_leaves_nothing_held_and_is_reported(rdma):
     cluster = rdma.cluster()
     try:
