@@ -5,7 +5,8 @@ control socket keeps the build's transfer waiting until it is released; a releas
 is what the build sees (it posts the slice again); holds under two tags are released in the
 order the test picks; a process killed while completions are held leaves nothing held and is
 reported as a crash; ``--mc-verbs`` picks the layer. Without the wheel these are n/a. 0.3.14
-(which links libmlx5) moves bytes both ways on the same layer where its environment is cached.
+(which links libmlx5) and 0.3.10 (built with _FORTIFY_SOURCE) move bytes both ways as RDMA work
+requests on the same layer where their environments are cached.
 """
 
 from __future__ import annotations
@@ -136,6 +137,14 @@ def test_unknown_settings_are_refused_naming_what_the_build_takes(rdma):
     assert info.value.capability == Capability.RDMA_CONTROL
 
 
+def test_a_build_without_the_dedicated_poller_knob_says_so(rdma):
+    """No release to 0.3.14 names MC_RDMA_DEDICATED_POLLER; setting it changed nothing, and
+    CO-1 then passed or failed on which worker's shard the one test slice landed in."""
+    with pytest.raises(TargetLacks, match="does not read MC_RDMA_DEDICATED_POLLER") as info:
+        rdma.cluster(dedicated_poller=True)
+    assert "no dedicated-poller opt-in" in info.value.reason
+
+
 def test_a_killed_process_leaves_nothing_held_and_is_reported(rdma):
     cluster = rdma.cluster()
     try:
@@ -158,32 +167,58 @@ def test_a_killed_process_leaves_nothing_held_and_is_reported(rdma):
     assert not run_dir.exists(), f"the fabric's run directory {run_dir} outlived its cluster"
 
 
-# ------------------------------------------------------------------ a release that links libmlx5
+# ------------------------------------------------------------------ releases from the cache
 
 NEWEST = "mooncake-cuda13==0.3.14"
+FORTIFIED = "mooncake-non-cuda==0.3.10.post2"
 
 
-@pytest.fixture(scope="module")
-def newest_rdma(mc_etcd, tmp_path_factory):
-    """0.3.14's target on emulated devices, from the user's release cache (never installed
-    here: `python -m pytest_mooncake.releases install mooncake-cuda13==0.3.14` does that)."""
-    if find_env(NEWEST) is None:
-        pytest.skip(f"n/a: {NEWEST} is not installed in the release cache; install it with "
-                    f"`python -m pytest_mooncake.releases install {NEWEST}`")
-    target = resolve_target(NEWEST)
-    target.open(TargetContext(seed=1, workdir=tmp_path_factory.mktemp("mc-0314"),
-                              etcd_endpoints=lambda: list(mc_etcd.endpoints)))
+def release_rdma(spec: str, etcd, workdir: Path, seed: int):
+    """``spec``'s target on emulated devices, from the user's release cache (never installed
+    here: `python -m pytest_mooncake.releases install SPEC` does that); yields its RDMA handle."""
+    if find_env(spec) is None:
+        pytest.skip(f"n/a: {spec} is not installed in the release cache; install it with "
+                    f"`python -m pytest_mooncake.releases install {spec}`")
+    target = resolve_target(spec)
+    target.open(TargetContext(seed=1, workdir=workdir,
+                              etcd_endpoints=lambda: list(etcd.endpoints)))
     try:
         target.use_verbs("emulated:mlx5_0,mlx5_1")
         reason = target.missing("rdma_control")
-        assert reason is None, f"{NEWEST} on emulated devices: {reason}"
-        handle = target.rdma(seed=14)
+        assert reason is None, f"{spec} on emulated devices: {reason}"
+        handle = target.rdma(seed=seed)
         try:
             yield handle
         finally:
             handle.close()
     finally:
         target.close()
+
+
+@pytest.fixture(scope="module")
+def newest_rdma(mc_etcd, tmp_path_factory):
+    yield from release_rdma(NEWEST, mc_etcd, tmp_path_factory.mktemp("mc-0314"), 14)
+
+
+@pytest.fixture(scope="module")
+def fortified_rdma(mc_etcd, tmp_path_factory):
+    yield from release_rdma(FORTIFIED, mc_etcd, tmp_path_factory.mktemp("mc-0310"), 10)
+
+
+def round_trip_over_rdma(cluster) -> None:
+    """A writes to B and reads it back; both transfers were RDMA work requests on the NICs."""
+    payload = os.urandom(3 * SLICE + 123)
+    cluster.write_local("A", 0, payload)
+    out = cluster.submit("A", "B", len(payload), dst_offset=SLICE)
+    assert cluster.settle() and cluster.status(out) == "COMPLETED"
+    assert cluster.read("B", SLICE, len(payload)) == payload
+    back = cluster.submit("A", "B", len(payload), src_offset=8 * SLICE, dst_offset=SLICE,
+                          op="read")
+    assert cluster.settle() and cluster.status(back) == "COMPLETED"
+    assert cluster.read("A", 8 * SLICE, len(payload)) == payload
+    assert cluster.posts(out, 0) and cluster.posts(back, 0), \
+        "the bytes moved, but not as RDMA work requests on the emulated NIC"
+    assert not cluster.check()
 
 
 def test_a_release_linking_libmlx5_moves_bytes_over_emulated_rdma(newest_rdma):
@@ -195,17 +230,19 @@ def test_a_release_linking_libmlx5_moves_bytes_over_emulated_rdma(newest_rdma):
         cluster.add_node("B", ["mlx5_1"])
         maps = Path(f"/proc/{cluster.nodes['A'].pid}/maps").read_text()
         assert str(mlx5_path().resolve()) in maps, "the engine did not load the libmlx5 stub"
-        payload = os.urandom(3 * SLICE + 123)
-        cluster.write_local("A", 0, payload)
-        out = cluster.submit("A", "B", len(payload), dst_offset=SLICE)
-        assert cluster.settle() and cluster.status(out) == "COMPLETED"
-        assert cluster.read("B", SLICE, len(payload)) == payload
-        back = cluster.submit("A", "B", len(payload), src_offset=8 * SLICE, dst_offset=SLICE,
-                              op="read")
-        assert cluster.settle() and cluster.status(back) == "COMPLETED"
-        assert cluster.read("A", 8 * SLICE, len(payload)) == payload
-        assert cluster.posts(out, 0) and cluster.posts(back, 0), \
-            "the bytes moved, but not as RDMA work requests on the emulated NIC"
-        assert not cluster.check()
+        round_trip_over_rdma(cluster)
+    finally:
+        cluster.close()
+
+
+def test_a_fortified_release_finds_its_hcas_and_posts_on_emulated_nics(fortified_rdma):
+    """0.3.10 and 0.3.11 are built with _FORTIFY_SOURCE: they resolve each device's PCI function
+    with __realpath_chk. Unanswered, topology discovery found 0 HCAs and the engine moved the
+    bytes over TCP, so every RDMA suite read "nothing posted" as a finding of the build."""
+    cluster = fortified_rdma.cluster()
+    try:
+        cluster.add_node("A", ["mlx5_0"])
+        cluster.add_node("B", ["mlx5_0", "mlx5_1"])
+        round_trip_over_rdma(cluster)
     finally:
         cluster.close()

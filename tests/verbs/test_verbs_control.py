@@ -16,6 +16,8 @@ from verbs_peers import (
     PORT_ACTIVE,
     PORT_DOWN,
     QPS_ERR,
+    QPS_INIT,
+    QPS_RESET,
     QPS_RTS,
     WC_REM_ACCESS_ERR,
     WC_RETRY_EXC_ERR,
@@ -28,6 +30,7 @@ from verbs_peers import (
 
 from pytest_mooncake.verbs import ProcessGone, VerbsControl, VerbsControlError
 
+IBV_QP_STATE = 1
 EVENT_WAIT_MS = 10000  # another process notices a host-wide change within its 50 ms tick
 
 
@@ -195,6 +198,18 @@ def test_device_fatal_fails_the_qps_and_the_context(fabric, peers):
     assert a.peer.qp_state(a.qp) == QPS_ERR
     assert a.peer.query_device(a.ctx)["rc"] == 5  # EIO
     assert b.peer.qp_state(b.qp) == QPS_RTS  # other processes keep their device
+
+
+def test_a_fatal_device_takes_teardown_and_refuses_bring_up(fabric, peers):
+    """As mlx5 firmware in its internal-error state: a QP still goes to RESET (0.3.10 and
+    0.3.11 reset theirs on DEVICE_FATAL and count on it) and to ERR; RESET -> INIT is EIO."""
+    a, b = connected_pair(peers(), peers())
+    fabric.control(a.peer.pid).inject("device_fatal", device="mlx5_0")
+    assert a.peer.async_event(a.ctx, 0)["type"] == EVENT_DEVICE_FATAL
+    assert a.peer.modify(a.qp, QPS_RESET, IBV_QP_STATE) == 0
+    assert a.peer.qp_state(a.qp) == QPS_RESET
+    assert a.peer.modify(a.qp, QPS_INIT, 1 | 16 | 32 | 8) == 5  # EIO
+    assert a.peer.modify(a.qp, QPS_ERR, IBV_QP_STATE) == 0
 
 
 def run_until_failure(a: Endpoint, b: Endpoint, writes: int) -> list[int]:

@@ -47,6 +47,12 @@ def test_devices_ports_and_gids_are_the_configured_ones(peers):
     assert p.gid_ex(ctx, 9)["rc"] != 0  # past the table
 
 
+def lines_printed(fabric, script: str) -> list[str]:
+    """The lines a Python ``script`` prints when run under ``fabric``'s environment."""
+    return subprocess.run([sys.executable, "-c", script], env=fabric.apply(), capture_output=True,
+                          text=True, timeout=60, check=True).stdout.split("\n")
+
+
 def test_sysfs_facts_reach_the_process_without_a_driver(fabric, peers):
     """What Mooncake reads: the uverbs node (a character device), realpath of the device's
     ../.. (the PCI function), its numa_node, and the GID's network device."""
@@ -63,12 +69,31 @@ def test_sysfs_facts_reach_the_process_without_a_driver(fabric, peers):
         "st = os.stat('/dev/infiniband/uverbs1')\n"
         "print(stat.S_ISCHR(st.st_mode), os.access('/dev/infiniband/uverbs1', os.R_OK | os.W_OK))\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], env=fabric.apply(), capture_output=True,
-                         text=True, timeout=60, check=True).stdout.split("\n")
+    out = lines_printed(fabric, script)
     assert out[:5] == ["0000:19:00.0", "1", "1", "lo", "True True"]
     if not os.path.exists("/sys/class/infiniband"):  # no RDMA driver here (the usual case):
         # outside the fabric's environment the host's sysfs is what one sees
         assert not os.path.exists("/sys/class/infiniband/mlx5_1/device/numa_node")
+
+
+def test_fortified_path_calls_reach_the_device_tree(fabric):
+    """Builds compiled with _FORTIFY_SOURCE (the 0.3.10 and 0.3.11 wheels) call __realpath_chk,
+    __open_2 and __readlink_chk in place of realpath, open and readlink; answered by libc alone
+    they found no PCI function, and the build ran with no HCA (TCP in place of RDMA)."""
+    script = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "chk = libc['__realpath_chk']; chk.restype = ctypes.c_char_p\n"
+        "buf = ctypes.create_string_buffer(4096)\n"
+        "pci = chk(b'/sys/class/infiniband/mlx5_1/../..', buf, len(buf))\n"
+        "print(os.path.basename(pci.decode()) if pci else 'errno %d' % ctypes.get_errno())\n"
+        "fd = libc['__open_2'](b'/sys/class/infiniband/mlx5_1/device/numa_node', os.O_RDONLY)\n"
+        "print(os.read(fd, 16).decode().strip() if fd >= 0 else 'errno %d' % ctypes.get_errno())\n"
+        "n = libc['__readlink_chk'](b'/dev/infiniband/uverbs1', buf, 4095, len(buf))\n"
+        "print(buf.raw[:n].decode() if n >= 0 else 'errno %d' % ctypes.get_errno())\n"
+    )
+    out = lines_printed(fabric, script)
+    assert out[:3] == ["0000:19:00.0", "1", "/dev/null"]
 
 
 def test_write_and_read_move_bytes_between_two_processes(peers):

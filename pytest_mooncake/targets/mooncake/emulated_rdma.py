@@ -133,6 +133,11 @@ class MooncakeRdma:
         """Engines on a fresh emulated fabric. ``controlled`` is accepted and means nothing
         here (a real build always runs free); ``config``: ``CONFIG_ENV``'s keys, each passed as
         the environment variable the build reads (refused where the build does not read it)."""
+        (knob,) = DEDICATED
+        if dedicated_poller and not self._reads(knob):
+            raise TargetLacks(Capability.RDMA_CONTROL, (
+                f"cluster(dedicated_poller=True): {self.placement.version} does not read {knob} "
+                f"(the name is nowhere in its engine library): it has no dedicated-poller opt-in"))
         env = dict(DEDICATED) if dedicated_poller else {}
         for key, value in config.items():
             var = CONFIG_ENV.get(key)

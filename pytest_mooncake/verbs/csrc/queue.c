@@ -670,9 +670,17 @@ static int transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next, int mask
     return 0;
 }
 
+/* A device in the fatal state still takes teardown: mlx5 firmware answers 2RST_QP and 2ERR_QP
+ * (like every destroy command) with success in its internal-error state, and every other QP
+ * command, creation and RST2INIT..RTR2RTS included, with EIO. Builds that reset their QPs on
+ * IBV_EVENT_DEVICE_FATAL (0.3.10, 0.3.11) rely on the reset discarding outstanding work. */
+static int fatal_refuses(enum ibv_qp_state next, int mask) {
+    return !(mask & IBV_QP_STATE) || (next != IBV_QPS_RESET && next != IBV_QPS_ERR);
+}
+
 EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask) {
     struct emu_qp *qp = (struct emu_qp *)ibqp;
-    if (context_fatal(ibqp->context)) return EIO;
+    if (context_fatal(ibqp->context) && fatal_refuses(attr->qp_state, mask)) return EIO;
     pthread_mutex_lock(&qp->lock);
     enum ibv_qp_state cur = qp->state;
     enum ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;

@@ -10,6 +10,11 @@
  * the same shape (the uverbs nodes are symlinks to /dev/null). Every other path passes through
  * untouched, so the library is inert in processes that never touch RDMA devices.
  *
+ * Builds compiled with _FORTIFY_SOURCE (the 0.3.10 and 0.3.11 wheels) call the checked
+ * variants instead: __realpath_chk for realpath() into a fixed buffer, __open_2 for an open()
+ * without a mode, __readlink_chk. They are interposed too; missing one of them left those
+ * releases with no HCA ("realpath ... failed", "Found 0 HCAs") and TCP in place of RDMA.
+ *
  * Binaries that link libibverbs see these definitions before libc's. A process that loads
  * libibverbs later with dlopen (Python importing mooncake.engine) needs the library in
  * LD_PRELOAD for them to apply; the environment `python -m pytest_mooncake.verbs env` prints
@@ -110,6 +115,37 @@ EXPORT char *realpath(const char *path, char *resolved) {
     REAL(realpath);
     REWRITE(path);
     return real_realpath(path, resolved);
+}
+
+/* The checked variants take the caller's buffer size; libc's own check still runs on the
+ * rewritten path, since we call through to them. */
+char *__realpath_chk(const char *path, char *resolved, size_t resolvedlen);
+int __open_2(const char *path, int flags);
+int __open64_2(const char *path, int flags);
+ssize_t __readlink_chk(const char *path, char *buf, size_t len, size_t buflen);
+
+EXPORT char *__realpath_chk(const char *path, char *resolved, size_t resolvedlen) {
+    REAL(__realpath_chk);
+    REWRITE(path);
+    return real___realpath_chk(path, resolved, resolvedlen);
+}
+
+EXPORT int __open_2(const char *path, int flags) {
+    REAL(__open_2);
+    REWRITE(path);
+    return real___open_2(path, flags);
+}
+
+EXPORT int __open64_2(const char *path, int flags) {
+    REAL(__open64_2);
+    REWRITE(path);
+    return real___open64_2(path, flags);
+}
+
+EXPORT ssize_t __readlink_chk(const char *path, char *buf, size_t len, size_t buflen) {
+    REAL(__readlink_chk);
+    REWRITE(path);
+    return real___readlink_chk(path, buf, len, buflen);
 }
 
 EXPORT ssize_t readlink(const char *path, char *buf, size_t len) {
