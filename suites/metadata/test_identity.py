@@ -32,7 +32,6 @@ pytestmark = pytest.mark.mc_requires("engine")
 
 
 @pytest.mark.mc_req("MR-7")
-@pytest.mark.mc_requires("engine_restart")
 def test_instance_id_is_random_per_process_and_stable_within_it(mc_engine, mc_metadata):
     a = mc_engine("seg-a")
     first = published(mc_metadata, "seg-a").get("instance_id")

@@ -143,8 +143,9 @@ def test_observe_only_manifest_makes_faults_and_transfers_na(tmp_path):
     path = manifest(tmp_path, '[etcd]\nendpoints = ["127.0.0.1:1"]\n[[engines]]\nsegment = "a"\n'
                               'control = "127.0.0.1:1"\n[faults]\nallow = ["observe"]\n')
     target = resolve_target(f"cluster:{path}")
-    assert target.capabilities == {Capability.METADATA_ETCD}
-    assert target.missing(Capability.ENGINE) == (
+    # the engine is observed (descriptor) though nothing may drive it
+    assert target.capabilities == {Capability.METADATA_ETCD, Capability.ENGINE}
+    assert target.missing(Capability.REGISTER_MEMORY) == (
         f"cluster:{path} does not permit transfers (allow = ['observe'])")
     assert target.missing(Capability.METADATA_FAULTS) == (
         f"cluster:{path} does not allow routing metadata through a proxy: [faults].allow = "
@@ -159,8 +160,10 @@ def test_observe_only_manifest_makes_faults_and_transfers_na(tmp_path):
         meta.delete("mooncake/ram/x")
     with pytest.raises(TargetLacks, match="routing metadata through"):
         meta.through("127.0.0.1:2")
-    with pytest.raises(TargetLacks, match="does not permit transfers"):
-        target.start_engine("a", meta)
+    observed = manifest(tmp_path, '[etcd]\nendpoints = ["127.0.0.1:1"]\n[[engines]]\n'
+                                  'segment = "b"\n[faults]\nallow = ["observe"]\n', name="o.toml")
+    assert "observed only" in resolve_target(f"cluster:{observed}").missing(
+        Capability.REGISTER_MEMORY)
 
 
 def test_session_with_cluster_target_is_na_or_usage_error(pytester: pytest.Pytester, tmp_path):

@@ -163,15 +163,22 @@ class DeploymentPlacement:
         if not f.etcd.endpoints:
             lacks[Capability.METADATA_ETCD] = f"{where} lists no [etcd].endpoints"
         lacks[Capability.METADATA_HTTP] = f"{where} describes an etcd deployment"
+        # an engine listed without control is still one the run observes (its descriptor;
+        # with a component its process, sockets and log): a suite gets its handle, and what
+        # needs driving it is n/a at the call (DeploymentEngine._driven)
+        if not f.engines or not f.etcd.endpoints:
+            lacks[Capability.ENGINE] = f"{where} lists no [[engines]] (and [etcd])"
         if not driven or not f.etcd.endpoints:
-            lacks[Capability.ENGINE] = (f"{where} lists no [[engines]] with a control endpoint "
-                                        f"(and [etcd])")
+            driving = (f"{where} lists no [[engines]] with a control endpoint (and [etcd]): "
+                       f"its engines are observed only")
         elif not f.permits("transfers"):
-            lacks[Capability.ENGINE] = f"{where} does not permit transfers (allow = {sorted(f.allow)})"
-        if Capability.ENGINE in lacks:
+            driving = f"{where} does not permit transfers (allow = {sorted(f.allow)})"
+        else:
+            driving = None
+        if driving is not None:
             for needs_engine in (Capability.REGISTER_MEMORY, Capability.CACHE_CONTROL,
                                  Capability.CACHE_TTL, Capability.FORCED_REFRESH):
-                lacks[needs_engine] = lacks[Capability.ENGINE]
+                lacks[needs_engine] = driving
         restart = self._engine_restart_lacks()
         if restart:
             lacks[Capability.ENGINE_RESTART] = restart
@@ -184,7 +191,7 @@ class DeploymentPlacement:
                               for e in driven
                               if capability in ENGINE_WIRES[e.protocol].lacks_by_protocol})
             if reasons or not driven:
-                lacks[capability] = "; ".join(reasons) or lacks.get(Capability.ENGINE, "")
+                lacks[capability] = "; ".join(reasons) or (driving or "")
         faults = self._metadata_faults_lacks()
         if faults:
             lacks[Capability.METADATA_FAULTS] = faults
