@@ -7,15 +7,16 @@
 #    and rdma-core's pyverbs (python3-pyverbs) for the reference engine's pyverbs backend
 #  - a virtualenv (.venv, or $MC_VENV) with this package, its test tools and Mooncake 0.3.13
 #  - the cached environments of the Mooncake releases the tests use by version
-#    ($MC_SETUP_RELEASES, default "0.3.11.post1 0.3.12.post1 0.3.13.post1 0.3.14": CI's fast
-#    subset runs on 0.3.13.post1 and 0.3.14, the harness-fault tests also start 0.3.11.post1
-#    and 0.3.12.post1; empty to skip), reused offline once there
+#    ($MC_SETUP_RELEASES, default "0.3.10.post2 0.3.11.post1 0.3.12.post1 0.3.13.post1 0.3.14":
+#    CI's fast subset runs on 0.3.13.post1 and 0.3.14, the harness-fault tests also start
+#    0.3.11.post1 and 0.3.12.post1, the emulated-RDMA tests 0.3.10.post2 (a fortified build)
+#    and 0.3.14 (one linking libmlx5); empty to skip), reused offline once there
 #  - the emulated libibverbs.so.1 (pytest_mooncake/verbs), built once into the plugin's cache
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MC_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-RELEASES=${MC_SETUP_RELEASES-0.3.11.post1 0.3.12.post1 0.3.13.post1 0.3.14}
+RELEASES=${MC_SETUP_RELEASES-0.3.10.post2 0.3.11.post1 0.3.12.post1 0.3.13.post1 0.3.14}
 
 # shellcheck source=scripts/apt-helpers.sh
 source scripts/apt-helpers.sh
