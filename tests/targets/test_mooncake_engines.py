@@ -155,6 +155,8 @@ def test_graceful_stop_unpublishes_but_sigkill_leaves_the_key(engines, etcd_meta
     handle's stop() then removes leftovers so a later engine of that name starts clean."""
     stopped, killed = engines("gs"), engines("gk")
     stopped.stop()
+    assert stopped.stop_outcome == "exited", stopped.logs()[-2000:]
+    assert "driver: engine destroyed" in stopped.logs()
     assert stopped.left_behind == []
     killed.kill()
     key = f"mooncake/ram/{killed.segment}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import ctypes
+import gc
 import json
 import mmap
 import os
@@ -139,6 +140,13 @@ class EngineDriver:
         self.next_transfer = 0
         self.counts = {"writes_ok": 0, "writes_failed": 0, "reads_ok": 0, "reads_failed": 0,
                        "lookups_ok": 0, "lookups_failed": 0}
+
+    def close(self) -> None:
+        """Destroy the engine now (its destructor unpublishes the segment), not whenever the
+        interpreter's shutdown gets to it: a session thread still holding ``self`` would
+        otherwise keep it alive past exit, and the keys would stay behind as after SIGKILL."""
+        self.engine = None
+        gc.collect()
 
     def info(self) -> dict:
         return {"segment": self.segment, "pid": os.getpid(), "rpc_port": self.engine.get_rpc_port(),
@@ -406,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     driver = EngineDriver(args) if args.mode == "engine" else StoreDriver(args)
     serve(driver, args.ready_file, args.control_host, args.control_port)
+    if isinstance(driver, EngineDriver):
+        driver.close()
+        print("driver: engine destroyed", flush=True)
     return 0
 
 

@@ -31,6 +31,10 @@ from pytest_mooncake.targets.mooncake.driver_control import (
 )
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 
+STOP_GRACE = 30.0
+"""Seconds a driver gets to exit after ``stop`` (its engine's destructor deletes the keys and
+joins the engine's threads; on a loaded machine that took over 10 s) before SIGTERM."""
+
 
 class EngineRestartFailed(AssertionError):
     """An engine that started once refused to start again under its name: a verdict on the
@@ -207,6 +211,10 @@ class MooncakeEngine(DriverCommands):
         self.process: ManagedProcess | None = None
         self.control: ControlClient | None = None
         self.left_behind: list[str] = []
+        self.stop_outcome = ""
+        """How the last ``stop`` ended: ``exited`` when the driver exited by itself (the
+        engine's destructor ran), else what happened instead (a test of the destructor's
+        effects must know whether it ran)."""
         self.opened: set[str] = set()
         """Peers this process has opened (so the engine may hold their descriptor)."""
         self._start(address=fixed_address, avoid=0)
@@ -283,13 +291,19 @@ class MooncakeEngine(DriverCommands):
         Then remove what the engine left in the shared metadata store (its descriptor and RPC
         entry; ``left_behind`` lists them): 0.3.13 merges a stale descriptor into the next
         engine under the same name, so a later test must not inherit this one's."""
+        self.stop_outcome = "not running"
         if self.alive() and self.control is not None:
             try:
                 self.control.call("stop")
-            except ControlError:
-                pass
+            except ControlError as exc:
+                self.stop_outcome = f"the stop command failed ({exc})"
             self.control.close()
-            self.process.wait_exit(10)
+            code = self.process.wait_exit(STOP_GRACE)
+            if code is not None and self.stop_outcome == "not running":
+                self.stop_outcome = "exited" if code == 0 else f"exited with status {code}"
+            elif code is None:
+                self.stop_outcome = (f"still running {STOP_GRACE:g} s after the stop command; "
+                                     f"SIGTERM, then SIGKILL")
         if self.process is not None:
             self.process.terminate()
         self.left_behind = []
