@@ -9,6 +9,8 @@ this script copies the repository to a scratch directory, applies the patch ther
    --mc-only=ID,...``), then, if they all passed,
 2. the project's own tests of the mutated module (the mutant's ``tests``).
 
+Before any mutant, a baseline runs the same suites and tests on the unmutated tree: a test that
+fails there would kill every mutant it judges, so the run stops instead (exit 2).
 The first failing test kills the mutant; a run that outlives the deadline is a hang, also a kill.
 A mutant that passes both is SURVIVED. The table, the kill rate of the suites alone and of
 suites + project tests, and a JSON result (``--json``) come out at the end.
@@ -35,10 +37,18 @@ from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
 from mutation.report import summary, table
-from mutation.runner import Config, run_all
+from mutation.runner import BaselineFailed, Config, run_all
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DEADLINE = 420.0
+
+
+def default_python(root: Path) -> str:
+    """The repository's own venv (what scripts/setup.sh makes) when it exists: a bare
+    ``python scripts/mutants.py`` would otherwise judge with an interpreter that may lack the
+    project's dependencies."""
+    venv = root / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
 
 
 def select(mutants: list[Mutant], only: list[str], families: list[str], sample: int | None,
@@ -82,8 +92,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--catalogue", type=Path, default=ROOT / "mutants",
                    help="directory of *.toml mutant files (default mutants/)")
     p.add_argument("--root", type=Path, default=ROOT, help="repository to mutate (default: this)")
-    p.add_argument("--python", default=sys.executable,
-                   help="interpreter with the project installed (default: this one)")
+    p.add_argument("--python", default=None,
+                   help="interpreter with the project and its dependencies installed "
+                        "(default: the repository's .venv/bin/python if there is one, else "
+                        "this one)")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip the baseline run (the judging suites and tests on the unmutated "
+                        "tree, which must pass before any kill counts)")
     p.add_argument("--check", action="store_true",
                    help="only check that every patch applies and compiles")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
@@ -117,12 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         print("mutants: nothing selected", file=sys.stderr)
         return 2
-    cfg = Config(args.python, seed, args.deadline, args.suites_only, args.confirm,
-                 args.keep.resolve() if args.keep else None)
+    python = args.python or default_python(root)
+    cfg = Config(python, seed, args.deadline, args.suites_only, args.confirm,
+                 args.keep.resolve() if args.keep else None, baseline=not args.no_baseline)
     print(f"mutants: {len(chosen)} of {len(mutants)} mutants, seed {seed}, {args.jobs} at a time, "
           f"deadline {args.deadline:.0f}s, judged by the suites"
           + ("" if args.suites_only else " then the project tests"), flush=True)
-    results = run_all(chosen, cfg, root, args.jobs)
+    print(f"mutants: interpreter {python}", flush=True)
+    try:
+        results = run_all(chosen, cfg, root, args.jobs)
+    except BaselineFailed as exc:
+        print(f"mutants: {exc}", file=sys.stderr)
+        return 2
     print()
     print(table(results))
     s = summary(results)

@@ -75,6 +75,10 @@ class Result:
         return self.status in (KILLED, HANG)
 
 
+class BaselineFailed(RuntimeError):
+    """The suites or tests fail on the unmutated tree; the message says which and why."""
+
+
 @dataclass
 class Config:
     python: str
@@ -83,6 +87,8 @@ class Config:
     suites_only: bool = False
     confirm: bool = False
     keep: Path | None = None
+    baseline: bool = True
+    baseline_deadline: float = 1800.0
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -155,6 +161,35 @@ class Runner:
     def suites_args(self, m: Mutant) -> list[str]:
         return ["-p", "pytest_mooncake", *m.suites, f"--mc-only={','.join(m.requirements)}",
                 f"--mc-seed={self.cfg.seed}"]
+
+    def baseline(self, chosen: list[Mutant]) -> None:
+        """Run what will judge the mutants on the unmutated tree first: a test that fails
+        there would "kill" every mutant it judges (an interpreter without the project's
+        dependencies once made 63 of 87 kills meaningless), so any failure stops the run."""
+        reqs = sorted({r for m in chosen for r in m.requirements})
+        suites = sorted({s for m in chosen for s in m.suites})
+        runs = [("suites", ["-p", "pytest_mooncake", *suites, f"--mc-only={','.join(reqs)}",
+                            f"--mc-seed={self.cfg.seed}"])]
+        tests = sorted({t for m in chosen for t in m.tests})
+        if tests and not self.cfg.suites_only:
+            runs.append(("tests", tests))
+        for phase, args in runs:
+            log = self.scratch / f"baseline-{phase}.log"
+            junit = self.scratch / f"baseline-{phase}.xml"
+            started = time.monotonic()
+            rc, _ = self._pytest(self.base, args, junit, self.cfg.baseline_deadline, log)
+            verdict = judge(rc, junit, self.cfg.baseline_deadline)
+            print(f"baseline: the {phase} that judge these mutants, on the unmutated tree: "
+                  f"{'pass' if verdict is None else verdict[0]} "
+                  f"({time.monotonic() - started:.0f}s)", flush=True)
+            if verdict is not None:
+                status, killer, detail = verdict
+                raise BaselineFailed(
+                    f"the {phase} fail without any mutant ({status}"
+                    + (f": {killer}" if killer else "") + (f"; {detail}" if detail else "")
+                    + f"), so no kill would mean anything. Is {self.cfg.python} the project's "
+                    f"interpreter (--python; scripts/setup.sh makes .venv)? Last lines of the "
+                    f"run:\n{_tail(log)}")
 
     def run(self, m: Mutant) -> Result:
         res = Result(m.id, list(m.requirements), m.kind, SURVIVED)
@@ -266,6 +301,8 @@ def run_all(chosen: list[Mutant], cfg: Config, root: Path, jobs: int) -> list[Re
         runner = Runner(cfg, base, scratch)
         runner.verify_imports(sorted({f.split("/", 1)[0] for m in chosen for f in m.files
                                       if "/" in f}))
+        if cfg.baseline:
+            runner.baseline(chosen)
         results: dict[str, Result] = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {pool.submit(runner.run, m): m for m in chosen}

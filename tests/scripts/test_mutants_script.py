@@ -209,3 +209,26 @@ def test_the_runner_tells_kills_hangs_and_survivors_apart(tmp_path):
     assert "| MR-1-harmless" in proc.stdout and "SURVIVED" in proc.stdout
     assert "suites alone: 2/4 killed (50.0%)" in proc.stdout
     assert (repo / "toy" / "calc.py").read_text() == TOY_MODULE, "the tree itself was touched"
+
+
+def test_a_suite_that_fails_without_any_mutant_stops_the_run(tmp_path):
+    """The baseline: a judging test that fails on the unmutated tree (a missing dependency,
+    a broken fixture) would count as a kill of every mutant; the run refuses instead."""
+    repo = tmp_path / "repo"
+    broken = TOY_SUITE.replace("assert add(2, 2) == 4", "assert add(2, 2) == 5")
+    for path, text in {"toy/__init__.py": "", "toy/calc.py": TOY_MODULE,
+                       "suites/test_toy.py": broken, "tests/test_calc.py": TOY_TESTS,
+                       "cat/T.toml": TOY_CATALOGUE}.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    result = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "mutants.py"), "--root", str(repo),
+         "--catalogue", str(repo / "cat"), "--json", str(result), "--seed", "3",
+         "--python", sys.executable],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the suites fail without any mutant" in proc.stderr
+    assert "suites/test_toy.py::test_add" in proc.stderr
+    assert "baseline:" in proc.stdout and not result.exists()
+    assert "[1/" not in proc.stdout, "mutants ran after a failed baseline"
