@@ -1,0 +1,51 @@
+"""CI's share of the mutant catalogue: a rotating sample of mutants must all die.
+
+The whole catalogue takes about half an hour (README, "Detection power"); CI draws a few mutants
+each day, so over a month every one is judged again against the suites as they are then. The
+seed is the UTC day number unless ``MC_MUTANTS_SEED`` names one; it is printed, and the failure
+message says how to replay the sample.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = 3
+
+
+def sample_seed() -> int:
+    chosen = os.environ.get("MC_MUTANTS_SEED", "")
+    if chosen:
+        try:
+            return int(chosen)
+        except ValueError:
+            raise pytest.UsageError(f"MC_MUTANTS_SEED={chosen!r} is not an integer") from None
+    return datetime.datetime.now(datetime.UTC).date().toordinal()
+
+
+@pytest.mark.xdist_group("mutants")
+def test_a_rotating_sample_of_the_catalogue_is_killed(tmp_path):
+    seed = sample_seed()
+    result = tmp_path / "mutants.json"
+    replay = (f"MC_MUTANTS_SEED={seed} or: .venv/bin/python scripts/mutants.py "
+              f"--sample {SAMPLE} --seed {seed}")
+    print(f"mutant sample seed {seed} (replay: {replay})")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "mutants.py"), "--sample", str(SAMPLE),
+         "--seed", str(seed), "-j", "1", "--python", sys.executable, "--json", str(result)],
+        capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    out = proc.stdout[-6000:] + proc.stderr[-4000:]
+    assert result.exists(), f"no result (exit {proc.returncode}); {replay}\n{out}"
+    doc = json.loads(result.read_text())
+    assert len(doc["mutants"]) == SAMPLE and doc["seed"] == seed
+    alive = [m["id"] for m in doc["mutants"] if m["status"] not in ("killed", "killed (hang)")]
+    assert not alive, f"mutants not killed: {alive}; {replay}\n{out}"
+    assert proc.returncode == 0, out
