@@ -404,9 +404,21 @@ class RdmaHandle(Protocol):
                 seed: int | None = None, depth: int | None = None,
                 dedicated_poller: bool = False) -> Any: ...
     def replay(self, token: str) -> Any: ...
-    def cluster(self, controlled: bool = True, dedicated_poller: bool = False,
+    def cluster(self, controlled: bool = True, dedicated_poller: bool | str = False,
                 **config: Any) -> Any: ...
     def close(self) -> None: ...
+
+
+DEDICATED_POLLER = "MC_RDMA_DEDICATED_POLLER"
+
+
+def dedicated_poller_env(value: bool | str) -> dict[str, str]:
+    """``cluster(dedicated_poller=...)`` as the environment its nodes get: True sets
+    ``MC_RDMA_DEDICATED_POLLER=1``, False leaves it unset, a string is set as given (``"0"``:
+    the variable is there and says no)."""
+    if isinstance(value, str):
+        return {DEDICATED_POLLER: value}
+    return {DEDICATED_POLLER: "1"} if value else {}
 
 
 # ---------------------------------------------------------------------------------- target

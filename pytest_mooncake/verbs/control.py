@@ -178,7 +178,8 @@ class PostedWr:
 
 @dataclass(frozen=True)
 class ThreadActivity:
-    """What one thread of the process did on the NIC: WRs posted, CQ polls and completions."""
+    """What one thread of the process did on the NIC: WRs posted, CQ polls and completions,
+    and which CQs (by id) it polled."""
 
     tid: int
     name: str
@@ -186,6 +187,7 @@ class ThreadActivity:
     refused: int
     polls: int
     polled: int
+    cqs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -364,9 +366,11 @@ class VerbsControl:
         return [_from(PostedWr, d) for kind, d in reply.lines if kind == "post"]
 
     def threads(self) -> list[ThreadActivity]:
-        """Per thread: WRs posted and completions polled (the worker model, from outside)."""
-        return [_from(ThreadActivity, d) for kind, d in self.request("threads").lines
-                if kind == "thread"]
+        """Per thread: WRs posted, completions polled and the CQs polled (the worker model,
+        from outside)."""
+        return [_from(ThreadActivity, {**d, "cqs": tuple(
+                    int(i) for i in str(d.get("cqs", "")).split(",") if i)})
+                for kind, d in self.request("threads").lines if kind == "thread"]
 
     def retired(self) -> list[RetiredQp]:
         """The QPs the process destroyed (the last 1024), oldest first."""

@@ -54,10 +54,10 @@ def assert_checked(cluster, req: str, what: str) -> None:
     assert not found, f"after {what}, {req}'s invariants broke: {explain(found)}"
 
 
-def two_nodes(mc_completions, a_nics=("mlx5_0",), **config):
+def two_nodes(mc_completions, a_nics=("mlx5_0",), b_nics=("mlx5_0", "mlx5_1"), **config):
     cluster = mc_completions.cluster(**config)
     cluster.add_node("A", a_nics)
-    cluster.add_node("B", ["mlx5_0", "mlx5_1"])
+    cluster.add_node("B", b_nics)
     return cluster
 
 
@@ -105,6 +105,42 @@ def test_shared_worker_model_is_the_default(mc_completions):
         f"({opted.describe_workers('A')})")
 
 
+@pytest.mark.mc_req("CO-1")
+@pytest.mark.parametrize("value", ["0", "false"])
+def test_dedicated_poller_variable_saying_no_keeps_the_shared_model(mc_completions, value):
+    """The dedicated poller runs only when MC_RDMA_DEDICATED_POLLER asks for it: set to a value
+    that says no, the variable must leave the default model in place."""
+    try:
+        cluster = two_nodes(mc_completions, dedicated_poller=value)
+    except TargetLacks as exc:
+        pytest.fail(f"CO-1 requires MC_RDMA_DEDICATED_POLLER to decide the worker model; "
+                    f"{exc.reason}", pytrace=False)
+    t = cluster.submit("A", "B", SLICE)
+    completed(cluster, t, f"a transfer with MC_RDMA_DEDICATED_POLLER={value}")
+    model = cluster.worker_model("A")
+    assert model != "dedicated", (
+        f"MC_RDMA_DEDICATED_POLLER={value} turned the dedicated poller on "
+        f"({cluster.describe_workers('A')}); CO-1 keeps it opt-in: a value that says no is no")
+
+
+@pytest.mark.mc_req("CO-1")
+def test_each_cq_is_polled_by_one_worker_by_default(mc_completions):
+    """In the default (shared) model each worker polls its own shard of CQs, and the shards
+    are disjoint: the NIC sees every CQ polled by one thread only. Free-running, so each worker
+    is a thread of its own and the NIC can tell them apart."""
+    cluster = two_nodes(mc_completions, controlled=False)
+    for i in range(8):
+        t = cluster.submit("A", "B", 2 * SLICE, src_offset=2 * i * SLICE,
+                           dst_offset=2 * i * SLICE)
+        completed(cluster, t, f"transfer {i}")
+    pollers = {cq: threads for cq, threads in cluster.cq_pollers("A").items() if threads}
+    assert pollers, f"precondition: some thread of A polled a CQ ({cluster.describe_workers('A')})"
+    shared = {cq: threads for cq, threads in pollers.items() if len(threads) > 1}
+    assert not shared, (
+        f"A's CQs were polled by more than one thread: {shared}; CO-1's default model has each "
+        f"worker poll its own shard of CQs (disjoint shards), so no CQ is polled concurrently")
+
+
 # ------------------------------------------------------------------------------- CO-2, CO-4
 
 
@@ -131,7 +167,11 @@ def test_each_attempt_posts_its_own_wr_id(mc_completions):
 
 @pytest.mark.mc_req("CO-2", "CO-4")
 @pytest.mark.mc_requires("rdma_state")
-def test_each_post_has_its_own_token_and_stale_completions_are_ignored(mc_completions):
+@pytest.mark.parametrize("stale", [None, "RETRY_EXC_ERR"], ids=["success", "error"])
+def test_each_post_has_its_own_token_and_stale_completions_are_ignored(mc_completions, stale):
+    """The first attempt's completion is held, the slice is retried and ends; then the held
+    completion arrives, as it came (success) or as an error: neither may change the slice's
+    status or charge its retry count (an error of an old attempt is not the slice's failure)."""
     cluster = two_nodes(mc_completions)
     cluster.write_local("A", 0, b"payload!" * 512)
     t = cluster.submit("A", "B", 4096)
@@ -140,7 +180,7 @@ def test_each_post_has_its_own_token_and_stale_completions_are_ignored(mc_comple
     cluster.force_retry(t, 0)
     assert cluster.settle()
     before = cluster.slices(t)[0]
-    cluster.release("old")
+    cluster.release("old", status=stale)
     assert cluster.settle()
     posts = cluster.posts(t, 0)
     ids = [p["wr_id"] for p in posts]
@@ -150,9 +190,9 @@ def test_each_post_has_its_own_token_and_stale_completions_are_ignored(mc_comple
     after = cluster.slices(t)[0]
     assert (after["status"], after["retry_cnt"], after["successes"], after["failures"]) == (
         before["status"], before["retry_cnt"], before["successes"], before["failures"]), (
-        f"the held completion of the first attempt arrived after the retry had finished and "
-        f"changed the slice from {before} to {after}; CO-4 forbids a stale completion to change "
-        f"status or retry count")
+        f"the held completion of the first attempt arrived ({stale or 'SUCCESS'}) after the "
+        f"retry had finished and changed the slice from {before} to {after}; CO-4 forbids a "
+        f"stale completion to change status or retry count")
     assert cluster.read("B", 0, 4096) == b"payload!" * 512
 
 
@@ -234,6 +274,26 @@ def test_every_completion_releases_its_resources(mc_completions, case):
     assert_checked(cluster, "CO-3", f"a {case} completion")
 
 
+@pytest.mark.mc_req("CO-3")
+def test_work_left_for_a_full_send_queue_holds_nothing(mc_completions):
+    """A's send queues take two WRs each (max_wr=2): a 16-slice transfer fills them, and the
+    slices that do not fit wait and are posted as completions free the slots. Only what was
+    posted may be counted, and every completion releases what its post holds: once settled,
+    nothing is left counted (send-queue slots, CQ outstanding)."""
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), max_wr=2)
+    data = payload(b"full-sq", 16 * SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", 16 * SLICE)
+    completed(cluster, t, "a transfer larger than A's send queues")
+    assert cluster.read("B", 0, 16 * SLICE) == data, "the bytes at B are not the payload"
+    left = unreleased(cluster, "A")
+    assert not left, (
+        f"after a transfer that outgrew A's send queues (max_wr=2) settled, A still counts "
+        f"{left}; CO-3 requires every completion to release exactly what its post holds, and "
+        f"slices left for later hold nothing until posted")
+    assert_checked(cluster, "CO-3", "a transfer larger than the send queues")
+
+
 # ------------------------------------------------------------------------------- CO-8
 
 
@@ -244,16 +304,20 @@ def test_partial_post_counts_only_wrs_before_bad_wr(mc_completions):
 
 
 @pytest.mark.mc_req("CO-8")
-def test_partial_post_posts_every_slice_once(mc_completions):
-    cluster = two_nodes(mc_completions)
+@pytest.mark.parametrize("bad", [0, 1, 2, 3])
+def test_partial_post_posts_every_slice_once(mc_completions, bad):
+    """post_send refuses one WR of a four-slice transfer as bad_wr: the first, one within, or
+    the last; the transfer's WRs may be spread over several QPs, so what comes after bad_wr
+    includes other QPs' parts. Every slice must still be posted exactly once."""
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
     data = payload(b"bad_wr..", 4 * SLICE)
     cluster.write_local("A", 0, data)
     t = cluster.submit("A", "B", 4 * SLICE)
-    cluster.fail_post(t, 2)
-    completed(cluster, t, "a transfer whose post was refused at its third WR")
+    cluster.fail_post(t, bad)
+    completed(cluster, t, f"a transfer whose post was refused at slice {bad}")
     counts = {i: len(cluster.posts(t, i)) for i in range(4)}
     assert all(n == 1 for n in counts.values()), (
-        f"after post_send refused slice 2 as bad_wr, the slices were posted {counts} times; "
+        f"after post_send refused slice {bad} as bad_wr, the slices were posted {counts} times; "
         f"CO-8 requires the WRs before bad_wr to count as posted (never posted again) and the "
         f"rest to be retried exactly once")
     assert cluster.read("B", 0, 4 * SLICE) == data, "the bytes at B are not the payload"
@@ -262,10 +326,11 @@ def test_partial_post_posts_every_slice_once(mc_completions):
 
 @pytest.mark.mc_req("CO-8")
 @pytest.mark.mc_requires("rdma_state")
-def test_bad_wr_slices_retried_exactly_once(mc_completions):
-    cluster = two_nodes(mc_completions)
+@pytest.mark.parametrize("bad", [0, 1, 2, 3])
+def test_bad_wr_slices_retried_exactly_once(mc_completions, bad):
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
     t = cluster.submit("A", "B", 4 * 4096)
-    cluster.fail_post(t, 2)
+    cluster.fail_post(t, bad)
     assert cluster.settle()
     assert cluster.status(t) == "COMPLETED", f"transfer ended {cluster.status(t)}"
     for i, s in enumerate(cluster.slices(t)):
@@ -288,11 +353,31 @@ def test_stale_token_never_retires_the_active_generation(mc_completions):
 
 
 @pytest.mark.mc_req("CO-5")
-def test_stale_error_completion_spares_the_active_endpoint(mc_completions):
+@pytest.mark.mc_requires("scheduler")
+@pytest.mark.parametrize("scenario", [RETIRE_WHILE_POSTING, QP_FATAL, BAD_WR])
+def test_no_explored_interleaving_lets_a_stale_token_retire_the_active_generation(
+        mc_completions, scenario):
+    """CO-5 holds under every interleaving, not only the pinned ones: explore the scenarios
+    in which an endpoint retires while its completions are still arriving and slices move on
+    to the endpoint that replaces it. No schedule may let a completion or event of the old
+    generation retire the new one."""
+    result = mc_completions.explore(scenario)
+    stale = [v for v in result.failure.violations if v.kind == "stale_retire"] \
+        if result.found else []
+    assert not stale, (
+        f"schedule {result.schedules_run} of the '{scenario}' exploration let a stale token "
+        f"retire the active generation (CO-5): {explain(stale)}. Replay it with "
+        f"--mc-replay={result.failure.exact_token}")
+
+
+@pytest.mark.mc_req("CO-5")
+@pytest.mark.parametrize("b_nics", [("mlx5_0",), ("mlx5_0", "mlx5_1")], ids=["same-path", "rails"])
+def test_stale_error_completion_spares_the_active_endpoint(mc_completions, b_nics):
     """A's first endpoint to B fails while one of its completions is held; A moves on to a new
-    endpoint; then the held completion arrives, as an error. The endpoint A uses now must
-    survive it, and keep carrying A's transfers."""
-    cluster = two_nodes(mc_completions)
+    endpoint (to the same peer NIC when B has one, the generation that replaced the failed
+    one); then the held completion arrives, as an error. The endpoint A uses now must survive
+    it, and keep carrying A's transfers."""
+    cluster = two_nodes(mc_completions, b_nics=b_nics)
     t1 = cluster.submit("A", "B", SLICE)
     cluster.hold(t1, 0, tag="old")
     assert cluster.settle()
@@ -319,7 +404,8 @@ def test_stale_error_completion_spares_the_active_endpoint(mc_completions):
 
 @pytest.mark.mc_req("CO-6")
 @pytest.mark.mc_requires("rdma_state")
-@pytest.mark.parametrize("cause", ["cq_error", "qp_fatal", "device_fatal", "gid_change", "eviction"])
+@pytest.mark.parametrize("cause", ["cq_error", "qp_fatal", "device_fatal", "gid_change", "eviction",
+                                   "passive_stale"])
 def test_every_deletion_cause_goes_through_the_retire_path(mc_completions, cause):
     cluster = mc_completions.cluster(max_ep_per_ctx=1) if cause == "eviction" else \
         mc_completions.cluster()
@@ -337,6 +423,9 @@ def test_every_deletion_cause_goes_through_the_retire_path(mc_completions, cause
         cluster.device_fatal("A", "mlx5_0")
     elif cause == "gid_change":
         cluster.gid_change("A", "mlx5_0", "fe80::99")
+    elif cause == "passive_stale":  # B's new process handshakes: A's endpoint to B is stale
+        cluster.restart_peer("B")
+        cluster.submit("B", "A", 4096)
     else:
         cluster.submit("A", "C", 4096)
     assert cluster.settle()
@@ -392,6 +481,36 @@ def test_every_deletion_cause_retires_the_endpoint(mc_completions, cause):
     assert_checked(cluster, "CO-6", f"a {cause}")
 
 
+@pytest.mark.mc_req("CO-6", "CO-7")
+def test_stale_endpoint_found_by_a_passive_handshake_drains_before_destruction(mc_completions):
+    """B restarts while A's endpoint to it has a WR outstanding (its completion held); B's new
+    process connects to A, and A finds its endpoint to B's NIC stale. That cause too goes the
+    retire path: the old QPs leave use at once, are destroyed only once their posted work
+    drained (or the drain timeout passed), and A's transfer ends, once."""
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
+    first = cluster.submit("A", "B", SLICE)
+    completed(cluster, first, "A's first transfer to B")
+    old = live_qps_to(cluster, "A", "B")
+    assert old, f"precondition: A has live QPs to B ({cluster.qps('A')})"
+    t = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+    cluster.hold(t, 0, tag="old")
+    assert cluster.settle(), "the held transfer's completion was never held"
+    cluster.restart_peer("B")
+    back = cluster.submit("B", "A", SLICE, src_offset=2 * SLICE, dst_offset=2 * SLICE)
+    completed(cluster, back, "B's new process writing to A")
+    still = old & live_qps_to(cluster, "A", "B")
+    assert not still, (
+        f"after B's new process connected, A's QPs {sorted(still)} of its stale endpoint to B "
+        f"are still live (RTS); CO-6 requires the stale endpoint a passive handshake finds to be "
+        f"retired")
+    cluster.release("old")
+    assert cluster.settle(), "the cluster did not settle after the held completion arrived"
+    assert cluster.status(t) != "WAITING", (
+        "A's transfer whose WR was outstanding on the stale endpoint never ended; CO-7 requires "
+        "a retired endpoint's posted work to drain (or be reclaimed after the drain timeout)")
+    assert_checked(cluster, "CO-6/CO-7", "a stale endpoint found by a passive handshake")
+
+
 @pytest.mark.mc_req("CO-7")
 @pytest.mark.mc_requires("scheduler")
 def test_retired_endpoints_drain_then_are_reclaimed(mc_completions):
@@ -400,17 +519,20 @@ def test_retired_endpoints_drain_then_are_reclaimed(mc_completions):
 
 
 @pytest.mark.mc_req("CO-7")
-def test_retired_endpoint_is_never_posted_to_and_destroyed_after_draining(mc_completions):
-    """A's endpoint to B fails while a completion of it is held: A's next transfer goes
-    elsewhere, the held completion drains, the QPs go, and nothing was posted to them after."""
-    cluster = two_nodes(mc_completions)
-    t1 = cluster.submit("A", "B", SLICE)
-    cluster.hold(t1, 0, tag="old")
+@pytest.mark.parametrize("held", [0, 1])
+def test_retired_endpoint_is_never_posted_to_and_destroyed_after_draining(mc_completions, held):
+    """A's endpoint to B fails while the completion of one slice of a two-slice transfer is
+    held (the other completed; the endpoint's QPs may have carried one each, so the work left
+    is on one QP, whichever): A's next transfer goes elsewhere, the held completion drains,
+    the QPs go, nothing was posted to them after, and the held transfer ends once."""
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
+    t1 = cluster.submit("A", "B", 2 * SLICE)
+    cluster.hold(t1, held, tag="old")
     assert cluster.settle()
-    qp = cluster.posts(t1, 0)[0]["qp_num"]
+    qp = cluster.posts(t1, held)[0]["qp_num"]
     assert cluster.qp_fatal("A", "B") >= 1  # the endpoint of the held attempt retires
     assert cluster.settle()
-    t2 = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+    t2 = cluster.submit("A", "B", SLICE, src_offset=2 * SLICE, dst_offset=2 * SLICE)
     completed(cluster, t2, "a transfer after A's endpoint to B failed")
     assert qp not in {p["qp_num"] for p in cluster.posts(t2, 0)}, (
         f"a new transfer was posted to QP {qp} after its endpoint was retired (CO-7)")

@@ -122,6 +122,22 @@ def test_free_running_cluster_through_the_handle():
     assert c.check() == []
 
 
+@pytest.mark.parametrize("poller", [False, True, "0"], ids=["default", "dedicated", "said-no"])
+def test_cq_pollers_name_the_threads_that_polled_each_cq(poller):
+    handle = _handle("rfc")
+    c = handle.cluster(controlled=False, dedicated_poller=poller)
+    c.add_node("A")
+    c.add_node("B")
+    t = c.submit("A", "B", 4 * 4096)
+    assert c.settle() and c.status(t) == "COMPLETED"
+    # shared: worker 0 polls the context's one CQ; dedicated: worker 0 is the poller
+    assert c.cq_pollers("A") == {"mlx5_0/cq0": ["A@mlx5_0.w0"]}
+    assert c.worker_model("A") == ("dedicated" if poller is True else "shared")
+    with pytest.raises(TargetLacks, match="one thread"):
+        handle.cluster().cq_pollers("A")
+    handle.close()
+
+
 def test_mc_completions_fixture_gives_this_handle(mc_completions):
     assert mc_completions.scenarios()
     assert mc_completions.run_interleaving("partial_post_bad_wr").steps > 0

@@ -67,6 +67,17 @@ def test_held_completions_come_back_in_the_order_released(fabric, peers):
     assert ctl.held() == [] and ctl.counters().held == 0
 
 
+def test_threads_name_the_cqs_they_polled(fabric, peers):
+    a, b = connected_pair(peers(), peers())
+    ctl = fabric.control(a.peer.pid)
+    assert a.post(WRITE, b, 1, 256)["rc"] == 0
+    assert statuses(a.poll_until(1)) == [(1, WC_SUCCESS)]
+    (cq,) = ctl.counters().cqs.values()
+    (poller,) = [t for t in ctl.threads() if t.polls]
+    assert poller.cqs == (cq.id,) and poller.polled == 1
+    assert all(t.cqs == () for t in fabric.control(b.peer.pid).threads())
+
+
 def test_nth_picks_one_completion_and_wr_id_filters(fabric, peers):
     a, b = connected_pair(peers(), peers())
     ctl = fabric.control(a.peer.pid)

@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
-from pytest_mooncake.targets.base import Capability, RdmaViolation, TargetError, TargetLacks
+from pytest_mooncake.targets.base import (
+    DEDICATED_POLLER,
+    Capability,
+    RdmaViolation,
+    TargetError,
+    TargetLacks,
+    dedicated_poller_env,
+)
 from pytest_mooncake.targets.mooncake.driver_engines import MooncakeEngine
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 from pytest_mooncake.verbs import EmulatedFabric, ProcessGone, VerbsControl, VerbsControlError
@@ -62,7 +69,6 @@ CONFIG_ENV = {
     "metadata_refresh_seconds": "MC_TE_METADATA_REFRESH_INTERVAL_SECONDS",
 }
 """``cluster(**config)`` keys a real build takes, as the environment variables it reads."""
-DEDICATED = {"MC_RDMA_DEDICATED_POLLER": "1"}
 LOG_FINDINGS = re.compile(r"(Sanitizer|heap-use-after-free|double free|malloc\(\)|free\(\)|"
                           r"corrupted|Segmentation fault|Aborted|Check failed|^F\d{4} )")
 ROUTINE = re.compile(r"Batch Transfer completed|transfer_engine_py.cpp:\d+\] Sync")
@@ -128,17 +134,18 @@ class MooncakeRdma:
     def replay(self, token: str) -> Any:
         raise self._lack(Capability.SCHEDULER)
 
-    def cluster(self, controlled: bool = True, dedicated_poller: bool = False,
+    def cluster(self, controlled: bool = True, dedicated_poller: bool | str = False,
                 **config: Any) -> EmulatedRdmaCluster:
         """Engines on a fresh emulated fabric. ``controlled`` is accepted and means nothing
-        here (a real build always runs free); ``config``: ``CONFIG_ENV``'s keys, each passed as
-        the environment variable the build reads (refused where the build does not read it)."""
-        (knob,) = DEDICATED
-        if dedicated_poller and not self._reads(knob):
+        here (a real build always runs free); ``dedicated_poller``: see
+        ``dedicated_poller_env``; ``config``: ``CONFIG_ENV``'s keys, each passed as the
+        environment variable the build reads (refused where the build does not read it)."""
+        env = dedicated_poller_env(dedicated_poller)
+        if env and not self._reads(DEDICATED_POLLER):
             raise TargetLacks(Capability.RDMA_CONTROL, (
-                f"cluster(dedicated_poller=True): {self.placement.version} does not read {knob} "
-                f"(the name is nowhere in its engine library): it has no dedicated-poller opt-in"))
-        env = dict(DEDICATED) if dedicated_poller else {}
+                f"cluster(dedicated_poller={dedicated_poller!r}): {self.placement.version} does "
+                f"not read {DEDICATED_POLLER} (the name is nowhere in its engine library): it "
+                f"has no dedicated-poller opt-in"))
         for key, value in config.items():
             var = CONFIG_ENV.get(key)
             if var is None:
@@ -599,6 +606,17 @@ class EmulatedRdmaCluster:
         if any(not t.posted for t in pollers):
             return "dedicated"
         return "mixed"
+
+    def cq_pollers(self, node: str) -> dict[str, list[str]]:
+        """Per CQ of ``node`` (``NIC/cqID``): the threads (``name/tid``) that called
+        ``ibv_poll_cq`` on it, empty polls included."""
+        n = self._node(node)
+        devs = {cq.id: cq.dev for cq in n.ctl.counters().cqs.values()}
+        out: dict[str, list[str]] = {f"{dev}/cq{i}": [] for i, dev in devs.items()}
+        for t in n.ctl.threads():
+            for cq in t.cqs:  # a CQ destroyed since is named by its id alone
+                out.setdefault(f"{devs.get(cq, '?')}/cq{cq}", []).append(f"{t.name}/{t.tid}")
+        return out
 
     def describe_workers(self, node: str) -> str:
         """The threads of ``node`` that posted or polled, as one line for messages."""

@@ -16,6 +16,7 @@ nothing of reference_engine leaks out, so suites stay target-agnostic):
   device-fatal and GID-change events, peer restarts keeping names/addresses/rkeys (or not the
   rkeys); ``settle()`` runs it to quiescence; ``check()`` returns the CO-9 violations.
   Observations: ``status``, ``slices`` (path, remote address and rkey per slice), ``posts``,
+  ``cq_pollers`` (the threads that polled each CQ; free-running clusters),
   ``queued``, ``endpoints`` (active), ``retired``, ``rails`` (error/pause state per peer NIC
   path), ``descriptor`` (what a node published), ``counters``, ``token_pool``.
 """
@@ -27,7 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
-from pytest_mooncake.targets.base import RdmaViolation
+from pytest_mooncake.targets.base import (
+    Capability,
+    RdmaViolation,
+    TargetLacks,
+    dedicated_poller_env,
+)
 from reference_engine.rdma.sim import exploration
 from reference_engine.rdma.sim.invariants import InvariantChecker
 from reference_engine.rdma.sim.scenarios import SCENARIOS
@@ -36,8 +42,6 @@ from reference_engine.rdma.sim.sim_cluster import SimCluster
 from reference_engine.rdma.sim.sim_verbs import DELAY, ERROR, FAIL_POST, HOLD, Fault
 from reference_engine.rdma.slices import STATUS_NAMES
 from reference_engine.rdma.verbs import Opcode, WcStatus
-
-DEDICATED = {"MC_RDMA_DEDICATED_POLLER": "1"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ class ReferenceRdma:
 
     def run_interleaving(self, name: str, dedicated_poller: bool = False) -> RdmaRun:
         return _run(exploration.run_once(name, self.profile, RoundRobin(),
-                                         DEDICATED if dedicated_poller else {}, pinned=True))
+                                         dedicated_poller_env(dedicated_poller), pinned=True))
 
     def explore(self, name: str, schedules: int | None = None, strategy: str | None = None,
                 seed: int | None = None, depth: int | None = None,
@@ -125,7 +129,7 @@ class ReferenceRdma:
             depth = 3
         result = exploration.explore(
             name, self.profile, schedules or self.schedules, strategy,
-            self.seed if seed is None else seed, depth, env=DEDICATED if dedicated_poller else {})
+            self.seed if seed is None else seed, depth, env=dedicated_poller_env(dedicated_poller))
         return RdmaExploration(name, self.profile, result.schedules,
                                _run(result.failure) if result.failure else None)
 
@@ -150,13 +154,14 @@ class ReferenceRdma:
             ["no violation in this replay"]
         return "\n".join(lines)
 
-    def cluster(self, controlled: bool = True, dedicated_poller: bool = False,
+    def cluster(self, controlled: bool = True, dedicated_poller: bool | str = False,
                 **config: Any) -> RdmaCluster:
         """A hand-built scenario. ``config``: RdmaConfig fields (slice_size, num_qp_per_ep,
         workers_per_ctx, max_ep_per_ctx, retry_cnt, destroy_timeout, ...) and
-        ``tcp_handshake=True`` (handshakes over loopback sockets in Mooncake's framing)."""
+        ``tcp_handshake=True`` (handshakes over loopback sockets in Mooncake's framing).
+        ``dedicated_poller``: see ``dedicated_poller_env``."""
         config.pop("metadata_refresh_seconds", None)  # let_refresh() forces a refresh here
-        c = RdmaCluster(self.profile, controlled, DEDICATED if dedicated_poller else {},
+        c = RdmaCluster(self.profile, controlled, dedicated_poller_env(dedicated_poller),
                         self.seed, config)
         self._clusters.append(c)
         return c
@@ -370,6 +375,18 @@ class RdmaCluster:
         out["cq_outstanding"] = sum(c.cq_outstanding() for c in tr.contexts)
         out["waiting_endpoints"] = sum(len(c.store.waiting) for c in tr.contexts)
         return out
+
+    def cq_pollers(self, node: str) -> dict[str, list[str]]:
+        """Per CQ of ``node`` (``NIC/cqN``): the threads that polled it, empty or not, as its
+        NIC saw them. Free-running clusters only: a controlled one runs every worker on the
+        test's thread (``TargetLacks``)."""
+        if self.controlled:
+            raise TargetLacks(Capability.RDMA_CONTROL, (
+                "cq_pollers() of a controlled cluster: its workers take turns on one thread; "
+                "build it with controlled=False"))
+        me = self.sim.peers[node].transport
+        return {f"{ctx.device_name}/cq{i}": sorted(cq.pollers)
+                for ctx in me.contexts for i, (cq, _) in enumerate(ctx.cqs)}
 
     def describe_workers(self, node: str) -> str:
         tr = self.sim.peers[node].transport

@@ -630,13 +630,18 @@ static void say_thread(const struct trace_thread *t, void *arg) {
     } else {
         snprintf(name, sizeof name, "(exited)");
     }
-    say(arg, "thread tid=%d name=%s posted=%llu refused=%llu polls=%llu polled=%llu\n",
+    char cqs[TRACE_THREAD_CQS * 11 + 1] = "";
+    size_t used = 0;
+    for (int i = 0; i < t->ncqs; i++)
+        used += (size_t)snprintf(cqs + used, sizeof cqs - used, "%s%u", i ? "," : "", t->cqs[i]);
+    say(arg, "thread tid=%d name=%s posted=%llu refused=%llu polls=%llu polled=%llu cqs=\"%s\"\n",
         (int)t->tid, name[0] ? name : "?", (unsigned long long)t->posted,
         (unsigned long long)t->refused, (unsigned long long)t->polls,
-        (unsigned long long)t->polled);
+        (unsigned long long)t->polled, cqs);
 }
 
-/* `threads`: per thread of this process, the WRs it posted and the completions it polled. */
+/* `threads`: per thread of this process, the WRs it posted, the completions it polled and the
+ * CQs it polled (ids, comma-separated). */
 static void cmd_threads(struct out *o) {
     say(o, "ok\n");
     emu_trace_threads(say_thread, o);

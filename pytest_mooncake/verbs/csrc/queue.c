@@ -236,7 +236,7 @@ int emu_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc) {
         cq->polled++;
     }
     pthread_mutex_unlock(&cq->lock);
-    emu_trace_poll(k);
+    emu_trace_poll(cq->id, k);
     if (k == 0) sched_yield(); /* the "NIC" is CPU here: an empty poll lends it the core */
     return k;
 }

@@ -4,8 +4,9 @@
  *    refused), with the QP, wr_id, opcode, local and remote address, length, rkey, the posting
  *    thread and the QP's state at that moment: a test sees which attempt carried which wr_id,
  *    and whether anything was posted to a QP already in ERR;
- *  - threads: per thread of the process, how many WRs it posted and how many completions it
- *    polled: the worker model (who posts, who polls) seen from outside;
+ *  - threads: per thread of the process, how many WRs it posted, how many completions it
+ *    polled and which CQs it polled: the worker model (who posts, who polls which CQ) seen
+ *    from outside;
  *  - retired QPs: the last TRACE_GONE QPs the application destroyed, with what was still
  *    outstanding on them and whether the application itself had moved them to ERR first.
  *
@@ -74,13 +75,16 @@ void emu_trace_post(const struct emu_qp *qp, const struct emu_wqe *w, int refuse
     pthread_mutex_unlock(&trace_lock);
 }
 
-void emu_trace_poll(int polled) {
+void emu_trace_poll(uint32_t cq, int polled) {
     int32_t tid = emu_tid();
     pthread_mutex_lock(&trace_lock);
     struct trace_thread *t = thread_slot(tid);
     if (t) {
         t->polls++;
         if (polled > 0) t->polled += (uint64_t)polled;
+        int seen = 0;
+        for (int i = 0; i < t->ncqs && !seen; i++) seen = t->cqs[i] == cq;
+        if (!seen && t->ncqs < TRACE_THREAD_CQS) t->cqs[t->ncqs++] = cq;
     }
     pthread_mutex_unlock(&trace_lock);
 }

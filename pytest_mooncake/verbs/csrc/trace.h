@@ -19,9 +19,13 @@ struct trace_post {
     uint64_t ns;
 };
 
+#define TRACE_THREAD_CQS 16
+
 struct trace_thread {
     int32_t tid;
     uint64_t posted, refused, polls, polled;
+    uint32_t cqs[TRACE_THREAD_CQS]; /* the CQs it polled, by id, in first-poll order */
+    int ncqs;
 };
 
 struct trace_gone {
@@ -41,7 +45,7 @@ typedef void (*trace_gone_fn)(const struct trace_gone *, void *);
 
 int32_t emu_tid(void);
 void emu_trace_post(const struct emu_qp *qp, const struct emu_wqe *w, int refused);
-void emu_trace_poll(int polled);
+void emu_trace_poll(uint32_t cq, int polled);
 void emu_trace_destroy(const struct emu_qp *qp, uint64_t completed, uint64_t held, int32_t peer);
 uint64_t emu_trace_posts(uint64_t since, uint64_t limit, trace_post_fn fn, void *arg);
 void emu_trace_threads(trace_thread_fn fn, void *arg);

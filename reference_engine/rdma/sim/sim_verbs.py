@@ -177,9 +177,15 @@ class SimCQ:
         self.ctx = ctx
         self.cqe = cqe
         self.entries: deque[WorkCompletion] = deque()
+        self.pollers: set[str] = set()
+        """Free-running: the threads that polled this CQ or looked at it empty (``pending``),
+        as a NIC sees the threads calling ibv_poll_cq on it; controlled runs share one thread
+        and note nothing."""
 
     def poll(self, max_entries: int) -> list[WorkCompletion]:
         entries = self.entries
+        if self.ctx.fabric.auto_deliver:
+            self.pollers.add(threading.current_thread().name)
         if not entries:
             return []
         with self.ctx.fabric.lock:
@@ -188,8 +194,10 @@ class SimCQ:
 
     def pending(self) -> int:
         entries = self.entries
+        fabric = self.ctx.fabric
+        if fabric.auto_deliver:
+            self.pollers.add(threading.current_thread().name)
         if not entries:
-            fabric = self.ctx.fabric
             if fabric.in_flight and fabric.auto_deliver:
                 with fabric.lock:  # free-running: a look at an empty CQ lets delayed WRs come due
                     fabric._tick_delayed(1)
