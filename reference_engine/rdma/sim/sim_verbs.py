@@ -181,10 +181,11 @@ class SimCQ:
         """Free-running: the threads that polled this CQ or looked at it empty (``pending``),
         as a NIC sees the threads calling ibv_poll_cq on it; controlled runs share one thread
         and note nothing."""
+        self._note_pollers = ctx.fabric.auto_deliver
 
     def poll(self, max_entries: int) -> list[WorkCompletion]:
         entries = self.entries
-        if self.ctx.fabric.auto_deliver:
+        if self._note_pollers:
             self.pollers.add(threading.current_thread().name)
         if not entries:
             return []
@@ -194,10 +195,10 @@ class SimCQ:
 
     def pending(self) -> int:
         entries = self.entries
-        fabric = self.ctx.fabric
-        if fabric.auto_deliver:
+        if self._note_pollers:
             self.pollers.add(threading.current_thread().name)
         if not entries:
+            fabric = self.ctx.fabric
             if fabric.in_flight and fabric.auto_deliver:
                 with fabric.lock:  # free-running: a look at an empty CQ lets delayed WRs come due
                     fabric._tick_delayed(1)
