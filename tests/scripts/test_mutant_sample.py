@@ -1,7 +1,7 @@
 """CI's share of the mutant catalogue: a rotating sample of mutants must all die.
 
 The whole catalogue takes about half an hour (README, "Detection power"); CI draws a few mutants
-each day, so over a month every one is judged again against the suites as they are then. The
+each day (a new draw every day), each judged against the suites as they are then. The
 seed is the UTC day number unless ``MC_MUTANTS_SEED`` names one; it is printed, and the failure
 message says how to replay the sample.
 """
