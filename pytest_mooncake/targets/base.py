@@ -157,6 +157,8 @@ class TransferResult:
     data: bytes | None = None
     error: str | None = None
     retries: int = 0
+    """How many times the transfer was retried after a failure (0 where the target cannot
+    tell)."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,9 @@ class EngineHandle(Protocol):
     cache_ttl_ms: float | None
     """How long this engine serves a remote descriptor from its cache at most, as it runs (a
     real build rounds ``ttl_ms`` up to its whole-second refresh interval); None: no bound."""
+    retry_budget: int | None
+    """How many times this engine retries a failed transfer at most (MR-12's "existing bounded
+    budget"), as it runs; None where the target does not say."""
 
     def descriptor(self) -> Mapping[str, Any]:
         """The engine's own published descriptor, decoded from the metadata store."""

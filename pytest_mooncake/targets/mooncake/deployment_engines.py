@@ -354,6 +354,11 @@ class DeploymentEngine(PublishedDescriptor):
             return bound_ms(self.cache_env)
         return self._ttl_ms
 
+    @property
+    def retry_budget(self) -> int | None:
+        """What its control wire says (None without one: unknown)."""
+        return getattr(self.wire, "retry_budget", None)
+
     def stats(self) -> Mapping[str, int]:
         return self._driven("read counters").stats()
 

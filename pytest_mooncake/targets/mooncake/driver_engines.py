@@ -69,6 +69,8 @@ class DriverCommands(PublishedDescriptor):
     cache_ttl_ms: float | None = None
     """The bound on its remote segment cache (``cache_knobs.bound_ms`` of the environment it
     was started with; None: none known)."""
+    retry_budget: int | None = None
+    """Mooncake's Python API names no retry budget of a transfer: unknown."""
 
     def buffers(self) -> list[tuple[int, int]]:
         return [(int(a), int(n)) for a, n in self.info.get("buffers", [])]

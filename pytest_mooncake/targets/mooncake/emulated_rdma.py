@@ -481,6 +481,13 @@ class EmulatedRdmaCluster:
     def kill(self, name: str) -> None:
         self._node(name).engine.kill()
 
+    def refuse_metadata(self, reads: int) -> None:
+        """Not here: the nodes read their descriptors from etcd directly."""
+        raise TargetLacks(Capability.METADATA_FAULTS, (
+            f"the {self.placement.version} nodes of this emulated RDMA cluster read peers' "
+            f"descriptors from etcd at {', '.join(self.placement.master_etcd())} directly: no "
+            f"fault proxy stands between them to refuse reads"))
+
     def republish(self, name: str) -> None:
         """The same process registers one more buffer: it publishes its descriptor again."""
         reply = self._node(name).engine.register_extra(1 << 16)

@@ -24,6 +24,7 @@ from pytest_mooncake.targets.reference import reference_log
 from reference_engine.descriptor import DescriptorError, decode, to_json
 from reference_engine.engine.control_client import ControlClient, ControlError
 from reference_engine.metadata import KeyLayout, MetadataError, open_store
+from reference_engine.profiles import get_profile
 
 READY = '"event": "ready"'
 ENGINE_OPTIONS = frozenset({"ttl_ms", "buffer_size", "profile", "fixed_address", "data_port"})
@@ -328,6 +329,11 @@ class ReferenceEngineHandle:
     def cache_ttl_ms(self) -> float | None:
         """The TTL its cache policy runs with (None: the legacy policy never expires)."""
         return self.info().get("ttl_ms")
+
+    @property
+    def retry_budget(self) -> int:
+        """The retries its profile allows a failed transfer (MR-12)."""
+        return get_profile(self.profile).engine.retry_budget
 
     def stats(self) -> Mapping[str, int]:
         return self._call("stats")

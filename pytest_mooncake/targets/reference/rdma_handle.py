@@ -14,11 +14,13 @@ nothing of reference_engine leaks out, so suites stay target-agnostic):
 - ``cluster(...)``: build a scenario by hand (``RdmaCluster``): nodes with NICs, transfers,
   held/released completions, forced retry/handoff, error completions, bad_wr, QP-fatal,
   device-fatal and GID-change events, peer restarts keeping names/addresses/rkeys (or not the
-  rkeys); ``settle()`` runs it to quiescence; ``check()`` returns the CO-9 violations.
+  rkeys), a metadata store refusing reads (``refuse_metadata``); ``settle()`` runs it to
+  quiescence; ``check()`` returns the CO-9 violations.
   Observations: ``status``, ``slices`` (path, remote address and rkey per slice), ``posts``,
   ``cq_pollers`` (the threads that polled each CQ; free-running clusters),
-  ``queued``, ``endpoints`` (active), ``retired``, ``rails`` (error/pause state per peer NIC
-  path), ``descriptor`` (what a node published), ``counters``, ``token_pool``.
+  ``queued``, ``endpoints`` (active), ``retired`` (with whether the target-state mutex was
+  held), ``rails`` (error/pause state per peer NIC path), ``descriptor`` (what a node
+  published), ``counters``, ``token_pool``, ``metadata_refused``.
 """
 
 from __future__ import annotations
@@ -184,14 +186,42 @@ class RdmaCluster:
         self.controlled = controlled
         self.transfers: list = []
         self._started = False
+        self._refusing = 0
+        self._under_mutex: dict[tuple[int, int], bool] = {}
+        """(id of an endpoint store, index in its retire log) -> whether the retiring transport
+        held its target-state mutex then (``retired``: MR-13)."""
 
     # ------------------------------------------------------------------ building
     def add_node(self, name: str, nics: tuple[str, ...] | list[str] = ("mlx5_0",),
                  buffer_len: int = 1 << 20) -> str:
         self.sim.add_node(name, list(nics), buffer_len=buffer_len)
+        self._watch_retires()
         if self._started:
             self.sim.peers[name].transport.start()
         return name
+
+    def _watch_retires(self) -> None:
+        """Note, for every endpoint a node retires from now on, whether its transport held the
+        target-state mutex at that moment. The engine has no observer call for a retire, so
+        each endpoint store's ``retire`` is wrapped (once)."""
+        for peer in self.sim.peers.values():
+            tr = peer.transport
+            for ctx in tr.contexts:
+                store = ctx.store
+                if getattr(store, "_mc_retires_watched", False):
+                    continue
+
+                def retire(ep, cause, _orig=store.retire, _store=store, _tr=tr):
+                    mutex = getattr(_tr.peers, "mutex", None)
+                    held = mutex is not None and mutex.locked()
+                    n = len(_store.retire_log)
+                    done = _orig(ep, cause)
+                    for i in range(n, len(_store.retire_log)):
+                        self._under_mutex[(id(_store), i)] = held
+                    return done
+
+                store.retire = retire
+                store._mc_retires_watched = True
 
     def write_local(self, node: str, offset: int, data: bytes) -> None:
         self.sim.peers[node].write(offset, data)
@@ -284,6 +314,16 @@ class RdmaCluster:
         s = self._slice(transfer, index)
         self.sim.fabric.inject(Fault(FAIL_POST, local_addr=s.source_addr))
 
+    def refuse_metadata(self, reads: int) -> None:
+        """The metadata store refuses the next ``reads`` descriptor reads of any node (a cut
+        metadata network); ``metadata_refused()`` says how many it has refused since."""
+        self.sim.directory.fail_refresh = reads
+        self._refusing = reads
+
+    def metadata_refused(self) -> int:
+        """Descriptor reads refused since the last ``refuse_metadata``."""
+        return self._refusing - self.sim.directory.fail_refresh
+
     def force_retry(self, transfer: int, index: int = 0, handoff: bool = False) -> None:
         src, task = self.transfers[transfer]
         self.sim.peers[src].transport.force_retry(task.slices[index], handoff=handoff)
@@ -308,6 +348,7 @@ class RdmaCluster:
         """A new process under the same segment name, NIC names, GIDs, addresses and rkeys
         (with ``same_rkeys=False`` its buffer is registered under other rkeys)."""
         self.sim.restart_node(name, same_instance=same_instance, same_rkeys=same_rkeys)
+        self._watch_retires()
         if self._started:
             self.sim.peers[name].transport.start()
 
@@ -442,9 +483,12 @@ class RdmaCluster:
                     for path, r in rails.rails.items()}
 
     def retired(self, node: str) -> list[dict[str, Any]]:
+        """Endpoints ``node`` retired: cause, peer NIC path, generation, and whether it held
+        its target-state mutex while retiring it (``under_target_mutex``)."""
         tr = self.sim.peers[node].transport
-        return [{"cause": c, "peer_nic_path": p, "generation": g}
-                for ctx in tr.contexts for c, p, g in ctx.store.retire_log]
+        return [{"cause": c, "peer_nic_path": p, "generation": g,
+                 "under_target_mutex": self._under_mutex.get((id(ctx.store), i), False)}
+                for ctx in tr.contexts for i, (c, p, g) in enumerate(ctx.store.retire_log)]
 
     def close(self) -> None:
         self.sim.close()
