@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_mooncake.waits import Timeout, wait_until
+from pytest_mooncake.waits import Timeout, wait_until, within
 
 REATTACH_BOUND = 15.0
 WAIT = 20.0
@@ -27,6 +27,56 @@ def test_clients_reattach_to_the_new_leader_within_a_bound(mc_master_cluster):
                     f"client still could not write; MP-7 requires clients reattach to the new "
                     f"leader within a bounded time, never blocked on the dead leader",
                     pytrace=False)
+
+
+def writes_within_bound(client, key: str) -> None:
+    """The client's writes succeed again within REATTACH_BOUND: retried while they fail, and
+    judged from outside, so a write that never returns is seen as one (its thread is left
+    behind; the cluster's teardown ends the client)."""
+    def write_until_ok() -> None:
+        wait_until(lambda: client.put(key, 64)["ok"], REATTACH_BOUND,
+                   "the client's writes to succeed on the new leader")
+
+    within(REATTACH_BOUND, write_until_ok, what="the client's writes")
+
+
+@pytest.mark.mc_req("MP-7")
+def test_clients_reattach_to_the_new_leader_when_the_old_one_hangs(mc_master_cluster):
+    """A hung leader (SIGSTOP: connections open, nothing answered, nothing reset) is the case
+    a socket without a timeout never leaves: the client must give up on it and reattach."""
+    cluster = mc_master_cluster(masters=2, clients=1)
+    client = cluster.client(0)
+    assert client.put("before-hang", 64)["ok"]
+    old = cluster.leader()
+    cluster.freeze_master(old)
+    try:
+        new = cluster.leader(timeout=WAIT)
+        try:
+            writes_within_bound(client, "after-hang")
+        except Timeout as exc:
+            pytest.fail(f"the leader (master {old}) hung and master {new} took over, yet the "
+                        f"client's writes did not succeed within {REATTACH_BOUND:g}s ({exc}); "
+                        f"MP-7 requires clients reattach to the new leader within a bounded "
+                        f"time, never blocked on a call to the old one", pytrace=False)
+    finally:
+        cluster.kill_master(old)
+
+
+@pytest.mark.mc_req("MP-7")
+def test_a_call_with_no_leader_to_reattach_to_returns_within_a_bound(mc_master_cluster):
+    """The only master dies: no leader comes, and a client call must still end (an error is
+    the honest answer) rather than wait for one for ever."""
+    cluster = mc_master_cluster(masters=1, clients=1)
+    client = cluster.client(0)
+    assert client.put("before-failover", 64)["ok"]
+    cluster.kill_master(cluster.leader())
+    try:
+        within(REATTACH_BOUND, client.exists, "before-failover",
+               what="an exists call with no leader")
+    except Timeout as exc:
+        pytest.fail(f"the only master was killed and an exists call from its client had not "
+                    f"returned after {REATTACH_BOUND:g}s ({exc}); MP-7 requires a "
+                    f"client never be blocked indefinitely on a dead leader", pytrace=False)
 
 
 @pytest.mark.mc_req("MP-8")

@@ -81,6 +81,8 @@ def serving_keys(cluster, expected: list[str], timeout: float = WAIT) -> tuple[i
 PLANTED = {"overlap": "a memory descriptor overlapping 'k3'",
            "unknown_segment": "a memory descriptor on a segment nobody mounted"}
 """The bad entries planted (``kind`` of ``plant_bad_descriptor``, modelled on k3's metadata)."""
+PLANTED_KEY = "planted-bad-descriptor"
+"""The key of the planted entry (``plant_bad_descriptor``'s default)."""
 
 
 def plant_bad_descriptor(cluster, standby: int, kind: str = "overlap") -> int:
@@ -90,19 +92,40 @@ def plant_bad_descriptor(cluster, standby: int, kind: str = "overlap") -> int:
     return seq
 
 
+def remove_some(cluster, keys: list[str], standby: int) -> list[str]:
+    """Remove every fourth key through the leader (forced: past the read lease) and wait until
+    the standby applied everything the leader made durable; the keys that remain."""
+    client = cluster.client(0)
+    removed = keys[::4]
+    for key in removed:
+        result = client.remove(key, force=True)
+        assert result["ok"], f"precondition: remove {key} failed on the healthy leader: {result}"
+    try:
+        wait_until(lambda: caught_up(cluster, standby), WAIT,
+                   f"the standby to apply the {len(removed)} removes")
+    except Timeout:
+        pytest.fail(f"precondition: {WAIT:g}s after {len(removed)} acknowledged removes the "
+                    f"standby had not applied them: {cluster.replication(standby)}",
+                    pytrace=False)
+    return [k for k in keys if k not in removed]
+
+
 @pytest.mark.mc_req("MP-6")
 def test_soaked_standby_survives_leader_crash_with_every_object(mc_master_cluster):
+    """Puts and removes both change the index: the standby must come up with the objects that
+    exist, not the ones removed before the crash."""
     cluster = mc_master_cluster(masters=2, clients=1)
-    keys, leader, standby = soaked(cluster)
+    written, leader, standby = soaked(cluster)
+    keys = remove_some(cluster, written, standby)
     cluster.kill_master(leader)
     new, kept = serving_keys(cluster, keys)
     missing = sorted(set(keys) - set(kept))
-    extra = sorted(set(kept) - set(keys))
+    back = sorted(set(kept) - set(keys))
     assert kept == sorted(keys), (
         f"a standby that ran before the data was written came up as leader (master {new}) "
-        f"after the leader was killed with {len(kept)} objects for the {len(keys)} written: "
-        f"missing {missing[:10]}; objects the test never wrote, although the leader listed "
-        f"none when it began (removed earlier, back in the index): {extra[:10]}; MP-6 "
+        f"after the leader was killed with {len(kept)} objects for the {len(keys)} that "
+        f"existed ({len(written)} written, {len(written) - len(keys)} removed): missing "
+        f"{missing[:10]}; removed before the crash yet back in the index: {back[:10]}; MP-6 "
         f"requires every object survive, with the index intact")
 
 
@@ -146,16 +169,44 @@ def test_invalid_context_is_not_promotable(mc_master_cluster):
         f"that lag 0 alone never make a standby promotable")
 
 
+def leader_has_done_housekeeping(cluster, client: int) -> None:
+    """Kill store client ``client`` and wait until its segment is gone: a barrier after which
+    whoever leads has run its periodic housekeeping (client expiry) at least once since the
+    kill, so anything that would make it step down meanwhile has been seen."""
+    segment = cluster.client_segment(client)
+    cluster.client(client).kill()
+    try:
+        wait_until(lambda: cluster.segment_status(segment) is None, 2 * WAIT,
+                   f"the killed client's segment {segment} to disappear")
+    except Timeout:
+        pytest.fail(f"precondition: {2 * WAIT:g}s after store client {client} was killed its "
+                    f"segment {segment} was still listed ({cluster.segment_status(segment)})",
+                    pytrace=False)
+
+
 @pytest.mark.mc_req("MP-1")
 @pytest.mark.mc_requires("master_fault_planting")
 def test_handover_to_an_invalid_context_is_refused_and_leader_stays(mc_master_cluster):
-    cluster = mc_master_cluster(masters=2, clients=1)
+    """The refused handover must leave the leader in place in its own term: checked again
+    after the leader demonstrably ran its housekeeping (a leader that steps down on the
+    announced handover and later wins a new election is not "staying in place")."""
+    cluster = mc_master_cluster(masters=2, clients=1, client_ttl=1.5)
     keys, leader, standby = soaked(cluster)
     plant_bad_descriptor(cluster, standby)
+    cluster.start_client()  # holds no object: the barrier below kills it
+    term = cluster.leader_view()
     status, body = cluster.promote(standby)
     assert cluster.leader(timeout=WAIT) == leader, (
         f"a handover to a standby whose validation fails went ahead (HTTP {status}: {body}); "
         f"MP-1 requires the candidate refuse and the current leader stay in place")
+    leader_has_done_housekeeping(cluster, 1)
+    after = cluster.leader_view()
+    assert (cluster.leader(timeout=WAIT), after.get("view_version")) == (
+        leader, term.get("view_version")), (
+        f"after a refused handover (HTTP {status}: {body}) the leader did not stay in place: "
+        f"the election was {term} before and {after} once the leader had expired a dead "
+        f"client; MP-1 requires a refused promotion to leave the current leader (and its "
+        f"term) in place")
     assert sorted(cluster.keys(leader)) == sorted(keys)
     assert cluster.client(0).put("after-refusal", 64)["ok"], "the leader stopped taking writes"
 
@@ -228,6 +279,30 @@ def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
         f"objects after "
         f"failover (master {new} serves {len(kept)}, e.g. lost {lost[:5]})"
         f"{restore_lines(cluster, new)}; MP-2 requires the restore drop only the invalid entry")
+    assert PLANTED_KEY in cluster.master_log(new), (
+        f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({PLANTED[kind]}; "
+        f"it serves {len(kept)} objects, not it) without a log line naming it"
+        f"{restore_lines(cluster, new)}; MP-2 requires a dropped entry be reported")
+
+
+@pytest.mark.mc_req("MP-3")
+@pytest.mark.mc_requires("master_fault_planting")
+@pytest.mark.mc_demands("promotability")
+def test_keys_restorable_is_what_the_promotion_restores(mc_master_cluster):
+    """With partial restore, a standby holding one bad entry says how many keys it would
+    restore; the leader dies and it is promoted: it must then serve exactly that many (the
+    count excludes the entry the restore drops)."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    keys, leader, standby = soaked(cluster)
+    plant_bad_descriptor(cluster, standby)
+    answer = cluster.promotable(standby)
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, keys)
+    assert answer["keys_restorable"] == len(kept), (
+        f"the standby said it would restore {answer['keys_restorable']} keys ({dict(answer)}); "
+        f"promoted (master {new}) it serves {len(kept)} ({len(keys)} valid objects written, "
+        f"one planted entry holding {PLANTED['overlap']}){restore_lines(cluster, new)}; MP-3 "
+        f"requires the predicate report the key count it would restore")
 
 
 def fresh_standby(cluster) -> tuple[list[str], int]:
@@ -312,14 +387,17 @@ def test_lag_alone_never_makes_a_standby_promotable(mc_master_cluster):
 @pytest.mark.mc_req("MP-9")
 @pytest.mark.mc_requires("master_snapshot")
 def test_snapshot_restore_keeps_the_objects_it_reports(mc_master_cluster):
-    """The snapshot is asked of the standby; ``snapshot()`` returns once one that holds every
-    acknowledged write exists (a target whose build has its leader write snapshots, with no
-    OpLog to replicate, waits for that one)."""
+    """Two snapshots are asked of the standby, the second after more writes; ``snapshot()``
+    returns once one that holds every acknowledged write exists (a target whose build has its
+    leader write snapshots, with no OpLog to replicate, waits for that one)."""
     cluster = mc_master_cluster(masters=2, clients=1, snapshots=True,
                                 trim_oplog_after_snapshot=True)
     keys = put_keys(cluster.client(0), 30)
     leader = cluster.leader()
     standby = only_standby(cluster)
+    cluster.snapshot(standby)
+    # a second, newer snapshot: the restore must start from the newest one retained
+    keys += put_keys(cluster.client(0), 10, prefix="later")
     report = cluster.snapshot(standby)
     for index in (leader, standby):
         cluster.kill_master(index)
