@@ -110,6 +110,26 @@ def exists(client, key: str) -> bool:
     return bool(answer.get("ok") and answer.get("result", {}).get("exists"))
 
 
+def read_while_draining(cluster, client, source: str, keys: list[str]) -> int:
+    """Read (get: the bytes, not only the index entry) each of ``keys`` whose replica is on
+    ``source`` while ``source`` is DRAINING, as soon as the drain began. A read counts when the
+    segment was DRAINING and held the replica both before and after it (a drain that moved the
+    replica first leaves that read unjudged); every counted read must succeed. Returns how many
+    counted."""
+    counted = 0
+    for key in keys:
+        before = (cluster.segment_status(source), source in cluster.replica_segments(key))
+        answer = client.get(key)
+        after = (cluster.segment_status(source), source in cluster.replica_segments(key))
+        if before == after == ("DRAINING", True):
+            counted += 1
+            assert answer.get("ok"), (
+                f"{key}, whose replica is on the DRAINING segment {source}, could not be read "
+                f"({answer.get('error') or answer}); MP-10 requires a draining segment stay "
+                f"readable")
+    return counted
+
+
 @pytest.mark.mc_req("MP-10")
 def test_segment_drain_lifecycle_and_force_killed_client(mc_master_cluster):
     cluster = mc_master_cluster(masters=1, clients=3, client_ttl=1.5)
@@ -121,6 +141,7 @@ def test_segment_drain_lifecycle_and_force_killed_client(mc_master_cluster):
     on_source = [k for k in keys if source in cluster.replica_segments(k)]
     assert on_source, f"precondition: no object landed on {source}"
     cluster.drain_segment(source)
+    read_while_draining(cluster, writer, source, on_source)
     assert cluster.segment_status(source) in ("DRAINING", "DRAINED")
     for key in on_source:
         assert exists(writer, key), f"{key} on a draining segment is not readable (MP-10)"
