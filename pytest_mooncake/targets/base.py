@@ -317,8 +317,12 @@ class MasterClusterHandle(Protocol):
         """SIGTERM: the master releases its lease and exits; ``start_master(index)`` restarts it."""
         ...
 
-    def freeze_master(self, index: int) -> None:
+    def pause_master(self, index: int) -> None:
         """SIGSTOP: the master hangs, its connections neither answered nor reset."""
+        ...
+
+    def resume_master(self, index: int) -> None:
+        """SIGCONT after ``pause_master``."""
         ...
 
     def leader_view(self) -> Mapping[str, Any]:
