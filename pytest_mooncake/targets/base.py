@@ -322,6 +322,19 @@ class MasterClusterHandle(Protocol):
         """SIGTERM: the master releases its lease and exits; ``start_master(index)`` restarts it."""
         ...
 
+    def pause_master(self, index: int) -> None:
+        """SIGSTOP: the master hangs, its connections neither answered nor reset."""
+        ...
+
+    def resume_master(self, index: int) -> None:
+        """SIGCONT after ``pause_master``."""
+        ...
+
+    def leader_view(self) -> Mapping[str, Any]:
+        """``{present, leader_address, view_version}`` as a live master reports the election
+        (the view version names the leader's term)."""
+        ...
+
     def promotable(self, index: int) -> Mapping[str, Any]:
         """{promotable, reason, validation: {ok, dropped_entries}, applied_seq, primary_seq,
         keys_restorable} as the standby's admin endpoint reports it (MP-3); ``TargetLacks``

@@ -17,6 +17,15 @@ class ProcessMasters:
         """SIGKILL: no lease release, no flush; a standby waits for the lease to expire."""
         self.masters[index].process.kill(signal.SIGKILL)
 
+    def pause_master(self, index: int) -> None:
+        """SIGSTOP: the master hangs with its sockets open, so a call to it is neither answered
+        nor reset (a hung leader, unlike a dead one); ``kill_master`` still ends it."""
+        self.masters[index].process.send_signal(signal.SIGSTOP)
+
+    def resume_master(self, index: int) -> None:
+        """SIGCONT after ``pause_master``."""
+        self.masters[index].process.send_signal(signal.SIGCONT)
+
     def stop_master(self, index: int) -> None:
         """SIGTERM: the master releases its lease and exits; ``start_master(index)`` restarts it."""
         self.masters[index].process.terminate()

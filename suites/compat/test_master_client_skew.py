@@ -49,8 +49,18 @@ def compatible_with(version: str) -> str:
     return f"{major}.{minor + 1}.0"
 
 
-def incompatible_with(version: str) -> str:
+INCOMPATIBLE = {
+    "other-major": "a neighbouring major version",
+    "major-sharing-leading-digit": "a longer major whose leading digit is the masters' major",
+}
+"""How an incompatible version differs from the masters' (the second is a boundary of parsing
+the major: 11 is not 1)."""
+
+
+def incompatible_with(version: str, kind: str = "other-major") -> str:
     major, minor = semver(version)
+    if kind == "major-sharing-leading-digit":
+        return f"{major}1.{minor}.0"
     return f"{major - 1}.{minor}.0" if major > 0 else f"{major + 1}.0.0"
 
 
@@ -164,10 +174,11 @@ def test_compatible_client_version_is_accepted_for_reads_and_writes(mixed):
 
 @pytest.mark.mc_req("MP-8")
 @pytest.mark.mc_skew("master-version-skew")
-def test_incompatible_client_version_is_rejected_loudly_and_the_cluster_keeps_serving(mixed):
+@pytest.mark.parametrize("kind", sorted(INCOMPATIBLE))
+def test_incompatible_client_version_is_rejected_loudly_and_the_cluster_keeps_serving(mixed, kind):
     mixed.start(skewed=True)
-    version = incompatible_with(mixed.endpoint.version)
-    where = f"{mixed.where()}, announcing {version}"
+    version = incompatible_with(mixed.endpoint.version, kind)
+    where = f"{mixed.where()}, announcing {version} ({INCOMPATIBLE[kind]})"
     serves(mixed.own, "k-own", "the masters' own client", where)
     peer = mixed.attach("peer")
     old = mixed.attach("incompatible", version=version)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_mooncake.waits import Timeout, wait_until
+from pytest_mooncake.waits import Timeout, wait_until, within
 
 REATTACH_BOUND = 15.0
 WAIT = 20.0
@@ -27,6 +27,74 @@ def test_clients_reattach_to_the_new_leader_within_a_bound(mc_master_cluster):
                     f"client still could not write; MP-7 requires clients reattach to the new "
                     f"leader within a bounded time, never blocked on the dead leader",
                     pytrace=False)
+
+
+CALL_GRACE = 10.0
+"""How long past REATTACH_BOUND one write may still be in flight before it counts as never
+returning (below the harness's own call timeouts, so a hung call is seen as one)."""
+
+
+def writes_within_bound(client, key: str) -> str | None:
+    """None once the client's writes succeed again within REATTACH_BOUND (retried while they
+    fail); else what was seen: the last failed answer, or that one write never returned
+    (judged from outside: its thread is left behind, the cluster's teardown ends the client)."""
+    answers: list = []
+
+    def write_until_ok() -> str | None:
+        def ok() -> bool:
+            answers.append(client.put(key, 64))
+            return bool(answers[-1]["ok"])
+
+        try:
+            wait_until(ok, REATTACH_BOUND, "the client's writes to succeed on the new leader")
+        except Timeout:
+            return (f"{len(answers)} writes in {REATTACH_BOUND:g}s all failed, the last with "
+                    f"{answers[-1].get('error') or answers[-1]}")
+        return None
+
+    try:
+        return within(REATTACH_BOUND + CALL_GRACE, write_until_ok, what="the client's writes")
+    except Timeout:
+        return (f"a write did not return within {REATTACH_BOUND + CALL_GRACE:g}s "
+                f"({len(answers)} returned before it)")
+
+
+@pytest.mark.mc_req("MP-7")
+def test_clients_reattach_to_the_new_leader_when_the_old_one_hangs(mc_master_cluster):
+    """A hung leader (SIGSTOP: connections open, nothing answered, nothing reset) is the case
+    a socket without a timeout never leaves: the client must give up on it and reattach."""
+    cluster = mc_master_cluster(masters=2, clients=1)
+    client = cluster.client(0)
+    assert client.put("before-hang", 64)["ok"]
+    old = cluster.leader()
+    cluster.pause_master(old)
+    try:
+        new = cluster.leader(timeout=WAIT)
+        stuck = writes_within_bound(client, "after-hang")
+        if stuck:
+            pytest.fail(f"the leader (master {old}) hung and master {new} took over, yet the "
+                        f"client's writes did not succeed within {REATTACH_BOUND:g}s: {stuck}; "
+                        f"MP-7 requires clients reattach to the new leader within a bounded "
+                        f"time, never blocked on a call to the old one", pytrace=False)
+    finally:
+        cluster.kill_master(old)
+
+
+@pytest.mark.mc_req("MP-7")
+def test_a_call_with_no_leader_to_reattach_to_returns_within_a_bound(mc_master_cluster):
+    """The only master dies: no leader comes, and a client call must still end (an error is
+    the honest answer) rather than wait for one for ever."""
+    cluster = mc_master_cluster(masters=1, clients=1)
+    client = cluster.client(0)
+    assert client.put("before-failover", 64)["ok"]
+    cluster.kill_master(cluster.leader())
+    try:
+        within(REATTACH_BOUND, client.exists, "before-failover",
+               what="an exists call with no leader")
+    except Timeout as exc:
+        pytest.fail(f"the only master was killed and an exists call from its client had not "
+                    f"returned after {REATTACH_BOUND:g}s ({exc}); MP-7 requires a "
+                    f"client never be blocked indefinitely on a dead leader", pytrace=False)
 
 
 @pytest.mark.mc_req("MP-8")
@@ -60,6 +128,37 @@ def exists(client, key: str) -> bool:
     return bool(answer.get("ok") and answer.get("result", {}).get("exists"))
 
 
+def read_while_draining(cluster, client, source: str, keys: list[str]) -> int:
+    """Read (get: the bytes, not only the index entry) each of ``keys`` whose replica is on
+    ``source`` while ``source`` is DRAINING, as soon as the drain began. A read counts when the
+    segment was DRAINING and held the replica both before and after it (a drain that moved the
+    replica first leaves that read unjudged); every counted read must succeed. Returns how many
+    counted."""
+    def where(key: str) -> tuple[str | None, bool]:
+        status = cluster.segment_status(source)
+        try:
+            return status, source in cluster.replica_segments(key)
+        except Exception as exc:  # the master's own answer on where the replica is readable
+            if status != "DRAINING":
+                raise
+            pytest.fail(f"asked where {key}'s replicas are while {source} was DRAINING, the "
+                        f"master answered {type(exc).__name__}: {exc}; MP-10 requires a "
+                        f"draining segment stay readable", pytrace=False)
+
+    counted = 0
+    for key in keys:
+        before = where(key)
+        answer = client.get(key)
+        after = where(key)
+        if before == after == ("DRAINING", True):
+            counted += 1
+            assert answer.get("ok"), (
+                f"{key}, whose replica is on the DRAINING segment {source}, could not be read "
+                f"({answer.get('error') or answer}); MP-10 requires a draining segment stay "
+                f"readable")
+    return counted
+
+
 @pytest.mark.mc_req("MP-10")
 def test_segment_drain_lifecycle_and_force_killed_client(mc_master_cluster):
     cluster = mc_master_cluster(masters=1, clients=3, client_ttl=1.5)
@@ -71,6 +170,7 @@ def test_segment_drain_lifecycle_and_force_killed_client(mc_master_cluster):
     on_source = [k for k in keys if source in cluster.replica_segments(k)]
     assert on_source, f"precondition: no object landed on {source}"
     cluster.drain_segment(source)
+    read_while_draining(cluster, writer, source, on_source)
     assert cluster.segment_status(source) in ("DRAINING", "DRAINED")
     for key in on_source:
         assert exists(writer, key), f"{key} on a draining segment is not readable (MP-10)"

@@ -225,7 +225,7 @@ class DeploymentMasters(MooncakeMasters):
         return index
 
     def pause_master(self, index: int) -> None:
-        """SIGSTOP master ``index`` (beyond ``MasterClusterHandle``)."""
+        """SIGSTOP master ``index``."""
         self._node(index, "pause").pause()
         self.paused.add(index)
 

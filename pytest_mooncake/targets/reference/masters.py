@@ -282,6 +282,19 @@ class ReferenceMasterCluster(ProcessMasters):
         return wait_until(self._serving, timeout, f"a serving leader in cluster {self.cluster_id}",
                           ignore=TRANSIENT)[0]
 
+    def leader_view(self) -> dict[str, Any]:
+        """``/leader`` of the first live master that answers: ``{present, leader_address,
+        view_version}``; ``{"present": False}`` when none does."""
+        for m in self.masters:
+            if m.process is not None and m.process.alive():
+                try:
+                    status, body = _http("GET", m.admin + "/leader", timeout=2.0)
+                except OSError:
+                    continue
+                if status == 200 and isinstance(body, dict):
+                    return body
+        return {"present": False}
+
     def serving(self) -> list[int]:
         """Indices of masters that say they serve now (more than one would be split brain)."""
         return self._serving()
