@@ -82,16 +82,21 @@ def sees_new_instance(b, new: dict, old: dict) -> None:
         raise TargetLacks("cache_control", (
             f"B's lookup reveals only {described(first)} of seg-a, the same for the old and the "
             f"new instance: the run cannot tell when B has seen the replacement"))
+    comes_to_serve(b, new, f"A restarted (instance {short(old)} -> {short(new)})",
+                   "MR-9 requires the target state to move to the new instance")
+
+
+def comes_to_serve(b, doc: dict, happened: str, required: str) -> None:
+    """B's lookups of seg-a serve ``doc`` within its TTL + WAIT; else FAIL saying what
+    ``happened`` to seg-a, what B still serves and what is ``required``."""
     bound = WAIT + ttl_s(b, SHORT_TTL_MS)
     try:
-        wait_until(lambda: shows(b.lookup("seg-a"), new), bound,
-                   "B's lookups to serve the new A's descriptor")
+        wait_until(lambda: shows(b.lookup("seg-a"), doc), bound,
+                   "B's lookups to serve seg-a's new descriptor")
     except Timeout:
         pytest.fail(
-            f"A restarted (instance {short(old)} -> {short(new)}); {bound:g}s later (TTL "
-            f"{ttl_s(b, SHORT_TTL_MS):g}s as B runs) B's lookups still serve "
-            f"{described(b.lookup('seg-a'))}; MR-9 requires the target state to move to the "
-            f"new instance", pytrace=False)
+            f"{happened}; {bound:g}s later (TTL {ttl_s(b, SHORT_TTL_MS):g}s as B runs) B's "
+            f"lookups still serve {described(b.lookup('seg-a'))}; {required}", pytrace=False)
 
 
 def short(doc: dict) -> str:
@@ -156,16 +161,9 @@ def test_a_legacy_peers_changed_contents_are_refreshed_after_the_ttl(mc_engine, 
         f"B could not resolve a peer without instance_id: {described(b.lookup('seg-a'))}")
     v2 = legacy(with_probe_buffer(first, "legacy-v2", first=True))
     plant(mc_metadata, "seg-a", v2)
-    bound = WAIT + ttl_s(b, SHORT_TTL_MS)
-    try:
-        wait_until(lambda: shows(b.lookup("seg-a"), v2), bound,
-                   "B to serve the legacy peer's new descriptor")
-    except Timeout:
-        pytest.fail(
-            f"a peer without instance_id changed its descriptor; {bound:g}s later (TTL "
-            f"{ttl_s(b, SHORT_TTL_MS):g}s as B runs) B's lookups still serve "
-            f"{described(b.lookup('seg-a'))}; MR-14 requires TTL refresh to keep updating a "
-            f"legacy peer's contents (it is not cached until a transfer fails)", pytrace=False)
+    comes_to_serve(b, v2, "a peer without instance_id changed its descriptor",
+                   "MR-14 requires TTL refresh to keep updating a legacy peer's contents (it is "
+                   "not cached until a transfer fails)")
 
 
 @pytest.mark.mc_req("MR-14")
