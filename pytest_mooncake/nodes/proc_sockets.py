@@ -5,6 +5,7 @@ engine listens on and whom it is connected to, seen from outside without any hoo
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass
 
 #: /proc/net/tcp states (include/net/tcp_states.h)
@@ -50,4 +51,27 @@ def parse(text: str) -> list[Socket]:
         pid, _table, local, remote, state = parts
         out.append(Socket(int(pid), _address(local), _address(remote),
                           STATES.get(int(state, 16), state)))
+    return out
+
+
+def of_local_process(pid: int) -> list[Socket] | None:
+    """The TCP sockets process ``pid`` of this host holds an fd of, read from ``/proc`` the way
+    ``scripts.SOCKETS`` reads them on a node (``/proc/PID/net/tcp*`` lists the sockets of the
+    process's network namespace; its fds say which are its own); None when the process is gone
+    or ``/proc`` does not tell."""
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")
+                 if os.path.islink(f"/proc/{pid}/fd/{fd}")]
+    except OSError:
+        return None
+    inodes = {link[8:-1] for link in links if link.startswith("socket:[")}
+    out = []
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        out += [Socket(pid, _address(row[1]), _address(row[2]), STATES.get(int(row[3], 16), row[3]))
+                for row in rows if len(row) > 9 and row[9] in inodes]
     return out

@@ -62,6 +62,11 @@ def _nesting(value: Any) -> int:
     return deepest
 
 
+def _label(value: str) -> str:
+    """A Prometheus label value, escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 class Api:
     """Dispatches requests to the proxy collection; one mutation at a time."""
 
@@ -100,6 +105,8 @@ class Api:
             return ("POST",), self.reset
         if parts == ["populate"]:
             return ("POST",), self.populate
+        if parts == ["metrics"]:
+            return ("GET",), self.metrics
         if not parts or parts[0] != "proxies":
             return None
         if n == 1:
@@ -117,6 +124,20 @@ class Api:
     async def version_show(self, req: Request) -> Response:
         body = f'{{"version": "{self.version}"}}\n'.encode()
         return Response(200, body, "application/json;charset=utf-8")
+
+    async def metrics(self, req: Request) -> Response:
+        """Toxiproxy's proxy metrics (what ``toxiproxy-server -proxy-metrics`` serves), with one
+        difference: bytes count as they arrive, where Toxiproxy adds a connection's bytes when
+        that direction of it ends."""
+        lines = ["# TYPE toxiproxy_proxy_received_bytes_total counter"]
+        for name, proxy in sorted(self.collection.proxies.items()):
+            for direction, n in proxy.received.items():
+                labels = ",".join(f'{k}="{_label(v)}"' for k, v in (
+                    ("direction", direction), ("listener", proxy.listen), ("proxy", name),
+                    ("upstream", proxy.upstream)))
+                lines.append(f"toxiproxy_proxy_received_bytes_total{{{labels}}} {n}")
+        return Response(200, ("\n".join(lines) + "\n").encode(),
+                        "text/plain; version=0.0.4; charset=utf-8")
 
     async def reset(self, req: Request) -> Response:
         await self.collection.reset()

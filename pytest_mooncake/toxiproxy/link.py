@@ -130,6 +130,7 @@ class Link:
     def feed(self, data: bytes) -> None:
         if self.connection.aborted:
             return
+        self.connection.on_bytes(self.direction, len(data))
         if not self.chain and not self._busy and self.queue.empty():
             # Nothing queued or in flight and no toxics: writing now keeps the order.
             self.dest.write(data)
@@ -183,8 +184,11 @@ class Connection:
     """A client socket and its upstream socket, joined by two links."""
 
     def __init__(self, client: Side, upstream: Side, specs: Iterable[ToxicSpecLike],
-                 rng_seed: str, on_done: Callable[[Connection], None]):
+                 rng_seed: str, on_done: Callable[[Connection], None],
+                 on_bytes: Callable[[str, int], None] = lambda direction, n: None):
         self.sides = (client, upstream)
+        self.on_bytes = on_bytes
+        """Told of every read from either socket: (direction, bytes) - the proxy's metrics."""
         self.links = {
             UPSTREAM: Link(self, UPSTREAM, client, upstream,
                            random.Random(f"{rng_seed}:{UPSTREAM}")),

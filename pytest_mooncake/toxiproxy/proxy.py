@@ -42,6 +42,12 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._serial = 0
+        self.received = dict.fromkeys(DIRECTIONS, 0)
+        """Bytes read from clients (upstream) and from the upstream server (downstream), over
+        the proxy's life: Toxiproxy's ``toxiproxy_proxy_received_bytes_total``."""
+
+    def _count(self, direction: str, n: int) -> None:
+        self.received[direction] += n
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "listen": self.listen, "upstream": self.upstream,
@@ -127,7 +133,8 @@ class Proxy:
             return
         self._serial += 1
         conn = Connection(client, upstream, self.toxics.values(),
-                          f"{self.seed}:{self.name}:{self._serial}", self.connections.discard)
+                          f"{self.seed}:{self.name}:{self._serial}", self.connections.discard,
+                          self._count)
         self.connections.add(conn)
         with contextlib.suppress(asyncio.CancelledError):
             await conn.run()

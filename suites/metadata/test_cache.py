@@ -215,20 +215,66 @@ def test_a_failed_refresh_does_not_restart_the_ttl(mc_engine, mc_metadata, proxi
         f"*successful* refresh, which is long past")
 
 
-@pytest.mark.mc_req("MR-2")
-def test_no_metadata_io_within_the_ttl(mc_engine, mc_metadata, proxied_metadata):
-    proxy, via_proxy = proxied_metadata
+def caching_through(proxied, mc_engine, mc_metadata):
+    """A, and B reaching the metadata store only through ``proxied``'s proxy, with A's current
+    descriptor in its cache (TTL LONG_TTL_MS asked): (B, that descriptor)."""
     mc_engine("seg-a")
-    b = mc_engine("seg-b", metadata=via_proxy, prefer_ttl_ms=LONG_TTL_MS)
+    b = mc_engine("seg-b", metadata=proxied[1], prefer_ttl_ms=LONG_TTL_MS)
     first = published(mc_metadata, "seg-a")
     assert shows(b.lookup("seg-a"), first), (
         f"B could not resolve A through the proxy: {described(b.lookup('seg-a'))}")
+    return b, first
+
+
+@pytest.mark.mc_req("MR-2")
+def test_no_metadata_io_within_the_ttl(mc_engine, mc_metadata, proxied_metadata):
+    proxy = proxied_metadata[0]
+    b, first = caching_through(proxied_metadata, mc_engine, mc_metadata)
     plant(mc_metadata, "seg-a",
           with_probe_buffer(published(mc_metadata, "seg-a"), "probe-v2", first=True))
     proxy.disable()
     keeps_serving(b, "seg-a", first, 1.0,
               "B answering lookups of A from its cache with the metadata network cut and a new "
               "value in the store (MR-2: within the TTL a lookup does no metadata-store I/O)")
+
+
+LOOKUPS = 20
+
+
+@pytest.mark.mc_req("MR-2")
+@pytest.mark.parametrize("mc_metadata", ["http"], indirect=True)
+def test_lookups_within_the_ttl_send_nothing_to_the_store(mc_engine, mc_metadata,
+                                                          proxied_metadata, mc_faults):
+    """MR-2 judged on the wire. Lookups alone cannot tell a cache that quietly re-reads the
+    value on every hit (keeping its snapshot while the read agrees or fails) from one that does
+    no I/O: both serve the cached descriptor. The proxy B alone reaches the store through can:
+    its byte counters (Toxiproxy's ``toxiproxy_proxy_received_bytes_total``) say whether B sent
+    anything. HTTP metadata only: each request is bytes on a connection and an idle HTTP client
+    sends nothing (a gRPC channel to etcd may send keepalive pings of its own accord)."""
+    b, first = caching_through(proxied_metadata, mc_engine, mc_metadata)
+    plant(mc_metadata, "seg-a", with_probe_buffer(first, "probe-v2", first=True))
+    name = proxied_metadata[0].name
+    before = mc_faults.received_bytes(name)
+    if isinstance(before, str):
+        raise TargetLacks("metadata_faults", before)
+    if not before["upstream"]:
+        raise TargetLacks("metadata_faults", (
+            f"proxy {name} counted no byte of B's first lookup of A, which fetched through it "
+            f"(a real Toxiproxy counts a connection's bytes when it closes): its counters cannot "
+            f"show B's metadata traffic"))
+    served = [b.lookup("seg-a") for _ in range(LOOKUPS)]
+    after = mc_faults.received_bytes(name)
+    stale = [described(s) for s in served if not shows(s, first)]
+    assert not stale, (
+        f"within its TTL ({bound_of(b)}) B served {stale[0]} instead of its cached snapshot "
+        f"(MR-2: within the TTL a lookup does no metadata-store I/O, so it cannot see the new "
+        f"value)")
+    sent = after["upstream"] - before["upstream"]
+    assert sent == 0, (
+        f"B's {LOOKUPS} lookups of a peer it had cached moments before, within its TTL "
+        f"({bound_of(b)}), sent {sent:g} bytes toward the metadata store (and read "
+        f"{after['downstream'] - before['downstream']:g} back) although each served the cached "
+        f"snapshot; MR-2 requires that within the TTL a lookup does no metadata-store I/O")
 
 
 @pytest.mark.mc_req("MR-2")

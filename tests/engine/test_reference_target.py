@@ -57,3 +57,18 @@ def test_metadata_through_a_proxy_address_keeps_raw_access_on_the_store(mc_metad
     via.put("mooncake/ram/through-test", b"v")
     assert mc_metadata.get("mooncake/ram/through-test") == b"v"
     assert via.delete("mooncake/ram/through-test")
+
+
+def test_engine_sockets_show_who_is_connected_to_whom(mc_engine, tmp_path):
+    """``sockets()`` reads an engine's TCP sockets from /proc: after B wrote to A, one of B's
+    sockets is the other end of one of A's (what the suites pair to find B's connections to a
+    given process); a stopped engine has none."""
+    a = mc_engine(f"{tmp_path.name}-a", buffer_size=1 << 16)
+    b = mc_engine(f"{tmp_path.name}-b")
+    assert b.write(a.segment, 0, b"hi").ok
+    ends = {(s.local, s.remote) for s in a.sockets() if not s.listening}
+    pairs = [s for s in b.sockets() if (s.remote, s.local) in ends]
+    assert pairs and all(s.state == "ESTABLISHED" for s in pairs), (a.sockets(), b.sockets())
+    assert any(s.listening and s.local[1] == a.descriptor()["tcp_data_port"] for s in a.sockets())
+    a.stop()
+    assert a.sockets() == []

@@ -286,3 +286,22 @@ def test_toxiproxy_python_drives_every_call(mc_faults, echo) -> None:
     assert [p.name for p in populated] == ["py_b"]
     client.destroy_all()
     assert client.proxies() == {}
+
+
+@embedded_only
+def test_metrics_count_the_bytes_each_proxy_carries(mc_faults, echo) -> None:
+    """``/metrics`` (Toxiproxy's ``-proxy-metrics``) counts bytes per proxy and direction; what
+    the MR-2 suite reads to tell whether an engine sent anything toward its metadata store."""
+    quiet = create(mc_faults, "api_metrics_quiet", echo.address)
+    busy = create(mc_faults, "api_metrics_busy", echo.address)
+    assert mc_faults.received_bytes("api_metrics_busy") == {"upstream": 0, "downstream": 0}
+    with connect(busy["listen"]) as sock:
+        sock.sendall(b"12345")
+        assert recv_exact(sock, 5) == b"12345"
+    assert mc_faults.received_bytes("api_metrics_busy") == {"upstream": 5, "downstream": 5}
+    assert mc_faults.received_bytes(quiet["name"]) == {"upstream": 0, "downstream": 0}
+    status, text = raw(mc_faults.url, "GET", "/metrics", None)
+    assert status == 200
+    assert (f'toxiproxy_proxy_received_bytes_total{{direction="upstream",listener='
+            f'"{busy["listen"]}",proxy="api_metrics_busy",upstream="{echo.address}"}} 5'
+            ).encode() in text

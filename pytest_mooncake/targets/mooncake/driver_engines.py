@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.nodes.proc_sockets import Socket
 from pytest_mooncake.runtime.processes import ManagedProcess
 from pytest_mooncake.targets.base import (
     Capability,
@@ -30,6 +31,7 @@ from pytest_mooncake.targets.mooncake.driver_control import (
     unb64,
 )
 from pytest_mooncake.targets.mooncake.launchers import Launcher
+from pytest_mooncake.targets.process_sockets import local_sockets
 
 STOP_GRACE = 30.0
 """Seconds a driver gets to exit after ``stop`` (its engine's destructor deletes the keys and
@@ -264,6 +266,10 @@ class MooncakeEngine(DriverCommands):
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    def sockets(self) -> list[Socket]:
+        """Its TCP sockets as ``/proc`` on this host shows them (beyond ``EngineHandle``)."""
+        return local_sockets(self.pid if self.alive() else None, self.segment)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()

@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.nodes.proc_sockets import Socket
 from pytest_mooncake.runtime.processes import ManagedProcess, Supervisor
 from pytest_mooncake.targets.base import LookupResult, TargetError, TransferResult
 from pytest_mooncake.targets.log_events import count_events
+from pytest_mooncake.targets.process_sockets import local_sockets
 from pytest_mooncake.targets.reference import reference_log
 from reference_engine.descriptor import DescriptorError, decode, to_json
 from reference_engine.engine.control_client import ControlClient, ControlError
@@ -234,6 +236,10 @@ class ReferenceEngineHandle:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    def sockets(self) -> list[Socket]:
+        """Its TCP sockets as ``/proc`` shows them (beyond ``EngineHandle``)."""
+        return local_sockets(self.pid if self.alive() else None, self.segment)
 
     def logs(self) -> str:
         return self._proc.log_text() if self._proc is not None else ""
