@@ -73,15 +73,16 @@ def unjudged(record_property, note: str) -> None:
     print(note)
 
 
-def sees_new_instance(b, new: dict, old: dict) -> None:
+def sees_new_instance(b, new: dict, old: dict, target) -> None:
     """Wait (TTL + WAIT) until B's lookups of seg-a serve A's new descriptor, without any
     transfer (a transfer could meet the old connections and close them on its own account).
     n/a where what a lookup reveals cannot tell the new descriptor from the old one."""
     first = b.lookup("seg-a")
     if first.partial and shows(first, old) and shows(first, new):
         raise TargetLacks("cache_control", (
-            f"B's lookup reveals only {described(first)} of seg-a, the same for the old and the "
-            f"new instance: the run cannot tell when B has seen the replacement"))
+            f"{target.version}: B's lookup reveals only {described(first)} of seg-a, the same "
+            f"for the old and the new instance: the run cannot tell when B has seen the "
+            f"replacement"))
     comes_to_serve(b, new, f"A restarted (instance {short(old)} -> {short(new)})",
                    "MR-9 requires the target state to move to the new instance")
 
@@ -109,7 +110,7 @@ def short(doc: dict) -> str:
 @pytest.mark.parametrize("keep_addresses", [
     pytest.param(False, id="new-address"),
     pytest.param(True, id="same-address", marks=pytest.mark.mc_requires("keep_addresses"))])
-def test_replacement_closes_connections_to_the_old_instance(mc_engine, mc_metadata,
+def test_replacement_closes_connections_to_the_old_instance(mc_engine, mc_metadata, mc_target,
                                                             keep_addresses, record_property):
     """B held connections to A; A is replaced (at a new data address, or at the very same one:
     MR-11) and B's lookups see the new instance. Every connection B had to the old process
@@ -125,7 +126,7 @@ def test_replacement_closes_connections_to_the_old_instance(mc_engine, mc_metada
     new = published(mc_metadata, "seg-a")
     assert new.get("instance_id") != old.get("instance_id") or "instance_id" not in old, (
         "precondition: the restarted A published the old instance_id")
-    sees_new_instance(b, new, old)
+    sees_new_instance(b, new, old, mc_target)
     if not held:
         unjudged(record_property, "MR-9 old-connection check not judged: B held no TCP "
                  "connection to A's process between transfers")
