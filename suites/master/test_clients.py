@@ -12,11 +12,28 @@ WAIT = 20.0
 pytestmark = pytest.mark.mc_requires("master_cluster")
 
 
+def writes_before_failover(client, key: str = "before-failover") -> None:
+    """Precondition: the client writes through the first leader (retried for WAIT s: a client
+    that just mounted may still be settling on a loaded machine); what it answered if not."""
+    answers: list = []
+
+    def ok() -> bool:
+        answers.append(client.put(key, 64))
+        return bool(answers[-1]["ok"])
+
+    try:
+        wait_until(ok, WAIT, "the client's first write")
+    except Timeout:
+        raise AssertionError(f"precondition: the client could not write before any failover "
+                             f"({len(answers)} tries in {WAIT:g}s, the last answered "
+                             f"{answers[-1]})") from None
+
+
 @pytest.mark.mc_req("MP-7")
 def test_clients_reattach_to_the_new_leader_within_a_bound(mc_master_cluster):
     cluster = mc_master_cluster(masters=2, clients=1)
     client = cluster.client(0)
-    assert client.put("before-failover", 64)["ok"]
+    writes_before_failover(client)
     cluster.kill_master(cluster.leader())
     cluster.leader(timeout=WAIT)
     try:
@@ -65,7 +82,7 @@ def test_clients_reattach_to_the_new_leader_when_the_old_one_hangs(mc_master_clu
     a socket without a timeout never leaves: the client must give up on it and reattach."""
     cluster = mc_master_cluster(masters=2, clients=1)
     client = cluster.client(0)
-    assert client.put("before-hang", 64)["ok"]
+    writes_before_failover(client, "before-hang")
     old = cluster.leader()
     cluster.pause_master(old)
     try:
@@ -86,7 +103,7 @@ def test_a_call_with_no_leader_to_reattach_to_returns_within_a_bound(mc_master_c
     the honest answer) rather than wait for one for ever."""
     cluster = mc_master_cluster(masters=1, clients=1)
     client = cluster.client(0)
-    assert client.put("before-failover", 64)["ok"]
+    writes_before_failover(client)
     cluster.kill_master(cluster.leader())
     try:
         within(REATTACH_BOUND, client.exists, "before-failover",
