@@ -12,21 +12,29 @@ WAIT = 20.0
 pytestmark = pytest.mark.mc_requires("master_cluster")
 
 
-def writes_before_failover(client, key: str = "before-failover") -> None:
-    """Precondition: the client writes through the first leader (retried for WAIT s: a client
-    that just mounted may still be settling on a loaded machine); what it answered if not."""
-    answers: list = []
-
+def write_until_ok(client, key: str, bound: float, answers: list, what: str) -> str | None:
+    """Write ``key`` until one write succeeds (None) or ``bound`` s passed: then how many
+    writes failed and the last answer. ``answers`` collects every answer (a caller judging a
+    hung write from outside counts them)."""
     def ok() -> bool:
         answers.append(client.put(key, 64))
         return bool(answers[-1]["ok"])
 
     try:
-        wait_until(ok, WAIT, "the client's first write")
+        wait_until(ok, bound, what)
     except Timeout:
-        raise AssertionError(f"precondition: the client could not write before any failover "
-                             f"({len(answers)} tries in {WAIT:g}s, the last answered "
-                             f"{answers[-1]})") from None
+        return (f"{len(answers)} writes in {bound:g}s all failed, the last with "
+                f"{answers[-1].get('error') or answers[-1]}")
+    return None
+
+
+def writes_before_failover(client, key: str = "before-failover") -> None:
+    """Precondition: the client writes through the first leader (retried for WAIT s: a client
+    that just mounted may still be settling on a loaded machine); what it answered if not."""
+    failed = write_until_ok(client, key, WAIT, [], "the client's first write")
+    if failed:
+        raise AssertionError(f"precondition: the client could not write before any failover: "
+                             f"{failed}")
 
 
 @pytest.mark.mc_req("MP-7")
@@ -57,20 +65,12 @@ def writes_within_bound(client, key: str) -> str | None:
     (judged from outside: its thread is left behind, the cluster's teardown ends the client)."""
     answers: list = []
 
-    def write_until_ok() -> str | None:
-        def ok() -> bool:
-            answers.append(client.put(key, 64))
-            return bool(answers[-1]["ok"])
-
-        try:
-            wait_until(ok, REATTACH_BOUND, "the client's writes to succeed on the new leader")
-        except Timeout:
-            return (f"{len(answers)} writes in {REATTACH_BOUND:g}s all failed, the last with "
-                    f"{answers[-1].get('error') or answers[-1]}")
-        return None
+    def writes() -> str | None:
+        return write_until_ok(client, key, REATTACH_BOUND, answers,
+                              "the client's writes to succeed on the new leader")
 
     try:
-        return within(REATTACH_BOUND + CALL_GRACE, write_until_ok, what="the client's writes")
+        return within(REATTACH_BOUND + CALL_GRACE, writes, what="the client's writes")
     except Timeout:
         return (f"a write did not return within {REATTACH_BOUND + CALL_GRACE:g}s "
                 f"({len(answers)} returned before it)")

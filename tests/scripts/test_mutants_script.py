@@ -185,13 +185,18 @@ def spin():  # a comment changes nothing
 """
 
 
-def test_the_runner_tells_kills_hangs_and_survivors_apart(tmp_path):
+def toy_repo(tmp_path: Path, suite: str = TOY_SUITE) -> Path:
     repo = tmp_path / "repo"
     for path, text in {"toy/__init__.py": "", "toy/calc.py": TOY_MODULE,
-                       "suites/test_toy.py": TOY_SUITE, "tests/test_calc.py": TOY_TESTS,
+                       "suites/test_toy.py": suite, "tests/test_calc.py": TOY_TESTS,
                        "cat/T.toml": TOY_CATALOGUE}.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
+    return repo
+
+
+def test_the_runner_tells_kills_hangs_and_survivors_apart(tmp_path):
+    repo = toy_repo(tmp_path)
     result = tmp_path / "result.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "mutants.py"), "--root", str(repo),
@@ -214,13 +219,7 @@ def test_the_runner_tells_kills_hangs_and_survivors_apart(tmp_path):
 def test_a_suite_that_fails_without_any_mutant_stops_the_run(tmp_path):
     """The baseline: a judging test that fails on the unmutated tree (a missing dependency,
     a broken fixture) would count as a kill of every mutant; the run refuses instead."""
-    repo = tmp_path / "repo"
-    broken = TOY_SUITE.replace("assert add(2, 2) == 4", "assert add(2, 2) == 5")
-    for path, text in {"toy/__init__.py": "", "toy/calc.py": TOY_MODULE,
-                       "suites/test_toy.py": broken, "tests/test_calc.py": TOY_TESTS,
-                       "cat/T.toml": TOY_CATALOGUE}.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(text)
+    repo = toy_repo(tmp_path, TOY_SUITE.replace("assert add(2, 2) == 4", "assert add(2, 2) == 5"))
     result = tmp_path / "result.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "mutants.py"), "--root", str(repo),
