@@ -12,7 +12,7 @@ interpreter (the lab shares the host's filesystem, so the venv is there on every
 ``VERSION`` (a Mooncake release string, e.g. ``0.3.13.post1``): that release's environment from
 ``pytest_mooncake.releases`` (installed on first use): its ``mooncake_master`` in HA mode with
 the flags the release has (``ReleaseFacts.master_args``), and engines and store clients in
-``targets/mooncake/driver.py`` run by the release's python.
+``targets/mooncake/driver/mooncake_driver.py`` run by the release's python.
 
 An engine's metadata URI is ``$MC_METADATA`` in its command line (the component's env gives
 the lab's etcd), so the cluster target can start it with its metadata traffic routed through a
@@ -44,7 +44,8 @@ MASTER_RPC_PORT = 50051
 MASTER_ADMIN_PORT = 9003
 TOXIPROXY_PORT = 8474
 METADATA_VAR = "MC_METADATA"
-DRIVER = Path(__file__).resolve().parents[1] / "targets" / "mooncake" / "driver.py"
+DRIVER = (Path(__file__).resolve().parents[1] / "targets" / "mooncake" / "driver"
+          / "mooncake_driver.py")
 """The engine/store driver the Mooncake flavour runs with a release's python (a file, not an
 import: the lab sits below the targets)."""
 
@@ -221,7 +222,7 @@ class MooncakeFlavour(Flavour):
             [str(self.env.python), str(DRIVER), "engine", "--segment", segment],
             ["--ready-file", ready, "--control-host", a,
              "--control-port", str(ENGINE_CONTROL_PORT + slot)])
-        match = (re.escape(f"driver.py engine --segment {segment} ") + ".*--control-host "
+        match = (re.escape(f"{DRIVER.name} engine --segment {segment} ") + ".*--control-host "
                  + re.escape(a) + " ")
         # the cache settings the release reads (probed in its ELF files): a test's ttl_ms
         # becomes that environment when the cluster target starts the engine
@@ -241,7 +242,7 @@ class MooncakeFlavour(Flavour):
         spec = ComponentSpec(
             name=name, kind="client", node=node.name, start=shlex.join(cmd),
             env=self._env(a, MC_STORE_CLUSTER_ID=cluster_id), cwd=node.run_dir,
-            match=re.escape(f"driver.py store --hostname {a}:{CLIENT_DATA_PORT + slot} "),
+            match=re.escape(f"{DRIVER.name} store --hostname {a}:{CLIENT_DATA_PORT + slot} "),
             ready_log="driver ready:", ready_tcp=control, start_timeout=60, stop_timeout=10)
         return Placed(spec, {"control": control, "protocol": self.protocol})
 

@@ -38,18 +38,18 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
         "the Python reference engine; variants: rfc (default), legacy",
     ),
     "mooncake": (
-        "pytest_mooncake.targets.mooncake.local_placement:MooncakeTarget",
+        "pytest_mooncake.targets.mooncake.placements.this_host:MooncakeTarget",
         "a real Mooncake build: mooncake (the installed wheel), mooncake:DIR (an install "
         "directory), mooncake:REQUIREMENT (must be satisfied by the installed wheel), "
         "mooncake==VERSION or mooncake-FLAVOUR==VERSION (that release in its own cached "
         "environment, e.g. mooncake-cuda13==0.3.14)",
     ),
     "docker": (
-        "pytest_mooncake.targets.mooncake.docker_placement:DockerTarget",
+        "pytest_mooncake.targets.mooncake.placements.containers:DockerTarget",
         "Mooncake in containers through the docker SDK: docker:IMAGE",
     ),
     "cluster": (
-        "pytest_mooncake.targets.mooncake.deployment_placement:ClusterTarget",
+        "pytest_mooncake.targets.mooncake.placements.existing_cluster:ClusterTarget",
         "an existing deployment described by a TOML manifest: cluster:FILE.toml, or "
         "cluster:example (the shipped example)",
     ),

@@ -20,7 +20,7 @@ import threading
 import pytest
 
 from pytest_mooncake.runtime.ports import free_port
-from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
+from pytest_mooncake.targets.mooncake.master_cluster.admin_view import MooncakeMasters
 
 ANSWERS = {
     "missing": {},                                   # every path 404, /health 200

@@ -35,8 +35,8 @@ from pytest_mooncake.targets import (
 )
 from pytest_mooncake.targets.mooncake.install import MooncakeInstall
 from pytest_mooncake.targets.mooncake.launchers import LocalLauncher
-from pytest_mooncake.targets.mooncake.local_placement import MooncakeTarget
-from pytest_mooncake.targets.mooncake.master_processes import MooncakeMasterCluster
+from pytest_mooncake.targets.mooncake.master_cluster.ha_processes import MooncakeMasterCluster
+from pytest_mooncake.targets.mooncake.placements.this_host import MooncakeTarget
 from pytest_mooncake.targets.reference import ReferenceTarget
 from pytest_mooncake.waits import wait_until
 

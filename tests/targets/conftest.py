@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_mooncake.targets import TargetContext, resolve_target
-from pytest_mooncake.targets.mooncake.local_placement import MooncakeTarget
+from pytest_mooncake.targets.mooncake.placements.this_host import MooncakeTarget
 
 
 @pytest.fixture(scope="module")

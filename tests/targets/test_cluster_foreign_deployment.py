@@ -93,7 +93,7 @@ def test_operator_deployment_gives_only_the_builds_verdicts(mc_etcd, deployment,
     if not bench.exists():
         helpers.require_wheel(f"the wheel has no transfer_engine_bench beside {mooncake.__file__}",
                               os.environ)
-    from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
+    from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 
     flags = MasterFlags.of(target.placement.release_facts())
     binary = str(Path(mooncake.__file__).with_name("mooncake_master"))

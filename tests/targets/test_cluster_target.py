@@ -13,7 +13,7 @@ import pytest
 from pytest_mooncake.schemas.cluster_manifest import load_manifest
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetLacks
-from pytest_mooncake.targets.mooncake.deployment_placement import ClusterTarget
+from pytest_mooncake.targets.mooncake.placements.existing_cluster import ClusterTarget
 
 EXAMPLE = Path(__file__).parents[2] / "pytest_mooncake" / "data" / "clusters" / "example.toml"
 

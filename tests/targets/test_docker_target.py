@@ -13,7 +13,7 @@ import pytest
 from pytest_mooncake.runtime.processes import ProcessStartError
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetContext, TargetLacks
-from pytest_mooncake.targets.mooncake.docker_placement import (
+from pytest_mooncake.targets.mooncake.placements.containers import (
     API_TIMEOUT,
     CONTROL_PORT,
     ContainerLauncher,
@@ -242,10 +242,10 @@ def test_only_the_probe_uses_the_short_timeout(tmp_path):
 
 
 def test_container_is_run_detached_on_the_session_network_with_loopback_ports(lab):
-    proc = ContainerProcess(lab, "engine-a", ["python3", "/mc-driver/driver.py", "engine"],
+    proc = ContainerProcess(lab, "engine-a", ["python3", "/mc-driver/mooncake_driver.py", "engine"],
                             {"MC_X": "1"}, None, 5, publish=[CONTROL_PORT]).start()
     run = lab.client.containers.created[0]
-    assert run.image == IMAGE and run.command == ["python3", "/mc-driver/driver.py", "engine"]
+    assert run.image == IMAGE and run.command == ["python3", "/mc-driver/mooncake_driver.py", "engine"]
     assert run.kwargs["network"] == "mc-s1" and run.kwargs["name"] == "mc-s1-engine-a"
     assert run.kwargs["ports"] == {f"{CONTROL_PORT}/tcp": ("127.0.0.1", None)}
     assert run.kwargs["environment"] == {"MC_X": "1"}
@@ -294,7 +294,7 @@ def test_close_removes_every_container_and_the_network_even_if_one_fails(lab):
 def test_launcher_runs_the_driver_and_master_inside_the_image(lab):
     launcher = ContainerLauncher(lab, IMAGE)
     assert launcher.driver_argv("engine", "--segment", "s") == [
-        "python3", "/mc-driver/driver.py", "engine", "--segment", "s"]
+        "python3", "/mc-driver/mooncake_driver.py", "engine", "--segment", "s"]
     assert launcher.master_binary() == "mooncake_master"
     assert launcher.master_rpc["rpc_interface"] == "eth0"
     assert launcher.master_flags.has("enable_oplog") and "not probed" in launcher.master_flags.source
@@ -330,7 +330,7 @@ class LocalProcessContainers(FakeContainers):
 
         container = super().run(image, command, **kwargs)
         argv = [sys.executable if a == "python3" else
-                str(DRIVER) if a == "/mc-driver/driver.py" else a for a in command]
+                str(DRIVER) if a == "/mc-driver/mooncake_driver.py" else a for a in command]
         published = {}
         if "--control-port" in argv:
             i = argv.index("--control-port")
@@ -386,7 +386,7 @@ def local_docker(monkeypatch):
 
 
 def test_engine_handles_over_container_launcher(local_docker, mooncake_target, mc_etcd, tmp_path):
-    from pytest_mooncake.targets.mooncake.driver_engines import MooncakeEngine
+    from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
     from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 
     lab = DockerLab(local_docker, IMAGE, "s2", tmp_path)
@@ -397,7 +397,7 @@ def test_engine_handles_over_container_launcher(local_docker, mooncake_target, m
     b = MooncakeEngine(launcher, tmp_path, f"dk-b-{tag}", meta, {})
     try:
         run = local_docker.containers.created[0]
-        assert run.command[:2] == ["python3", "/mc-driver/driver.py"]
+        assert run.command[:2] == ["python3", "/mc-driver/mooncake_driver.py"]
         assert run.kwargs["ports"] == {"7000/tcp": ("127.0.0.1", None)}
         assert a.write(b.segment, 0, b"through-containers").ok
         assert b.local_read(0, 18) == b"through-containers"

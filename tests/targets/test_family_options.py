@@ -12,7 +12,7 @@ import pytest
 
 from pytest_mooncake.targets import resolve_target
 from pytest_mooncake.targets.base import Capability, TargetLacks
-from pytest_mooncake.targets.mooncake.docker_placement import DockerTarget
+from pytest_mooncake.targets.mooncake.placements.containers import DockerTarget
 
 IMAGE = "kvcacheai/mooncake:0.3.13"
 

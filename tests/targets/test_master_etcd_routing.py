@@ -9,8 +9,8 @@ import pytest
 
 from pytest_mooncake.targets import resolve_target
 from pytest_mooncake.targets.base import Capability, TargetContext, TargetLacks
-from pytest_mooncake.targets.mooncake.docker_placement import DockerTarget
-from pytest_mooncake.targets.mooncake.master_processes import MooncakeMasterCluster
+from pytest_mooncake.targets.mooncake.master_cluster.ha_processes import MooncakeMasterCluster
+from pytest_mooncake.targets.mooncake.placements.containers import DockerTarget
 
 PROXY = "127.0.0.1:1"
 

@@ -11,7 +11,7 @@ import pytest
 from pytest_mooncake.runtime.processes import live_processes
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.targets.base import Capability, EngineHandle
-from pytest_mooncake.targets.mooncake.driver_engines import EngineRestartFailed
+from pytest_mooncake.targets.mooncake.driver.engine_proxies import EngineRestartFailed
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.targets.base import Capability
-from pytest_mooncake.targets.mooncake.oplog_planting import OpLogInEtcd
+from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import OpLogInEtcd
 from pytest_mooncake.targets.mooncake.store_clients import payload
 from pytest_mooncake.waits import wait_until
 

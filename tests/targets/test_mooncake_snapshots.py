@@ -9,15 +9,15 @@ from pytest_mooncake.runtime.processes import http_ok
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets import TargetContext, TargetLacks, UnknownTarget
 from pytest_mooncake.targets.base import Capability
-from pytest_mooncake.targets.mooncake import master_snapshots
-from pytest_mooncake.targets.mooncake.admin_http import admin_get
-from pytest_mooncake.targets.mooncake.local_placement import MooncakeTarget
-from pytest_mooncake.targets.mooncake.master_snapshots import (
+from pytest_mooncake.targets.mooncake.master_cluster import snapshot_requests as master_snapshots
+from pytest_mooncake.targets.mooncake.master_cluster.http_admin import admin_get
+from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     OplogSnapshots,
     PeriodicSnapshots,
     lack,
     means_for,
 )
+from pytest_mooncake.targets.mooncake.placements.this_host import MooncakeTarget
 from pytest_mooncake.targets.mooncake.store_clients import start_store_client
 from pytest_mooncake.waits import wait_until
 

@@ -9,7 +9,7 @@ import pytest
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetLacks
 from pytest_mooncake.targets.mooncake.install import INSTALL_HINT, MooncakeInstall
-from pytest_mooncake.targets.mooncake.local_placement import MooncakeTarget
+from pytest_mooncake.targets.mooncake.placements.this_host import MooncakeTarget
 
 WHEEL = "mooncake-transfer-engine-non-cuda"
 

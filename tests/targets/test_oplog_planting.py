@@ -10,7 +10,7 @@ import os
 import pytest
 
 from pytest_mooncake.targets.base import planted_kind
-from pytest_mooncake.targets.mooncake.oplog_planting import (
+from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import (
     PUT_END,
     BatchRecord,
     OpLogEntry,

@@ -2,16 +2,39 @@
 
 - ``adapter.py``: ``MooncakeFamilyTarget``, the one Target (options, capabilities, factories);
   ``option_rules.py``: which options exist and how an unhonoured one is refused;
-- placements (``adapter.Placement``; ``process_placement.py`` is the shared part of those
-  that start processes): ``local_placement.py`` (``mooncake``: an installed build's
-  processes on this host), ``docker_placement.py`` (``docker:IMAGE``: containers),
-  ``deployment_placement.py`` (``cluster:FILE``: an existing deployment; manifest in
-  ``schemas/cluster_manifest.py``);
-- components: ``driver.py`` (the driver process, run with the build's python),
-  ``driver_control.py`` (its control channel), ``driver_engines.py`` (engine handles),
-  ``store_clients.py`` (the store-client launcher), ``master_processes.py`` (HA masters this
-  family starts), ``master_admins.py`` (the one reading of mooncake_master's admin service:
-  health, leader, promotability, keys, metrics, segments), ``admin_http.py`` (its HTTP client),
-  ``metadata_stores.py`` (etcd and HTTP metadata), ``launchers.py`` (how a process is started:
-  this host or a container), ``install.py`` (where a build lives).
+- ``placements/``: where components live (this host, containers, an existing deployment);
+- ``deployment/``: the handles of an existing deployment, driven over SSH;
+- ``driver/``: the driver process running the build's Python API, and its control channel;
+- ``master_cluster/``: HA ``mooncake_master`` processes, their admin service, flags, snapshots, OpLog;
+- beside them: ``store_clients.py`` (the store-client launcher), ``metadata_stores.py`` (etcd
+  and HTTP metadata), ``launchers.py`` (how a process is started: this host or a container),
+  ``install.py`` (where a build lives), ``cache_knobs.py``, ``mooncake_log.py``,
+  ``verbs_layers.py`` and ``emulated_rdma.py`` (the RDMA path on emulated or host devices).
+
+The public classes are importable from here (``from pytest_mooncake.targets.mooncake import
+MooncakeTarget``); the modules behind them may move.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+_PUBLIC = {
+    "MooncakeFamilyTarget": "pytest_mooncake.targets.mooncake.adapter",
+    "MooncakeInstall": "pytest_mooncake.targets.mooncake.install",
+    "MooncakeTarget": "pytest_mooncake.targets.mooncake.placements.this_host",
+    "DockerTarget": "pytest_mooncake.targets.mooncake.placements.containers",
+    "ClusterTarget": "pytest_mooncake.targets.mooncake.placements.existing_cluster",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public class on first use, so importing the family pulls no placement in."""
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib  # noqa: PLC0415
+
+    return getattr(importlib.import_module(module), name)

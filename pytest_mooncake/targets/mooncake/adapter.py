@@ -1,6 +1,6 @@
 """The one Target of the Mooncake family, over a placement: the mooncake, docker and cluster
 targets are this adapter with a local, container or deployment placement (``Placement`` below;
-``local_placement``, ``docker_placement``, ``deployment_placement``). A placement says where the
+``placements/this_host``, ``placements/containers``, ``placements/existing_cluster``). A placement says where the
 family's components are and how a test reaches them, what the target can do there (from its
 own probes), and makes the handles.
 

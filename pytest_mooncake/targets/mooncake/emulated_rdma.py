@@ -4,7 +4,7 @@ observed through each process's verbs control socket (``pytest_mooncake.verbs``)
 ``cluster()`` gives the same operations the reference handle's clusters have, each expressed
 in what a real build shows from outside:
 
-- nodes are real ``TransferEngine`` processes (``driver.py engine --protocol rdma``) on one
+- nodes are real ``TransferEngine`` processes (``driver/mooncake_driver.py engine --protocol rdma``) on one
   emulated fabric per cluster, publishing to the session etcd under unique segment names;
 - ``submit`` queues an asynchronous transfer; nothing is posted before ``settle()`` (or
   ``status()``), so ``hold``/``inject_error``/``fail_post`` given before then catch its first
@@ -47,7 +47,7 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
     dedicated_poller_env,
 )
-from pytest_mooncake.targets.mooncake.driver_engines import MooncakeEngine
+from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 from pytest_mooncake.verbs import EmulatedFabric, ProcessGone, VerbsControl, VerbsControlError
 from pytest_mooncake.verbs.control import PostedWr

@@ -48,7 +48,7 @@ from pytest_mooncake.releases.envs import as_spec
 DIST_PREFIX = "mooncake-transfer-engine"
 INSTALL_HINT = ("pip install mooncake-transfer-engine-non-cuda (and apt-get install -y "
                 "libibverbs1 librdmacm1 libnuma1)")
-DRIVER = Path(__file__).with_name("driver.py")
+DRIVER = Path(__file__).parent / "driver" / "mooncake_driver.py"
 
 
 class SpecError(ValueError):

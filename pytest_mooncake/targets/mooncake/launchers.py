@@ -1,5 +1,5 @@
 """How a component process of the family is started and reached: on this host
-(``LocalLauncher``) or in a container (``docker_placement.ContainerLauncher``). Engine, master
+(``LocalLauncher``) or in a container (``placements/containers.ContainerLauncher``). Engine, master
 and store-client handles take one of these strategy objects at construction and never ask which
 one they have; a placement (``adapter.Placement``) hands its launcher to them."""
 
@@ -13,7 +13,7 @@ from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess, ReadyProbe, Supervisor
 from pytest_mooncake.targets.base import TargetError
 from pytest_mooncake.targets.mooncake.install import MooncakeInstall
-from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
+from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 
 
 class Launcher(Protocol):

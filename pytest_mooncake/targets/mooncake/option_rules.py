@@ -17,7 +17,7 @@ ENGINE_OPTIONS = ("buffer_size", "fixed_address", "ttl_ms", "profile", "ready_ti
 MASTER_OPTIONS = ("oplog", "snapshots", "trim_oplog_after_snapshot", "client_ttl", "lease_ttl",
                   "flags", "env", "cluster_id", "ready_timeout", "partial_restore")
 """``master_cluster`` options (``snapshots`` needs a means of the build's to write snapshots,
-``master_snapshots``, and the target's master_snapshot capability; ``lease_ttl`` is known, for
+``master_cluster/snapshot_requests``, and the target's master_snapshot capability; ``lease_ttl`` is known, for
 the reference target's sake, and refused: no Mooncake target sets it; ``partial_restore`` asks
 for the restore MP-2 requires: a Mooncake build has one restore and no switch for it, so the
 option is taken and the build's own restore is what runs and is judged)."""

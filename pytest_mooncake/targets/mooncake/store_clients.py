@@ -13,7 +13,7 @@ from typing import Any
 from pytest_mooncake.releases import mooncake_family as family
 from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError
 from pytest_mooncake.targets.base import ComponentStartError
-from pytest_mooncake.targets.mooncake.driver_control import (
+from pytest_mooncake.targets.mooncake.driver.control_channel import (
     ControlClient,
     b64,
     read_ready_file,

@@ -18,9 +18,9 @@ from pytest_mooncake.targets.base import (
     TargetError,
 )
 from pytest_mooncake.targets.mooncake.cache_knobs import CacheKnobs
-from pytest_mooncake.targets.mooncake.driver_engines import MooncakeEngine
+from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
 from pytest_mooncake.targets.mooncake.launchers import Launcher
-from pytest_mooncake.targets.mooncake.master_processes import MooncakeMasterCluster
+from pytest_mooncake.targets.mooncake.master_cluster.ha_processes import MooncakeMasterCluster
 from pytest_mooncake.targets.mooncake.option_rules import ENGINE_OPTIONS, MASTER_OPTIONS
 from pytest_mooncake.targets.mooncake.store_clients import start_store_client
 

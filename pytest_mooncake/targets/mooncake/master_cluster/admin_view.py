@@ -3,10 +3,10 @@ role and leader from ``/health`` (``role``, ``ha_state``, ``service_ready``), ke
 metrics from ``/metrics``, replication progress (``ha_oplog_applied_sequence_id`` and the
 primary's durable OpLog prefix in etcd), promotability and planned handover where the build has
 an endpoint for them, bad entries planted in the OpLog the build keeps in etcd
-(``oplog_planting``: MP-1, MP-2), segments and drains (MP-10) through the serving leader.
+(``master_cluster/oplog_planting``: MP-1, MP-2), segments and drains (MP-10) through the serving leader.
 
-``MooncakeMasters`` is the base of the masters this family starts (``master_processes``) and of
-those of an existing deployment (``deployment_placement``): a subclass says where each admin
+``MooncakeMasters`` is the base of the masters this family starts (``master_cluster/ha_processes``) and of
+those of an existing deployment (``placements/existing_cluster``): a subclass says where each admin
 service is (``admin_url``), which masters to ask (``observed``) and names the build (``build``)
 and the cluster (``where``) in messages. Promotability is probed, not invented: the first call
 asks for an endpoint and, when every path answers 404, raises ``TargetLacks`` naming what was
@@ -33,9 +33,13 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
     planted_kind,
 )
-from pytest_mooncake.targets.mooncake import oplog_planting as planting
-from pytest_mooncake.targets.mooncake.admin_http import admin_get, admin_post, json_or_none
-from pytest_mooncake.targets.mooncake.oplog_planting import OPLOG_ROOT
+from pytest_mooncake.targets.mooncake.master_cluster import oplog_planting as planting
+from pytest_mooncake.targets.mooncake.master_cluster.http_admin import (
+    admin_get,
+    admin_post,
+    json_or_none,
+)
+from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import OPLOG_ROOT
 
 PROMOTABILITY_PATHS = ("/ha/promotable", "/promotable", "/api/v1/ha/promotable")
 PROMOTABILITY_FIELDS = ("promotable", "reason", "validation", "applied_seq", "primary_seq",
@@ -239,7 +243,7 @@ class MooncakeMasters:
 
     def plant_bad_descriptor(self, victim_key: str, key: str = "planted-bad-descriptor",
                              kind: str = "overlap") -> int:
-        """Append to the OpLog the masters keep in etcd (``oplog_planting``) a PUT_END of ``key``
+        """Append to the OpLog the masters keep in etcd (``master_cluster/oplog_planting``) a PUT_END of ``key``
         made from ``victim_key``'s own last PUT_END payload: its buffer address moved half its
         size up (``kind`` "overlap") or its segment's endpoint swapped for one nobody mounted
         ("unknown_segment"). The leader's index is not touched; a standby replays the entry.

@@ -1,9 +1,9 @@
 """The ``mooncake`` target: a real Mooncake build (pip wheel or install directory), its
 components as processes on this host.
 
-Engines and store clients run in driver processes (``driver.py``) with the build's python;
+Engines and store clients run in driver processes (``driver/mooncake_driver.py``) with the build's python;
 masters are the build's ``mooncake_master`` binary, all under the session's supervisor, bound to
-loopback. What the build can do is probed, not assumed: ``driver.py probe`` lists its Python API
+loopback. What the build can do is probed, not assumed: ``driver/mooncake_driver.py probe`` lists its Python API
 and binaries once per session, and every capability the API has no means for is absent with a
 reason naming what is missing.
 """
@@ -29,10 +29,12 @@ from pytest_mooncake.targets.mooncake.install import (
     locate_release,
 )
 from pytest_mooncake.targets.mooncake.launchers import LocalLauncher
-from pytest_mooncake.targets.mooncake.master_snapshots import lack as snapshot_means_lack
+from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
+    lack as snapshot_means_lack,
+)
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
 from pytest_mooncake.targets.mooncake.option_rules import MOONCAKE_ETCD_ROUTING
-from pytest_mooncake.targets.mooncake.process_placement import ProcessPlacement
+from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 from pytest_mooncake.targets.mooncake.verbs_layers import VerbsLayer, verbs_layer
 
 ENGINE_API = ("initialize", "register_memory", "transfer_sync_write", "transfer_sync_read",
@@ -250,7 +252,7 @@ def _methods(facts: ReleaseFacts, which: str) -> tuple[frozenset[str], str | Non
 
 def snapshot_lack(facts: ReleaseFacts, ver: str) -> str | None:
     """Why the Mooncake targets cannot have ``ver``'s masters write a snapshot on request and
-    start from it, from the flags its ``mooncake_master --help`` lists (``master_snapshots``);
+    start from it, from the flags its ``mooncake_master --help`` lists (``master_cluster/snapshot_requests``);
     None when one means is complete."""
     try:
         flags = facts.master_flags

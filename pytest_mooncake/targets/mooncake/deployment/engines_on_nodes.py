@@ -1,7 +1,7 @@
 """``EngineHandle`` over an engine of an existing deployment (the cluster target).
 
 An engine entry of the cluster file says how it is reached (``control`` + ``protocol``, see
-``deployment_wires``) and, through its ``component``, how it is driven on its node. Its
+``deployment/control_wires``) and, through its ``component``, how it is driven on its node. Its
 ``lifecycle`` says whose process it is:
 
 - ``attach``: the deployment's running engine, used as it is. A test may kill or restart it
@@ -35,14 +35,14 @@ from pytest_mooncake.targets.base import (
 )
 from pytest_mooncake.targets.log_events import count_events
 from pytest_mooncake.targets.mooncake.cache_knobs import CacheKnobs, bound_ms
-from pytest_mooncake.targets.mooncake.deployment_control import (
+from pytest_mooncake.targets.mooncake.deployment.control_wires import ENGINE_WIRES
+from pytest_mooncake.targets.mooncake.deployment.node_control import (
     ComponentControl,
     FleetHolder,
     not_allowed,
 )
-from pytest_mooncake.targets.mooncake.deployment_wires import ENGINE_WIRES
-from pytest_mooncake.targets.mooncake.driver_control import ControlError
-from pytest_mooncake.targets.mooncake.driver_engines import (
+from pytest_mooncake.targets.mooncake.driver.control_channel import ControlError
+from pytest_mooncake.targets.mooncake.driver.engine_proxies import (
     EngineRestartFailed,
     PublishedDescriptor,
 )

@@ -1,5 +1,5 @@
 """What answers on the control channel of a deployment's engine or store client, by the
-cluster file's ``protocol``: the project's ``driver.py`` (a real ``mooncake.engine`` /
+cluster file's ``protocol``: the project's ``driver/mooncake_driver.py`` (a real ``mooncake.engine`` /
 ``mooncake.store`` behind JSON lines) or ``python -m reference_engine engine|client``.
 
 Strategy objects with one surface, so the cluster target's handles never ask which one they
@@ -17,8 +17,13 @@ from typing import Any
 from pytest_mooncake.runtime.loopback_http import http_request, json_body
 from pytest_mooncake.targets.base import Capability, LookupResult, TransferResult
 from pytest_mooncake.targets.mooncake import mooncake_log
-from pytest_mooncake.targets.mooncake.driver_control import ControlClient, ControlError, b64, unb64
-from pytest_mooncake.targets.mooncake.driver_engines import DriverCommands
+from pytest_mooncake.targets.mooncake.driver.control_channel import (
+    ControlClient,
+    ControlError,
+    b64,
+    unb64,
+)
+from pytest_mooncake.targets.mooncake.driver.engine_proxies import DriverCommands
 from pytest_mooncake.targets.mooncake.store_clients import StoreClient
 from pytest_mooncake.targets.reference import reference_log
 

@@ -1,6 +1,6 @@
 """``MasterClusterHandle`` over real ``mooncake_master`` processes in HA mode on one etcd, with
 real ``mooncake.store`` clients in driver processes, started through a launcher (this host or a
-container). What the handle reads from the masters' admin services is ``master_admins``'s."""
+container). What the handle reads from the masters' admin services is ``master_cluster/admin_view``'s."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
 )
 from pytest_mooncake.targets.mooncake.launchers import Launcher
-from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
-from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
-from pytest_mooncake.targets.mooncake.master_snapshots import (
+from pytest_mooncake.targets.mooncake.master_cluster.admin_view import MooncakeMasters
+from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
+from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     LOCAL_PATH_ENV,
     SnapshotMeans,
     lack,
@@ -66,7 +66,7 @@ class _Master:
 class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
     """N ``mooncake_master --enable_ha`` processes (OpLog on by default) and M store clients.
 
-    Every flag is spelled as the build's ``mooncake_master --help`` lists it (``master_flags``);
+    Every flag is spelled as the build's ``mooncake_master --help`` lists it (``master_cluster/flags``);
     a setting the build lacks is left out (``dropped``) or, when the test asked for it, n/a.
 
     Options: ``oplog`` (default: ``--enable_oplog=true`` where the build has the flag, so
@@ -76,7 +76,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
     config line is checked), ``flags`` (extra ``{name: value}`` master flags; one the build
     lacks is n/a), ``env`` (extra environment, e.g. ``MOONCAKE_SNAPSHOT_LOCAL_PATH``),
     ``snapshots`` (the masters write snapshots under ``<workdir>/snapshots`` through the means
-    the build's flags offer, ``master_snapshots``; ``snapshot(i)`` waits for one),
+    the build's flags offer, ``master_cluster/snapshot_requests``; ``snapshot(i)`` waits for one),
     ``trim_oplog_after_snapshot`` (reported by ``snapshot(i)``: no OpLog, or one the snapshot
     holds whole), ``cluster_id``, ``ready_timeout``."""
 
@@ -118,7 +118,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
     # ------------------------------------------------------------------ masters
 
     def _settings(self, m: _Master) -> dict[str, Any]:
-        """What every master of this cluster is told, by setting name (``master_flags`` spells
+        """What every master of this cluster is told, by setting name (``master_cluster/flags`` spells
         them as the build does)."""
         settings: dict[str, Any] = {
             "enable_ha": True, "etcd_endpoints": ";".join(self.etcd),
@@ -176,7 +176,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
 
     def snapshot(self, index: int) -> dict[str, Any]:
         """A snapshot begun after this call, so holding every acknowledged write, by master
-        ``index`` or by the master the build has write them (``master_snapshots``): the
+        ``index`` or by the master the build has write them (``master_cluster/snapshot_requests``): the
         report names the writer, the snapshot and how many objects it holds."""
         if self.snapshot_means is None:
             raise TargetError(f"{self.where} was started without snapshots=True")

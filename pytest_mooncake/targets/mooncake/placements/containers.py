@@ -29,9 +29,10 @@ from pytest_mooncake.runtime.etcd_process import etcd_healthy
 from pytest_mooncake.runtime.processes import ProcessStartError, ReadyProbe
 from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetError, TargetLacks
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
-from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
+from pytest_mooncake.targets.mooncake.install import DRIVER
+from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
-from pytest_mooncake.targets.mooncake.process_placement import ProcessPlacement
+from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 DEFAULT_ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
@@ -199,7 +200,7 @@ class DockerLab:
         self.session = session
         self.workdir = Path(workdir)
         self.etcd_image = etcd_image
-        self.driver_dir = str(Path(__file__).parent)
+        self.driver_dir = str(DRIVER.parent)
         self._network: Any = None
         self.containers: list[Any] = []
         self._etcd: ContainerProcess | None = None
@@ -297,7 +298,7 @@ class ContainerLauncher:
         return dict(extra)  # a container starts from the image's environment and ``extra``
 
     def driver_argv(self, *args: str) -> list[str]:
-        return ["python3", f"{DRIVER_DIR_IN_CONTAINER}/driver.py", *args]
+        return ["python3", f"{DRIVER_DIR_IN_CONTAINER}/{DRIVER.name}", *args]
 
     def master_binary(self) -> str:
         return "mooncake_master"

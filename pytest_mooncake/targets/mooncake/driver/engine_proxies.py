@@ -23,7 +23,7 @@ from pytest_mooncake.targets.base import (
 from pytest_mooncake.targets.log_events import count_events
 from pytest_mooncake.targets.mooncake import mooncake_log
 from pytest_mooncake.targets.mooncake.cache_knobs import bound_ms
-from pytest_mooncake.targets.mooncake.driver_control import (
+from pytest_mooncake.targets.mooncake.driver.control_channel import (
     ControlClient,
     ControlError,
     b64,

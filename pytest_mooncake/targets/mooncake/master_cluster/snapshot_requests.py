@@ -112,7 +112,7 @@ class OplogSnapshots(SnapshotMeans):
         """Standby ``index`` writes: wait until its newest snapshot holds the leader's whole
         durable OpLog prefix (``ha_snapshot_latest_batch``), then count the objects its
         manifest lists (the snapshot's own report)."""
-        from pytest_mooncake.targets.mooncake.master_admins import durable_prefix  # noqa: PLC0415
+        from pytest_mooncake.targets.mooncake.master_cluster.admin_view import durable_prefix  # noqa: PLC0415
 
         prefix = durable_prefix(masters.etcd, masters.oplog_cluster) or {}
         target = int(prefix.get("batch_id", 0))

@@ -12,9 +12,9 @@ store clients (``store``), and node control per action and kind (``logs``, ``res
 ``kill``, ``pause``, ``partition``, e.g. ``kill:engine``). Anything not allowed is n/a with the
 allow entry that would permit it.
 
-Engines (``deployment_engines``), masters and store clients (``deployment_masters``) are
-reached through their control channels (``deployment_wires``) and driven on their nodes
-(``deployment_control``). Names a test uses that are aliases in the file are translated to the
+Engines (``deployment/engines_on_nodes``), masters and store clients (``deployment/masters_on_nodes``) are
+reached through their control channels (``deployment/control_wires``) and driven on their nodes
+(``deployment/node_control``). Names a test uses that are aliases in the file are translated to the
 engine's own segment name, in metadata keys and in transfers.
 """
 
@@ -36,18 +36,18 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
 )
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
-from pytest_mooncake.targets.mooncake.deployment_control import (
-    ComponentControl,
-    FleetHolder,
-    not_allowed,
-)
-from pytest_mooncake.targets.mooncake.deployment_engines import (
+from pytest_mooncake.targets.mooncake.deployment.control_wires import ENGINE_WIRES
+from pytest_mooncake.targets.mooncake.deployment.engines_on_nodes import (
     METADATA_VAR,
     DeploymentEngine,
     cache_ttl_lacks,
 )
-from pytest_mooncake.targets.mooncake.deployment_masters import DeploymentMasters
-from pytest_mooncake.targets.mooncake.deployment_wires import ENGINE_WIRES
+from pytest_mooncake.targets.mooncake.deployment.masters_on_nodes import DeploymentMasters
+from pytest_mooncake.targets.mooncake.deployment.node_control import (
+    ComponentControl,
+    FleetHolder,
+    not_allowed,
+)
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 
 

@@ -1,5 +1,5 @@
 """``MasterClusterHandle`` over the masters and store clients of an existing deployment (the
-cluster target): read through the masters' admin services (``master_admins``), killed, stopped,
+cluster target): read through the masters' admin services (``master_cluster/admin_view``), killed, stopped,
 started, paused and read on their nodes through the components the cluster file links, within
 what its ``[faults].allow`` permits.
 
@@ -18,14 +18,14 @@ from typing import Any
 from pytest_mooncake.runtime.deadlines import TRANSIENT, wait_until
 from pytest_mooncake.schemas.cluster_manifest import ClientEntry, ClusterFile
 from pytest_mooncake.targets.base import Capability, MasterEndpoint, TargetError, TargetLacks
-from pytest_mooncake.targets.mooncake.admin_http import admin_get
-from pytest_mooncake.targets.mooncake.deployment_control import (
+from pytest_mooncake.targets.mooncake.deployment.control_wires import STORE_WIRES
+from pytest_mooncake.targets.mooncake.deployment.node_control import (
     ComponentControl,
     FleetHolder,
     not_allowed,
 )
-from pytest_mooncake.targets.mooncake.deployment_wires import STORE_WIRES
-from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
+from pytest_mooncake.targets.mooncake.master_cluster.admin_view import MooncakeMasters
+from pytest_mooncake.targets.mooncake.master_cluster.http_admin import admin_get
 from pytest_mooncake.targets.mooncake.option_rules import lacks_etcd_routing
 
 LEADER_WAIT = 60.0
