@@ -3,6 +3,8 @@ and the wire tests talk to. Ready once it answers ServiceReady on its RPC port."
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 from pytest_mooncake.master_rpc.client import MasterRpcClient
@@ -10,6 +12,7 @@ from pytest_mooncake.master_rpc.layouts import LAYOUTS
 from pytest_mooncake.releases import ReleaseEnv
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess
+from pytest_mooncake.waits import wait_until
 
 
 class StandaloneMaster:
@@ -51,6 +54,27 @@ class StandaloneMaster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def pause(self, timeout: float = 5.0) -> None:
+        """SIGSTOP, returning once every thread is stopped (the signal is delivered to each
+        thread as it is next scheduled: a call sent right after ``kill`` may still be served)."""
+        self.process.send_signal(signal.SIGSTOP)
+        wait_until(self._all_threads_stopped, timeout, "every master thread to stop")
+
+    def _all_threads_stopped(self) -> bool:
+        tasks = f"/proc/{self.process.pid}/task"
+        states = []
+        for tid in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{tid}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            states.append(text[text.rfind(")") + 2])
+        return bool(states) and all(s in "tT" for s in states)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
 
     def log(self) -> str:
         return self.process.log_text()
