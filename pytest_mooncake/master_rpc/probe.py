@@ -13,10 +13,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from pytest_mooncake.master_rpc import struct_pack as sp
 from pytest_mooncake.master_rpc import type_literal
-from pytest_mooncake.master_rpc.client import Answer, MasterRpcClient, RpcError
+from pytest_mooncake.master_rpc.client import Answer, MasterRpcClient, RpcError, decode_answer
 from pytest_mooncake.master_rpc.frame import RPC_ERRORS
-from pytest_mooncake.master_rpc.layouts import ERROR_CODES, LAYOUTS, Layout
+from pytest_mooncake.master_rpc.layouts import ERROR_CODES, LAYOUTS, Layout, expected
 
 INVALID_ARGUMENTS = 4
 """coro_rpc ``errc::invalid_rpc_arguments``: the handler could not deserialize the body."""
@@ -37,6 +38,9 @@ class ProbeResult:
     steps: list[Step] = field(default_factory=list)
     differs: list[str] = field(default_factory=list)
     """Per family that did not fit: the call and what the master answered."""
+    version_channel: str = ""
+    """How a client's version reaches this master, as probed: what it answered to a
+    ServiceReady carrying a version string."""
 
     @property
     def usable(self) -> bool:
@@ -52,6 +56,7 @@ class ProbeResult:
                  f"{self.layout.name if self.layout else 'none fits'}"]
         lines += [f"  {'ok ' if s.ok else 'BAD'} {s.call}: {s.detail}" for s in self.steps]
         lines += [f"  differs: {d}" for d in self.differs]
+        lines.append(f"  client version channel: {self.version_channel}")
         return "\n".join(lines)
 
 
@@ -74,8 +79,10 @@ def shown(answer: Answer) -> str:
 
 def probe(address: str, timeout: float = 5.0, seed: int = 0, write: bool = True
           ) -> ProbeResult:
-    """Round-trip ServiceReady, Ping and GetReplicaList (and, ``write``, mount, put, get,
-    remove, unmount) against the master at ``address``."""
+    """Round-trip ServiceReady, Ping, GetReplicaList of an absent key, PutStart of size 0
+    and PutEnd of an absent key (the master deserializes their arguments and answers an
+    ErrorCode, storing nothing), and, ``write``, mount, put, get, remove, unmount, against
+    the master at ``address``."""
     rng = random.Random(seed)
     result = ProbeResult(address)
     with MasterRpcClient(address, LAYOUTS[-1], timeout) as c:
@@ -86,6 +93,7 @@ def probe(address: str, timeout: float = 5.0, seed: int = 0, write: bool = True
         ping = c.ping((rng.getrandbits(64), rng.getrandbits(64)))
         result.steps.append(Step("Ping", ping.ok and ping.matches_layout is not False,
                                  shown(ping)))
+        result.version_channel = _version_channel(c, result.master_version)
     for candidate in reversed(LAYOUTS):
         steps, failure = _round_trip(address, candidate, timeout, rng, write)
         if failure is None:
@@ -96,6 +104,24 @@ def probe(address: str, timeout: float = 5.0, seed: int = 0, write: bool = True
     return result
 
 
+def _version_channel(c: MasterRpcClient, master_version: str | None) -> str:
+    """Offer the master a client version the only way its handshake could carry one: as an
+    argument of ServiceReady, whose handler takes none."""
+    offered = "0.0.0-probe"
+    try:
+        raw = c.exchange("ServiceReady", sp.serialize(sp.STR, offered))
+    except RpcError as exc:
+        seen = f"refused it (coro_rpc {RPC_ERRORS.get(exc.code, exc.code)})"
+    else:
+        answer = decode_answer("ServiceReady", expected(sp.STR), raw)
+        seen = f"ignored it and answered {answer.value!r}"
+    return (f"none: ServiceReady() takes no argument (offered a version string {offered!r} "
+            f"with it, the master {seen}) and answers the master's own version "
+            f"{master_version!r}; the release's client compares that with its own "
+            f"(master_client.cpp MasterClient::Connect) and the master never learns a "
+            f"client's version")
+
+
 def _round_trip(address: str, layout: Layout, timeout: float, rng: random.Random,
                 write: bool) -> tuple[list[Step], str | None]:
     steps: list[Step] = []
@@ -104,11 +130,20 @@ def _round_trip(address: str, layout: Layout, timeout: float, rng: random.Random
     key = f"probe-{rng.getrandbits(32):08x}"
     with MasterRpcClient(address, layout, timeout) as c:
         try:
-            missing = c.get_replica_list(key)
-            steps.append(Step("GetReplicaList (absent key)",
-                              error_name(missing.error) == "OBJECT_NOT_FOUND", shown(missing)))
+            # calls whose arguments the master must deserialize, answered with an ErrorCode
+            # and changing nothing: they settle the layout without writing
+            for name, answer, want in (
+                    ("GetReplicaList (absent key)", lambda: c.get_replica_list(key),
+                     "OBJECT_NOT_FOUND"),
+                    ("PutStart (size 0)", lambda: c.put_start(client_id, key, 0),
+                     "INVALID_PARAMS"),
+                    ("PutEnd (absent key)", lambda: c.put_end(client_id, key),
+                     "OBJECT_NOT_FOUND")):
+                got = answer()
+                steps.append(Step(name, error_name(got.error) == want, shown(got)))
             if not write:
-                return steps, None
+                bad = [s for s in steps if not s.ok]
+                return steps, (None if not bad else f"{bad[0].call}: {bad[0].detail}")
             segment = {"id": segment_id, "name": f"probe-seg-{segment_id[0]:x}",
                        "base": 0x7F0000000000, "size": 16 << 20,
                        "te_endpoint": f"127.0.0.1:{40000 + rng.randrange(20000)}"}
