@@ -12,7 +12,7 @@ from pytest_mooncake.master_rpc.layouts import LAYOUTS
 from pytest_mooncake.releases import ReleaseEnv
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess
-from pytest_mooncake.waits import wait_until
+from pytest_mooncake.runtime.deadlines import wait_until
 
 
 class StandaloneMaster:
