@@ -207,7 +207,7 @@ class MasterRpcClient:
 
     def mount_segment(self, segment: dict, client_id: tuple[int, int], **kw) -> Answer:
         values = {"host_id": "", "protocol": "tcp", **segment}
-        values = {name: values[name] for name, _ in self.layout.segment.fields}
+        values = {name: values.get(name) for name, _ in self.layout.segment.fields}
         return self.call("MountSegment", values, client_id, **kw)
 
     def unmount_segment(self, segment_id: tuple[int, int], client_id: tuple[int, int],

@@ -67,6 +67,12 @@ CONFIG_MAIN = struct("ReplicateConfig", ("replica_num", sp.U64), ("nof_replica_n
                      ("preferred_nof_segments", STRS),
                      ("prefer_alloc_in_same_node", sp.BOOL), ("data_type", OBJECT_DATA_TYPE),
                      ("host_id", sp.STR), ("group_ids", sp.Optional(STRS)))
+UNSEEN = sp.Compatible(None)
+"""A compatible member 0.3.14's client sends (always absent in what we captured) whose type no
+source we have shows."""
+SEGMENT_0_3_14 = struct("Segment", *SEGMENT_0_3_12.fields, ("compatible_1", UNSEEN))
+CONFIG_0_3_14 = struct("ReplicateConfig", *CONFIG_MAIN.fields,
+                       *((f"compatible_{i}", UNSEEN) for i in range(1, 5)))
 OBJECT_META = struct("ObjectMeta", ("key", sp.STR), ("object_checksum", sp.Optional(sp.U64)))
 PING_RESPONSE = struct("PingResponse", ("view_version_id", sp.I64),
                        ("client_status", CLIENT_STATUS))
@@ -97,6 +103,9 @@ class Layout:
     segment: sp.Struct
     releases: tuple[str, ...] = field(default=())
     """Releases whose binaries name these signatures (docs/master-wire.md)."""
+    compatible_answers: bool = False
+    """Its masters' answers carry a compatible-member section (0.3.14's GetReplicaList): how
+    the probe tells two families apart that accept the same arguments."""
 
     def call(self, method: str) -> Call:
         try:
@@ -111,11 +120,11 @@ class Layout:
                   "with_hard_pin": False, "preferred_segments": [], "preferred_segment": "",
                   "preferred_nof_segments": [], "prefer_alloc_in_same_node": False,
                   "data_type": "UNKNOWN", "host_id": "", "group_ids": None}
-        return {name: values[name] for name, _ in self.config.fields}
+        return {name: values.get(name) for name, _ in self.config.fields}
 
 
 def layout(name: str, tenant: bool, put_end_meta: bool, config: sp.Struct, segment: sp.Struct,
-           releases: tuple[str, ...]) -> Layout:
+           releases: tuple[str, ...], compatible_answers: bool = False) -> Layout:
     t = (sp.STR,) if tenant else ()
     key_arg = OBJECT_META if put_end_meta else sp.STR
     calls = [
@@ -131,17 +140,21 @@ def layout(name: str, tenant: bool, put_end_meta: bool, config: sp.Struct, segme
         Call("UnmountSegment", (UUID, UUID), expected(sp.VOID)),
     ]
     return Layout(name, {c.method: c for c in calls}, tenant, put_end_meta, config, segment,
-                  releases)
+                  releases, compatible_answers)
 
 
 LAYOUTS = (
     layout("0.3.10", False, False, CONFIG_0_3_10, SEGMENT_0_3_10, ("0.3.10.post2",)),
     layout("0.3.12", True, False, CONFIG_0_3_12, SEGMENT_0_3_12, ("0.3.12.post1",)),
-    layout("0.3.13", True, True, CONFIG_MAIN, SEGMENT_0_3_12, ("0.3.13.post1", "0.3.14")),
+    layout("0.3.13", True, True, CONFIG_MAIN, SEGMENT_0_3_12, ("0.3.13.post1",)),
+    layout("0.3.14", True, True, CONFIG_0_3_14, SEGMENT_0_3_14, ("0.3.14",),
+           compatible_answers=True),
 )
 """Every family, oldest first. The 0.3.13 family's ReplicateConfig is the main branch's
 (August 2026: dfs_replica_num, soft_pin_action, soft_pin_ttl_ms), which 0.3.13.post1 and
-0.3.14 accept byte for byte (the tag's source is not in the mirror; the probe settled it)."""
+0.3.14 accept (the tags' source is not in the mirror; the probe settled it). 0.3.14's own
+client adds compatible members to Segment (1) and ReplicateConfig (4), sent absent; its
+masters accept arguments without them (compatible skew), and answer with such a section."""
 
 
 def by_name(name: str) -> Layout:

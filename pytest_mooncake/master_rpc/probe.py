@@ -122,6 +122,11 @@ def _version_channel(c: MasterRpcClient, master_version: str | None) -> str:
             f"client's version")
 
 
+def missing_raw(steps: list[Step], c: MasterRpcClient, key: str) -> bytes:
+    """The raw answer to GetReplicaList of an absent key (asked again: steps keep text)."""
+    return c.get_replica_list(key).raw
+
+
 def _round_trip(address: str, layout: Layout, timeout: float, rng: random.Random,
                 write: bool) -> tuple[list[Step], str | None]:
     steps: list[Step] = []
@@ -141,6 +146,12 @@ def _round_trip(address: str, layout: Layout, timeout: float, rng: random.Random
                      "OBJECT_NOT_FOUND")):
                 got = answer()
                 steps.append(Step(name, error_name(got.error) == want, shown(got)))
+            sections = sp.read_header(missing_raw(steps, c, key)).total is not None
+            if sections != layout.compatible_answers:
+                return steps, (f"the master's GetReplicaList answer "
+                               f"{'carries' if sections else 'has no'} compatible-member "
+                               f"section, family {layout.name}'s "
+                               f"{'has' if layout.compatible_answers else 'has none'}")
             if not write:
                 bad = [s for s in steps if not s.ok]
                 return steps, (None if not bad else f"{bad[0].call}: {bad[0].detail}")

@@ -368,6 +368,51 @@ VOID = Monostate()
 
 
 @dataclass(repr=False)
+class Compatible(SpType):
+    """``struct_pack::compatible<T, version>``: left out of the literal and the hash; its value
+    (a bool, then T) follows the whole payload, grouped by version. ``item`` None: a member
+    whose type the source does not show (0.3.14's), which this client only sends absent."""
+
+    item: SpType | None
+    version: int = 1
+
+    @property
+    def name(self):
+        return f"compatible<{self.item!r},{self.version}>"
+
+    def literal(self):
+        return b""
+
+    def has_container(self):
+        return self.item is not None and self.item.has_container()
+
+    def max_len(self, value):
+        return 0 if value is None else self.item.max_len(value)
+
+    def encode(self, value, out, width):
+        pass
+
+    def decode(self, buf, pos, width):
+        return None, pos
+
+    def encode_late(self, value, out, width):
+        out.append(value is not None)
+        if value is not None:
+            if self.item is None:
+                raise StructPackError(f"{self.name}: a value for a member of unknown type")
+            self.item.encode(value, out, width)
+
+    def decode_late(self, buf, pos, width):
+        present, pos = BOOL.decode(buf, pos, width)
+        if not present:
+            return None, pos
+        if self.item is None:
+            raise StructPackError(f"{self.name} at byte {pos - 1} is present, of a type the "
+                                  f"layout does not know")
+        return self.item.decode(buf, pos, width)
+
+
+@dataclass(repr=False)
 class Struct(SpType):
     """A reflected struct (aggregate or YLT_REFL), or the ``std::tuple`` of call arguments.
     ``refl``: declared with YLT_REFL, which struct_pack never treats as trivially
@@ -397,8 +442,33 @@ class Struct(SpType):
     def has_container(self):
         return any(t.has_container() for _, t in self.fields)
 
+    def compatible_versions(self) -> list[int]:
+        found = set()
+        for _, t in self.fields:
+            if isinstance(t, Compatible):
+                found.add(t.version)
+            elif isinstance(t, Struct):
+                found.update(t.compatible_versions())
+        return sorted(found)
+
+    def encode_late(self, value, out, width, version):
+        for (_, t), v in zip(self.fields, self.values(value)):
+            if isinstance(t, Compatible) and t.version == version:
+                t.encode_late(v, out, width)
+            elif isinstance(t, Struct):
+                t.encode_late(v, out, width, version)
+
+    def decode_late(self, result, buf, pos, width, version):
+        for n, t in self.fields:
+            if isinstance(t, Compatible) and t.version == version:
+                result[n], pos = t.decode_late(buf, pos, width)
+            elif isinstance(t, Struct):
+                pos = t.decode_late(result[n], buf, pos, width, version)
+        return pos
+
     def values(self, value) -> list:
         if isinstance(value, dict):
+            value = {**{n: None for n, t in self.fields if isinstance(t, Compatible)}, **value}
             missing = [n for n, _ in self.fields if n not in value]
             if missing:
                 raise StructPackError(f"{self.name}: no value for {', '.join(missing)}")
@@ -466,22 +536,35 @@ class Header:
 WIDTH_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
+def late_versions(t: SpType) -> list[int]:
+    """The versions of ``t``'s compatible members (only inside structs: none of the master's
+    types has one inside a container)."""
+    return t.compatible_versions() if isinstance(t, Struct) else []
+
+
 def serialize(t: SpType, value: Any, type_literal: bool = False) -> bytes:
     """``t``'s message for ``value``. ``type_literal``: also send the literal (as a build
     without NDEBUG does)."""
     longest = t.max_len(value) if t.has_container() else 0
     width = 1 if longest < 1 << 8 else 2 if longest < 1 << 16 else 4 if longest < 1 << 32 else 8
+    payload = bytearray()
+    t.encode(value, payload, width)
+    versions = late_versions(t)
+    for version in versions:
+        t.encode_late(value, payload, width, version)
     code = types_code(t)
-    out = bytearray()
-    if width == 1 and not type_literal:
-        out += code.to_bytes(4, "little")
-    else:
-        out += (code | 1).to_bytes(4, "little")
-        out.append((WIDTH_BITS[width] << 3) | (0b100 if type_literal else 0))
-        if type_literal:
-            out += t.literal() + b"\0"
-    t.encode(value, out, width)
-    return bytes(out)
+    literal = t.literal() + b"\0" if type_literal else b""
+    if width == 1 and not type_literal and not versions:
+        return code.to_bytes(4, "little") + bytes(payload)
+    meta = (WIDTH_BITS[width] << 3) | (0b100 if type_literal else 0)
+    head = (code | 1).to_bytes(4, "little")
+    if not versions:
+        return head + bytes([meta]) + literal + bytes(payload)
+    size = 4 + 1 + len(literal) + len(payload)
+    n = 2 if size + 2 < 1 << 16 else 4 if size + 4 < 1 << 32 else 8
+    meta |= {2: 1, 4: 2, 8: 3}[n]
+    return (head + bytes([meta]) + (size + n).to_bytes(n, "little") + literal
+            + bytes(payload))
 
 
 def read_header(data: bytes) -> Header:
@@ -510,18 +593,24 @@ def read_header(data: bytes) -> Header:
 
 
 def deserialize(t: SpType, data: bytes) -> Any:
-    """The value of ``t`` in ``data``; ``StructPackError`` naming what does not match. The
-    values of compatible members (after the payload) are not decoded: no declared type has
-    them; ``compatible_tail`` returns their bytes."""
+    """The value of ``t`` in ``data``; ``StructPackError`` naming what does not match.
+    Compatible members ``t`` declares are read after the payload (None: absent or not sent);
+    ones it does not declare are left there (``compatible_tail``)."""
     head = read_header(data)
     want = types_code(t)
     if head.hash != want:
         seen = f" (its literal {head.literal.hex()})" if head.literal is not None else ""
         raise StructPackError(f"type hash {head.hash:#010x}{seen} is not {t!r}'s "
                               f"{want:#010x} (literal {t.literal().hex()})")
-    value, end = t.decode(memoryview(data), head.payload_at, head.width)
-    if end != (len(data) if head.total is None else min(head.total, len(data))) and not (
-            head.total is not None and end <= head.total <= len(data)):
+    buf = memoryview(data)
+    value, end = t.decode(buf, head.payload_at, head.width)
+    if head.total is not None and head.total <= len(data):
+        for version in late_versions(t):
+            if end < head.total:
+                end = t.decode_late(value, buf, end, head.width, version)
+        if end > head.total:
+            raise StructPackError(f"{t!r} ended at byte {end}, past the announced {head.total}")
+    elif end != len(data):
         raise StructPackError(f"{t!r} ended at byte {end} of {len(data)}")
     return value
 

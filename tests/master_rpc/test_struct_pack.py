@@ -102,3 +102,18 @@ def test_function_ids_are_the_md5_head_of_the_qualified_handler_name():
     head = frame.request(3, "Ping", b"xy")
     assert head[:4] == bytes([21, 0, 0, 0]) and head[4:8] == (3).to_bytes(4, "little")
     assert head[12:16] == (2).to_bytes(4, "little") and head[20:] == b"xy"
+
+
+def test_compatible_members_go_after_the_payload_with_the_whole_length_announced():
+    from pytest_mooncake.master_rpc.layouts import SEGMENT_0_3_12, SEGMENT_0_3_14
+
+    segment = {"id": (1, 2), "name": "s", "base": 3, "size": 4, "te_endpoint": "e",
+               "protocol": "tcp", "host_id": ""}
+    plain = sp.serialize(SEGMENT_0_3_12, segment, type_literal=True)
+    late = sp.serialize(SEGMENT_0_3_14, segment, type_literal=True)
+    assert SEGMENT_0_3_14.literal() == SEGMENT_0_3_12.literal()
+    assert late[4] == plain[4] | 0b01, "metainfo: a 2-byte whole-message length follows"
+    assert int.from_bytes(late[5:7], "little") == len(late)
+    assert late[7:-1] == plain[5:] and late[-1:] == b"\x00", "payload, then one absent member"
+    assert sp.deserialize(SEGMENT_0_3_14, late)["compatible_1"] is None
+    assert sp.deserialize(SEGMENT_0_3_12, late)["name"] == "s", "an older reader skips it"

@@ -12,7 +12,7 @@ from pytest_mooncake.master_rpc.layouts import by_name
 from pytest_mooncake.master_rpc.probe import INVALID_ARGUMENTS, probe
 
 FAMILY = {"0.3.10.post2": "0.3.10", "0.3.12.post1": "0.3.12", "0.3.13.post1": "0.3.13",
-          "0.3.14": "0.3.13"}
+          "0.3.14": "0.3.14"}
 
 
 @pytest.mark.parametrize("release", WIRE_RELEASES)
