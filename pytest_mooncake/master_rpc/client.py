@@ -82,7 +82,7 @@ class MasterRpcClient:
             try:
                 self._sock = socket.create_connection((self._host, self._port),
                                                       timeout=timeout or self.timeout)
-            except socket.timeout:
+            except TimeoutError:
                 raise RpcTimeout(f"connecting to {self.address}: no answer in "
                                  f"{timeout or self.timeout:g}s") from None
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -108,7 +108,7 @@ class MasterRpcClient:
             self._sock.settimeout(left)
             try:
                 chunk = self._sock.recv(n - len(data))
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError as exc:
                 self.close()

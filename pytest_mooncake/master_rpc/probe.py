@@ -122,11 +122,6 @@ def _version_channel(c: MasterRpcClient, master_version: str | None) -> str:
             f"client's version")
 
 
-def missing_raw(steps: list[Step], c: MasterRpcClient, key: str) -> bytes:
-    """The raw answer to GetReplicaList of an absent key (asked again: steps keep text)."""
-    return c.get_replica_list(key).raw
-
-
 def _round_trip(address: str, layout: Layout, timeout: float, rng: random.Random,
                 write: bool) -> tuple[list[Step], str | None]:
     steps: list[Step] = []
@@ -146,7 +141,8 @@ def _round_trip(address: str, layout: Layout, timeout: float, rng: random.Random
                      "OBJECT_NOT_FOUND")):
                 got = answer()
                 steps.append(Step(name, error_name(got.error) == want, shown(got)))
-            sections = sp.read_header(missing_raw(steps, c, key)).total is not None
+            # asked again for its raw bytes: does the answer carry a compatible section?
+            sections = sp.read_header(c.get_replica_list(key).raw).total is not None
             if sections != layout.compatible_answers:
                 return steps, (f"the master's GetReplicaList answer "
                                f"{'carries' if sections else 'has no'} compatible-member "

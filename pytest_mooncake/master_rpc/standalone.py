@@ -10,9 +10,9 @@ from pathlib import Path
 from pytest_mooncake.master_rpc.client import MasterRpcClient
 from pytest_mooncake.master_rpc.layouts import LAYOUTS
 from pytest_mooncake.releases import ReleaseEnv
+from pytest_mooncake.runtime.deadlines import wait_until
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess
-from pytest_mooncake.runtime.deadlines import wait_until
 
 
 class StandaloneMaster:

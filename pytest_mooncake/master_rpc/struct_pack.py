@@ -452,7 +452,7 @@ class Struct(SpType):
         return sorted(found)
 
     def encode_late(self, value, out, width, version):
-        for (_, t), v in zip(self.fields, self.values(value)):
+        for (_, t), v in zip(self.fields, self.values(value), strict=True):
             if isinstance(t, Compatible) and t.version == version:
                 t.encode_late(v, out, width)
             elif isinstance(t, Struct):
@@ -478,11 +478,11 @@ class Struct(SpType):
         return list(value)
 
     def max_len(self, value):
-        return max([0] + [t.max_len(v) for (_, t), v in zip(self.fields, self.values(value))])
+        return max([0] + [t.max_len(v) for (_, t), v in zip(self.fields, self.values(value), strict=True)])
 
     def encode(self, value, out, width):
         start = len(out)
-        for (_, t), off, v in zip(self.fields, self.offsets, self.values(value)):
+        for (_, t), off, v in zip(self.fields, self.offsets, self.values(value), strict=True):
             if self.trivial:
                 out += bytes(start + off - len(out))
             t.encode(v, out, width)
@@ -491,7 +491,7 @@ class Struct(SpType):
 
     def decode(self, buf, pos, width):
         start, result = pos, {}
-        for (n, t), off in zip(self.fields, self.offsets):
+        for (n, t), off in zip(self.fields, self.offsets, strict=True):
             if self.trivial:
                 pos = start + off
             result[n], pos = t.decode(buf, pos, width)

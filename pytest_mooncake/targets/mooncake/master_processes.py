@@ -23,7 +23,6 @@ from pytest_mooncake.targets.base import (
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_admins import MooncakeMasters
 from pytest_mooncake.targets.mooncake.master_flags import MasterFlags
-from pytest_mooncake.targets.mooncake.master_wire import MasterWireClients
 from pytest_mooncake.targets.mooncake.master_snapshots import (
     LOCAL_PATH_ENV,
     SnapshotMeans,
@@ -31,6 +30,7 @@ from pytest_mooncake.targets.mooncake.master_snapshots import (
     means_for,
     refuse_oplog,
 )
+from pytest_mooncake.targets.mooncake.master_wire import MasterWireClients
 from pytest_mooncake.targets.mooncake.option_rules import (
     MOONCAKE_ETCD_ROUTING,
     check_master_options,
