@@ -54,6 +54,11 @@ SEGMENT_0_3_12 = struct("Segment", *SEGMENT_0_3_10.fields, ("host_id", sp.STR))
 CONFIG_0_3_10 = struct("ReplicateConfig", ("replica_num", sp.U64), ("with_soft_pin", sp.BOOL),
                        ("with_hard_pin", sp.BOOL), ("preferred_segments", STRS),
                        ("preferred_segment", sp.STR), ("prefer_alloc_in_same_node", sp.BOOL))
+CONFIG_0_3_11 = struct("ReplicateConfig", ("replica_num", sp.U64), ("nof_replica_num", sp.U64),
+                       ("with_soft_pin", sp.BOOL), ("with_hard_pin", sp.BOOL),
+                       ("preferred_segments", STRS), ("preferred_segment", sp.STR),
+                       ("preferred_nof_segments", STRS),
+                       ("prefer_alloc_in_same_node", sp.BOOL), ("data_type", OBJECT_DATA_TYPE))
 CONFIG_0_3_12 = struct("ReplicateConfig", ("replica_num", sp.U64), ("nof_replica_num", sp.U64),
                        ("with_soft_pin", sp.BOOL), ("with_hard_pin", sp.BOOL),
                        ("preferred_segments", STRS), ("preferred_segment", sp.STR),
@@ -145,6 +150,7 @@ def layout(name: str, tenant: bool, put_end_meta: bool, config: sp.Struct, segme
 
 LAYOUTS = (
     layout("0.3.10", False, False, CONFIG_0_3_10, SEGMENT_0_3_10, ("0.3.10.post2",)),
+    layout("0.3.11", False, False, CONFIG_0_3_11, SEGMENT_0_3_10, ("0.3.11.post1",)),
     layout("0.3.12", True, False, CONFIG_0_3_12, SEGMENT_0_3_12, ("0.3.12.post1",)),
     layout("0.3.13", True, True, CONFIG_MAIN, SEGMENT_0_3_12, ("0.3.13.post1",)),
     layout("0.3.14", True, True, CONFIG_0_3_14, SEGMENT_0_3_14, ("0.3.14",),

@@ -11,7 +11,7 @@ from pytest_mooncake.master_rpc.client import MasterRpcClient, RpcError, RpcTime
 from pytest_mooncake.master_rpc.layouts import by_name
 from pytest_mooncake.master_rpc.probe import INVALID_ARGUMENTS, probe
 
-FAMILY = {"0.3.10.post2": "0.3.10", "0.3.12.post1": "0.3.12", "0.3.13.post1": "0.3.13",
+FAMILY = {"0.3.10.post2": "0.3.10", "0.3.11.post1": "0.3.11", "0.3.12.post1": "0.3.12", "0.3.13.post1": "0.3.13",
           "0.3.14": "0.3.14"}
 
 
