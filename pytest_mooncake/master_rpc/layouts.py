@@ -143,6 +143,9 @@ def layout(name: str, tenant: bool, put_end_meta: bool, config: sp.Struct, segme
         Call("Remove", (sp.STR, sp.BOOL, *t), expected(sp.VOID)),
         Call("MountSegment", (segment, UUID), expected(sp.VOID)),
         Call("UnmountSegment", (UUID, UUID), expected(sp.VOID)),
+        Call("ReMountSegment", (sp.Vector(segment), UUID), expected(sp.VOID)),
+        Call("GetStorageConfig", ()),
+        Call("FetchTasks", (UUID, sp.U64)),
     ]
     return Layout(name, {c.method: c for c in calls}, tenant, put_end_meta, config, segment,
                   releases, compatible_answers)

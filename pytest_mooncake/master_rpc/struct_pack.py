@@ -75,6 +75,19 @@ class SpType:
     def decode(self, buf: memoryview, pos: int, width: int) -> tuple[Any, int]:
         raise NotImplementedError
 
+    def compatible_versions(self) -> list[int]:
+        """Versions of the ``struct_pack::compatible`` members inside (struct fields and the
+        elements of vectors of them, as the master's types nest them)."""
+        return []
+
+    def encode_late(self, value: Any, out: bytearray, width: int, version: int) -> None:
+        """Write the values of the compatible members of ``version`` inside ``value``."""
+
+    def decode_late(self, value: Any, buf: memoryview, pos: int, width: int,
+                    version: int) -> int:
+        """Read them into ``value`` (a decoded struct dict, or a list of them)."""
+        return pos
+
     def __repr__(self) -> str:
         return self.name
 
@@ -198,6 +211,18 @@ class Vector(SpType):
         write_len(len(value), out, width)
         for v in value:
             self.item.encode(v, out, width)
+
+    def compatible_versions(self):
+        return self.item.compatible_versions()
+
+    def encode_late(self, value, out, width, version):
+        for v in value:
+            self.item.encode_late(v, out, width, version)
+
+    def decode_late(self, value, buf, pos, width, version):
+        for v in value:
+            pos = self.item.decode_late(v, buf, pos, width, version)
+        return pos
 
     def decode(self, buf, pos, width):
         n, pos = read_len(buf, pos, width, self.name)
@@ -395,14 +420,14 @@ class Compatible(SpType):
     def decode(self, buf, pos, width):
         return None, pos
 
-    def encode_late(self, value, out, width):
+    def write_value(self, value, out, width):
         out.append(value is not None)
         if value is not None:
             if self.item is None:
                 raise StructPackError(f"{self.name}: a value for a member of unknown type")
             self.item.encode(value, out, width)
 
-    def decode_late(self, buf, pos, width):
+    def read_value(self, buf, pos, width):
         present, pos = BOOL.decode(buf, pos, width)
         if not present:
             return None, pos
@@ -447,23 +472,25 @@ class Struct(SpType):
         for _, t in self.fields:
             if isinstance(t, Compatible):
                 found.add(t.version)
-            elif isinstance(t, Struct):
+            else:
                 found.update(t.compatible_versions())
         return sorted(found)
 
     def encode_late(self, value, out, width, version):
         for (_, t), v in zip(self.fields, self.values(value), strict=True):
-            if isinstance(t, Compatible) and t.version == version:
-                t.encode_late(v, out, width)
-            elif isinstance(t, Struct):
+            if isinstance(t, Compatible):
+                if t.version == version:
+                    t.write_value(v, out, width)
+            else:
                 t.encode_late(v, out, width, version)
 
-    def decode_late(self, result, buf, pos, width, version):
+    def decode_late(self, value, buf, pos, width, version):
         for n, t in self.fields:
-            if isinstance(t, Compatible) and t.version == version:
-                result[n], pos = t.decode_late(buf, pos, width)
-            elif isinstance(t, Struct):
-                pos = t.decode_late(result[n], buf, pos, width, version)
+            if isinstance(t, Compatible):
+                if t.version == version:
+                    value[n], pos = t.read_value(buf, pos, width)
+            else:
+                pos = t.decode_late(value[n], buf, pos, width, version)
         return pos
 
     def values(self, value) -> list:
@@ -537,9 +564,8 @@ WIDTH_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 
 
 def late_versions(t: SpType) -> list[int]:
-    """The versions of ``t``'s compatible members (only inside structs: none of the master's
-    types has one inside a container)."""
-    return t.compatible_versions() if isinstance(t, Struct) else []
+    """The versions of ``t``'s compatible members."""
+    return t.compatible_versions()
 
 
 def serialize(t: SpType, value: Any, type_literal: bool = False) -> bytes:

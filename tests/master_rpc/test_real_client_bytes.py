@@ -15,7 +15,8 @@ from pytest_mooncake.master_rpc.probe import probe
 
 SCRIPT = Path(__file__).with_name("real_store_client.py")
 MUST_SEE = {"ServiceReady", "MountSegment", "Ping", "PutStart", "PutEnd", "GetReplicaList",
-            "ExistKey", "Remove", "UnmountSegment"}
+            "ExistKey", "Remove", "UnmountSegment", "ReMountSegment", "GetStorageConfig",
+            "FetchTasks"}
 
 
 @pytest.mark.parametrize("release", WIRE_RELEASES)
