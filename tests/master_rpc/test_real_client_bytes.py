@@ -28,7 +28,7 @@ def test_the_release_client_sends_what_our_encoder_writes(real_master, release_e
         run = subprocess.run([str(env.python), str(SCRIPT), relay.address], env=env.env(),
                              capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, f"the release's client failed: {run.stdout}{run.stderr[-2000:]}"
-    assert "put 0" in run.stdout and "get 64" in run.stdout, run.stdout
+    assert "put 0" in run.stdout and "get 64 same" in run.stdout, run.stdout
     compared = [c for c in (compare(r, layout) for r in relay.frames) if c is not None]
     seen = {c.method for c in compared}
     assert MUST_SEE <= seen, f"the client made none of {sorted(MUST_SEE - seen)}"
