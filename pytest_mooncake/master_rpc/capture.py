@@ -6,12 +6,12 @@ release's client sent (hash, metainfo, type literal and payload)."""
 from __future__ import annotations
 
 import socket
-import threading
 from dataclasses import dataclass
 
 from pytest_mooncake.master_rpc import frame
 from pytest_mooncake.master_rpc import struct_pack as sp
 from pytest_mooncake.master_rpc.layouts import Layout
+from pytest_mooncake.master_rpc.listener import ConnectionListener
 
 KNOWN_METHODS = (
     "ServiceReady", "Ping", "ExistKey", "BatchExistKey", "GetReplicaList",
@@ -32,44 +32,21 @@ class Recorded:
     body: bytes
 
 
-class RecordingRelay:
+class RecordingRelay(ConnectionListener):
     """Listens on a loopback port and relays each connection to ``upstream``, recording the
     request frames clients send. ``with RecordingRelay(master) as relay: relay.address``."""
 
     def __init__(self, upstream: str):
+        super().__init__()
         host, _, port = upstream.rpartition(":")
         self.upstream = (host, int(port))
         self.frames: list[Recorded] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
 
-    def __enter__(self) -> RecordingRelay:
-        self._spawn(self._accept)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _spawn(self, fn, *args) -> None:
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        self._threads.append(t)
-        t.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.upstream, timeout=10)
-            server.settimeout(None)
-            with self._lock:
-                self._sockets += [client, server]
-            self._spawn(self._requests, client, server)
-            self._spawn(self._pipe, server, client)
+    def handle(self, client: socket.socket) -> None:
+        server = self.track(socket.create_connection(self.upstream, timeout=10))
+        server.settimeout(None)
+        self.spawn(self._pipe, server, client)
+        self._requests(client, server)
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket) -> None:
@@ -91,21 +68,10 @@ class RecordingRelay:
                     if len(buf) < end:
                         break
                     body = bytes(buf[frame.REQUEST.size:frame.REQUEST.size + head[6]])
-                    with self._lock:
-                        self.frames.append(Recorded(BY_ID.get(head[5], f"#{head[5]:08x}"),
-                                                    body))
+                    self.frames.append(Recorded(BY_ID.get(head[5], f"#{head[5]:08x}"), body))
                     del buf[:end]
         except OSError:
             pass
-
-    def close(self) -> None:
-        self._listener.close()
-        with self._lock:
-            for s in self._sockets:
-                try:
-                    s.close()
-                except OSError:
-                    pass
 
 
 @dataclass(frozen=True)

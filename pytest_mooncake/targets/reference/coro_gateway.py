@@ -11,19 +11,16 @@ Answer types are the literals 0.3.13.post1's master sends (``ANSWERS``).
 
 from __future__ import annotations
 
-import logging
 import socket
-import threading
 from typing import Any
 
 from pytest_mooncake.master_rpc import frame, type_literal
 from pytest_mooncake.master_rpc import struct_pack as sp
 from pytest_mooncake.master_rpc.capture import BY_ID
 from pytest_mooncake.master_rpc.layouts import ERROR_CODES, Layout, by_name
+from pytest_mooncake.master_rpc.listener import ConnectionListener
 from reference_engine.master.protocol import MASTER_VERSION as REFERENCE_VERSION
 from reference_engine.master.protocol import recv_frame, send_frame
-
-log = logging.getLogger("pytest_mooncake.coro_gateway")
 
 ANSWERS = {name: type_literal.parse(bytes.fromhex(lit)) for name, lit in {
     "GetStorageConfig": "87fd800c0b04ff01",
@@ -48,48 +45,19 @@ def _uuid_text(uuid: Any) -> str:
     return f"{uuid['first']:016x}-{uuid['second']:016x}"
 
 
-class CoroGateway:
+class CoroGateway(ConnectionListener):
     """``with CoroGateway(reference_address) as gw: gw.address`` — a coro_rpc listener."""
 
     def __init__(self, reference: str, layout: Layout | None = None, host: str = "127.0.0.1"):
+        super().__init__(host)
         self.reference = reference
         self.layout = layout or by_name("0.3.13")
-        self._listener = socket.create_server((host, 0))
-        self.address = f"{host}:{self._listener.getsockname()[1]}"
         self._segments: dict[tuple[int, int], str] = {}
-        self._lock = threading.Lock()
-        self._socks: list[socket.socket] = []
         self.calls: list[str] = []
-
-    def __enter__(self) -> CoroGateway:
-        threading.Thread(target=self._accept, daemon=True, name="coro-gateway").start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._listener.close()
-        with self._lock:
-            for s in self._socks:
-                try:
-                    s.close()
-                except OSError:
-                    pass
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                self._socks.append(sock)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
 
     # ------------------------------------------------------------------ one connection
 
-    def _serve(self, sock: socket.socket) -> None:
+    def handle(self, sock: socket.socket) -> None:
         link: _Link | None = None
         try:
             while True:
