@@ -30,7 +30,7 @@ from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     means_for,
     refuse_oplog,
 )
-from pytest_mooncake.targets.mooncake.master_wire import MasterWireClients
+from pytest_mooncake.targets.mooncake.master_cluster.wire_clients import MasterWireClients
 from pytest_mooncake.targets.mooncake.option_rules import (
     MOONCAKE_ETCD_ROUTING,
     check_master_options,
