@@ -228,7 +228,7 @@ class Judgement:
         out = [m.line() for kind in (REGRESSION, CHANGED, UNEXPECTED_PASS)
                for m in self.of_kind(kind)]
         out += [f"no expectations for column {c!r} (not checked)" for c in self.unchecked_columns]
-        counts = ", ".join(f"{len(self.of_kind(k))} {k}{'s' if k != CHANGED else ''}"
+        counts = ", ".join(f"{len(self.of_kind(k))} {k}"
                            for k in (REGRESSION, CHANGED, UNEXPECTED_PASS))
         fails = len(self.failing(strict))
         out.append(f"{self.matched} result(s) as expected; {counts}"
