@@ -77,9 +77,12 @@ def leading_comments(path: Path) -> str:
         return ""
     lines = []
     for line in path.read_text().splitlines():
-        if not line.startswith("#"):
+        if line.strip() and not line.startswith("#"):
             break
-        lines.append(line)
+        if line.strip() or lines:
+            lines.append(line)
+    while lines and not lines[-1].strip():
+        lines.pop()
     return "\n".join(lines) + "\n\n" if lines else ""
 
 

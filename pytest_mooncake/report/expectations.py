@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.report.report_columns import Column
+from pytest_mooncake.report.verdict_rule import VERDICTS
 from pytest_mooncake.schemas.expectation_file import (
     DEFAULT_EXPECTED,
+    VERDICTS_CONTEXT,
     Expected,
     ExpectationFile,
-    RequirementExpected,
 )
 from pytest_mooncake.schemas.shipped_files import NotShipped, find
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
@@ -35,6 +36,9 @@ from pytest_mooncake.schemas.toml_documents import SchemaError, load
 KIND = "expectations"
 REGRESSION, CHANGED, UNEXPECTED_PASS = "regression", "changed", "unexpected pass"
 FAILING = ("FAIL", "error")
+KNOWN_VERDICTS = tuple(dict.fromkeys((*VERDICTS, "intermittent")))
+"""The verdict words a file may use: the verdict rule's, and ``intermittent`` (a verdict being
+added: a file may expect it before this plugin gives it)."""
 
 
 class ExpectationError(ValueError):
@@ -141,24 +145,21 @@ def load_expectations(spec: str, bases: list[Path] | tuple[Path, ...] = ()) -> E
 
 def _load(path: Path) -> ExpectationFile:
     try:
-        return load(ExpectationFile, path)
+        return load(ExpectationFile, path, {VERDICTS_CONTEXT: KNOWN_VERDICTS})
     except SchemaError as exc:
         raise ExpectationError(str(exc)) from None
 
 
-def _expectation(entry: Any) -> Expectation:
-    if isinstance(entry, Expected):
-        return Expectation(tuple(entry.verdict), entry.reason, entry.issue)
-    return Expectation(tuple(entry))
+def _expectation(entry: Expected) -> Expectation:
+    return Expectation(tuple(entry.verdict), entry.reason, entry.issue)
 
 
 def _target(path: Path, doc: ExpectationFile) -> TargetExpectations:
     reqs, tests, pairs = {}, {}, {}
     for req, entry in doc.requirements.items():
         reqs[req] = _expectation(entry)
-        if isinstance(entry, RequirementExpected):
-            tests.update({(req, t): _expectation(e) for t, e in entry.tests.items()})
-            pairs.update({(req, p): _expectation(e) for p, e in entry.pairs.items()})
+        tests.update({(req, t): _expectation(e) for t, e in entry.tests.items()})
+        pairs.update({(req, p): _expectation(e) for p, e in entry.pairs.items()})
     return TargetExpectations(path, Expectation(tuple(doc.default or DEFAULT_EXPECTED)), reqs,
                               tests, pairs, doc.target, doc.profile)
 
