@@ -29,6 +29,7 @@ from pytest_mooncake.report.expectations import (
     ExpectationError,
     Expectations,
     Judgement,
+    check_catalogue,
     judge,
     load_expectations,
 )
@@ -58,7 +59,6 @@ class ExpectationGate:
             if not (update and _is_path(spec)):
                 raise pytest.UsageError(str(exc)) from None
             return gate  # --mc-expect-update creates the file
-        from pytest_mooncake.report.expectations import check_catalogue
         try:
             check_catalogue(gate.expectations, catalogue)
         except ExpectationError as exc:
@@ -102,7 +102,7 @@ class ExpectationGate:
             self.written.append(path)
         else:
             for label, column in found.items():
-                target = old.for_column(label, len(found))
+                target = old.for_column(label)
                 if target is None:
                     continue
                 path = self._writable(target.path)

@@ -27,8 +27,8 @@ from pytest_mooncake.report.verdict_rule import VERDICTS
 from pytest_mooncake.schemas.expectation_file import (
     DEFAULT_EXPECTED,
     VERDICTS_CONTEXT,
-    Expected,
     ExpectationFile,
+    Expected,
 )
 from pytest_mooncake.schemas.shipped_files import NotShipped, find
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
@@ -79,7 +79,7 @@ class Expectations:
     single: TargetExpectations | None = None
     by_column: Mapping[str, TargetExpectations] = field(default_factory=dict)
 
-    def for_column(self, label: str, n_columns: int) -> TargetExpectations | None:
+    def for_column(self, label: str) -> TargetExpectations | None:
         if self.single is not None:
             return self.single
         return self.by_column.get(label)
@@ -252,7 +252,7 @@ class Judgement:
 def judge(found: Mapping[str, Column], expectations: Expectations) -> Judgement:
     out = Judgement()
     for label, column in found.items():
-        target = expectations.for_column(label, len(found))
+        target = expectations.for_column(label)
         if target is None:
             out.unchecked_columns.append(label)
             continue

@@ -41,8 +41,8 @@ class Column:
 
     def test_verdicts(self) -> dict[tuple[str, str], str]:
         """``(REQ, test id) -> verdict`` of each test on its own (the verdict rule applied to
-        its single outcome), the test id without the column (``test_id``)."""
-        return {(req, test_id(t["nodeid"], self.label)): TEST_VERDICT.get(t["outcome"],
+        its single outcome), the test id without the column (``column_free_id``)."""
+        return {(req, column_free_id(t["nodeid"], self.label)): TEST_VERDICT.get(t["outcome"],
                                                                          t["outcome"])
                 for req, entry in self.requirements.items() for t in entry.get("tests", [])}
 
@@ -56,7 +56,7 @@ TEST_VERDICT = {"passed": "pass", "failed": "FAIL", "skipped": "n/a", "error": "
 """A test's outcome as a verdict: what the verdict rule makes of one test alone."""
 
 
-def test_id(nodeid: str, column: str) -> str:
+def column_free_id(nodeid: str, column: str) -> str:
     """A test's node id without its matrix column: a matrix run parametrizes every test by the
     column label (``test_x[mooncake-cuda13==0.3.14-etcd]``), a one-target run does not
     (``test_x[etcd]``); expectations and diffs name tests the second way, so one id means the

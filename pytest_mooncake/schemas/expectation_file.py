@@ -26,7 +26,7 @@ A matrix (``--mc-matrix``): a column label to a one-target file (a path or a nam
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -51,7 +51,7 @@ def _verdicts(value: str | list[str], info: ValidationInfo) -> tuple[str, ...]:
     return tuple(dict.fromkeys(words))
 
 
-Verdicts = Annotated[Union[str, list[str]], AfterValidator(_verdicts)]
+Verdicts = Annotated[str | list[str], AfterValidator(_verdicts)]
 """One verdict, or an array of them (any one of them matches)."""
 
 
