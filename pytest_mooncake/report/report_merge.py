@@ -29,6 +29,17 @@ class MergeError(ValueError):
     pass
 
 
+def _summary(requirements: dict[str, Any]) -> dict[str, Any]:
+    """``json_report.summary``, counting also verdicts this plugin does not give (a column of a
+    newer run, e.g. ``intermittent``)."""
+    out = summary(requirements)
+    for entry in requirements.values():
+        if entry["verdict"] not in out["verdicts"]:
+            out["verdicts"][entry["verdict"]] = sum(
+                e["verdict"] == entry["verdict"] for e in requirements.values())
+    return out
+
+
 def merge(docs: list[tuple[str, dict[str, Any]]], matrix: str = "") -> dict[str, Any]:
     """One matrix report of ``docs`` (``(name, report)`` pairs, in column order)."""
     if not docs:
@@ -44,7 +55,7 @@ def merge(docs: list[tuple[str, dict[str, Any]]], matrix: str = "") -> dict[str,
                                  f"merge takes each column from one run")
             body = {k: v for k, v in column.document.items() if k not in ("seed", "started")}
             body.setdefault("target", label)
-            body.setdefault("summary", summary(dict(column.requirements)))
+            body.setdefault("summary", _summary(dict(column.requirements)))
             merged[label] = {**body, "seed": column.document.get("seed", doc["seed"]),
                              "started": column.document.get("started", doc["started"])}
             source[label] = name
@@ -59,7 +70,7 @@ def merge(docs: list[tuple[str, dict[str, Any]]], matrix: str = "") -> dict[str,
         "seed": first["seed"],
         "matrix": matrix or "merged",
         "columns": merged,
-        "summary": summary({f"{c} {r}": e for c, col in merged.items()
+        "summary": _summary({f"{c} {r}": e for c, col in merged.items()
                             for r, e in col["requirements"].items()}),
         "fail_on": {"rule": rules[0] if len(set(rules)) == 1 else ",".join(dict.fromkeys(rules)),
                     "problems": problems},

@@ -14,8 +14,10 @@ import jsonschema
 import pytest
 
 from pytest_mooncake.report.__main__ import COMMANDS, main
-from pytest_mooncake.report.expectations import load_expectations
+from pytest_mooncake.report.catalogue import load_catalogue
+from pytest_mooncake.report.expectations import check_catalogue, load_expectations
 from pytest_mooncake.report.report_columns import column_free_id, columns
+from pytest_mooncake.schemas.shipped_files import shipped_names
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ROOT / "fixtures" / "reports" / "releases.json"
@@ -92,7 +94,8 @@ def test_verdicts_are_data_and_schema_2_is_read(tmp_path: Path, capsys) -> None:
     assert status == 1
     assert "   MR-2    pass -> intermittent  (became intermittent)" in out.replace(" ! ", "   ")
     assert cli(capsys, "merge", tmp_path / "v2.json", "-o", tmp_path / "m.json")[0] == 0
-    assert json.loads((tmp_path / "m.json").read_text())["schema_version"] == 2
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert merged["schema_version"] == 2 and merged["summary"]["verdicts"]["intermittent"] == 1
     newer["schema_version"] = 3
     (tmp_path / "v3.json").write_text(json.dumps(newer))
     status, _, err = cli(capsys, "diff", RELEASES, tmp_path / "v3.json")
@@ -167,6 +170,13 @@ def test_the_shipped_expectations_are_those_of_the_stored_reports() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate_expectations.py"),
                            "--check"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", shipped_names("expectations"))
+def test_every_shipped_expectations_file_names_known_requirements_and_verdicts(name) -> None:
+    expectations = load_expectations(name)
+    check_catalogue(expectations, load_catalogue())
+    assert expectations.files()
 
 
 def test_a_test_id_drops_the_matrix_column_wherever_it_sits() -> None:
