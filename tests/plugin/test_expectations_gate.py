@@ -216,3 +216,18 @@ def test_a_matrix_takes_expectations_per_column_label(suite, monkeypatch) -> Non
     result = run(suite, *args, "--mc-expect=expect.toml")  # one target's file, two columns
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*one-target expectations file cannot judge 2 columns*[[]columns[]]*"])
+
+
+def test_under_xdist_the_controller_judges(suite, monkeypatch) -> None:
+    assert run(suite, "-n", "2", "--mc-expect=expect.toml").ret == pytest.ExitCode.OK
+    monkeypatch.setenv("BROKEN", "MR-2,MR-1")
+    result = run(suite, "-n", "2", "--mc-expect=expect.toml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["  regression: [[]reference[]] MR-1: expected pass, got FAIL"])
+
+
+def test_a_run_that_judged_no_requirement_keeps_pytests_status(pytester) -> None:
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = run(pytester, "--mc-expect=new.toml", "--mc-expect-update")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert not (pytester.path / "new.toml").exists()  # nothing judged, nothing written

@@ -199,3 +199,21 @@ def test_a_command_is_a_module_with_help_arguments_and_run(capsys) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest_mooncake.report", "diff", "nope.json",
                            str(RELEASES)], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2 and "error: nope.json: no such report" in done.stderr
+
+
+@pytest.mark.parametrize(("profile", "name"), [("rfc", "reference-rfc@ha-oplog"),
+                                               ("legacy", "reference-legacy@ha-oplog")])
+def test_the_reference_expectations_are_the_proof_of_detections_verdicts(profile, name) -> None:
+    """verdicts/reference.toml says which verdicts prove detection (tests/test_detection_proof.py
+    runs the suites for it); the reference's shipped expectations, observed in the stored run,
+    must say the same for every requirement of the three RFCs."""
+    from pytest_mooncake.report.catalogue import tomllib
+
+    table = tomllib.loads((ROOT / "pytest_mooncake" / "data" / "verdicts" / "reference.toml")
+                          .read_text())[profile]
+    expected = load_expectations(name).single
+    wrong = [f"{r}: reference.toml {table.get(r, table['default'])}, {name} "
+             f"{expected.of(r).text()}" for r in load_catalogue().requirements
+             if r.split("-")[0] in ("MR", "CO", "MP")
+             and (table.get(r, table["default"]),) != expected.of(r).verdicts]
+    assert not wrong, "\n".join(wrong)
