@@ -25,7 +25,7 @@ HELP = "judge a report against an expectations file (exit 0 as expected, 1 not)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report", metavar="REPORT.json")
+    parser.add_argument("report", metavar="REPORT.json", help="the report to judge")
     parser.add_argument("--expect", required=True, metavar="FILE|NAME",
                         help="an expectations file, or the name of a shipped one or of "
                              "./fixtures/expectations/NAME.toml")

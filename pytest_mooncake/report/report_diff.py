@@ -159,11 +159,12 @@ def exit_status(diffs: list[ColumnDiff], extra: list[str]) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("old", metavar="OLD.json")
-    parser.add_argument("new", metavar="NEW.json")
+    parser.add_argument("old", metavar="OLD.json", help="the report to compare from")
+    parser.add_argument("new", metavar="NEW.json", help="the report to compare to")
     parser.add_argument("--column", action="append", default=[], metavar="OLD[,NEW]",
                         help="compare this column (or OLD's column with NEW's); repeatable")
-    parser.add_argument("--format", choices=("text", "markdown"), default="text")
+    parser.add_argument("--format", choices=("text", "markdown"), default="text",
+                        help="text (default) or markdown (a table per column, for a PR comment)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -80,8 +80,10 @@ def merge(docs: list[tuple[str, dict[str, Any]]], matrix: str = "") -> dict[str,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT.json")
-    parser.add_argument("-o", "--output", required=True, metavar="MATRIX.json")
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json",
+                        help="one-target or matrix reports, their columns in this order")
+    parser.add_argument("-o", "--output", required=True, metavar="MATRIX.json",
+                        help="where to write the merged matrix report")
     parser.add_argument("--matrix", default="", metavar="NAME",
                         help='what the merged matrix is called (its "matrix" key); '
                              'default "merged"')

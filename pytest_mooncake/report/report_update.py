@@ -26,8 +26,9 @@ HELP = "write an expectations file from one column of a report"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report", metavar="REPORT.json")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE.toml")
+    parser.add_argument("report", metavar="REPORT.json", help="the report to take verdicts from")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE.toml",
+                        help="the expectations file to write")
     parser.add_argument("--column", metavar="LABEL",
                         help="the column (a unique part of its label); needed for a matrix")
     parser.add_argument("--expect", metavar="FILE|NAME",
