@@ -23,7 +23,7 @@ set -uo pipefail
 PYTHON=${PYTHON:-python3}
 read -r -a PATHS <<< "${MC_PYTEST_PATHS:-suites/}"
 
-usage() { sed -n '8,16p' "$0" >&2; exit 2; }
+usage() { sed -n '8,14p' "$0" >&2; exit 2; }
 
 # A file name for a target label: mooncake-cuda13==0.3.14 -> mooncake-cuda13-0.3.14
 safe() { printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '-' | tr -s '-'; }
@@ -47,6 +47,7 @@ merge() {
     local outdir=$1 baseline=$2 columns=${3:-}
     local reports=()
     for f in "$outdir"/*.json; do
+        [ -e "$f" ] || continue  # no match: the pattern itself
         case "$f" in */matrix.json) ;; *) reports+=("$f") ;; esac
     done
     [ ${#reports[@]} -gt 0 ] || { echo "merge: no reports in $outdir" >&2; return 2; }

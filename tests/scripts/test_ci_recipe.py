@@ -108,3 +108,12 @@ def test_a_planted_regression_fails_the_job_and_is_named(tmp_path: Path) -> None
     assert "  regression: [reference:legacy] MR-7: expected pass, got FAIL" in log
     assert "1 regression, 0 changed, 0 unexpected pass" in log
     assert "== job reference:legacy: exit 1" in log
+
+
+def test_a_wrong_call_is_a_usage_error(tmp_path: Path) -> None:
+    done = recipe("nope")
+    assert done.returncode == 2 and "scripts/ci-recipe.sh job TARGET EXPECT OUTDIR" in done.stderr
+    done = recipe("all", str(tmp_path), str(BASELINE), "mooncake")
+    assert done.returncode == 2 and "all: 'mooncake' is not 'TARGET EXPECT'" in done.stderr
+    done = recipe("merge", str(tmp_path), str(BASELINE))
+    assert done.returncode == 2 and f"merge: no reports in {tmp_path}" in done.stderr
