@@ -132,6 +132,9 @@ class ExpectationGate:
         out += [f"  failed without naming a requirement (no expectation covers it): {n}"
                 for n in self.unlabelled_failures]
         out += [f"  updated {p}" for p in self.written]
+        if self.judgement.failing(self.strict) and not self.update:
+            out.append(f"  a change on purpose? record it with --mc-expect-update, or edit "
+                       f"{', '.join(str(t.path) for t in self.expectations.files())}")
         return out
 
     def regressed(self) -> bool:
