@@ -92,7 +92,7 @@ def test_a_regression_fails_the_run_and_is_said_first(suite, monkeypatch) -> Non
     assert lines[section + 1] == "  regression: [reference] MR-1: expected pass, got FAIL"
     assert section < next(i for i, x in enumerate(lines) if x.startswith("requirement "))
     result.stdout.fnmatch_lines(["  a change on purpose? record it with --mc-expect-update, "
-                                 "or edit */expect.toml"])
+                                 "or edit expect.toml"])
 
 
 def test_a_requirement_missing_from_the_file_is_expected_to_pass(suite, monkeypatch) -> None:
