@@ -117,3 +117,19 @@ def test_a_wrong_call_is_a_usage_error(tmp_path: Path) -> None:
     assert done.returncode == 2 and "all: 'mooncake' is not 'TARGET EXPECT'" in done.stderr
     done = recipe("merge", str(tmp_path), str(BASELINE))
     assert done.returncode == 2 and f"merge: no reports in {tmp_path}" in done.stderr
+
+
+def test_the_github_workflow_runs_the_recipe_with_shipped_expectations() -> None:
+    """docs/ci/github-actions.yml cannot name an expectations file that is not shipped, nor
+    drift from the script's commands."""
+    import re
+
+    from pytest_mooncake.schemas.shipped_files import shipped_names
+
+    text = (ROOT / "docs" / "ci" / "github-actions.yml").read_text()
+    names = re.findall(r"^\s+expect: (\S+)$", text, re.M)
+    assert names and set(names) <= set(shipped_names("expectations")), names
+    assert 'scripts/ci-recipe.sh job "${{ matrix.target }}" "${{ matrix.expect }}" reports' in text
+    merge = re.search(r"scripts/ci-recipe.sh merge reports (\S+) (\S+)", text)
+    assert merge and (ROOT / merge.group(1)).is_file()
+    assert merge.group(2) in shipped_names("expectations")
