@@ -217,3 +217,14 @@ def test_the_reference_expectations_are_the_proof_of_detections_verdicts(profile
              if r.split("-")[0] in ("MR", "CO", "MP")
              and (table.get(r, table["default"]),) != expected.of(r).verdicts]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_examples_of_docs_ci_md_are_valid_expectations_files(tmp_path: Path) -> None:
+    import re
+
+    blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "docs" / "ci.md").read_text(), re.S)
+    assert len(blocks) == 2  # one target, and a matrix's [columns]
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"example{i}.toml"
+        path.write_text(block)
+        check_catalogue(load_expectations(str(path)), load_catalogue())
