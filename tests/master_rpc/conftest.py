@@ -12,9 +12,6 @@ import pytest
 from pytest_mooncake.master_rpc.standalone import StandaloneMaster
 from pytest_mooncake.releases import ReleaseEnv, ReleaseFetchError, ensure_env
 
-WIRE_RELEASES = ("0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13.post1", "0.3.14")
-"""The releases whose masters the probe must round-trip (issue #30)."""
-
 
 @pytest.fixture(scope="session")
 def release_env() -> Callable[[str], ReleaseEnv]:

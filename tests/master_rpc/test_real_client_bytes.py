@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from wire_release_list import WIRE_RELEASES
 
-from conftest import WIRE_RELEASES
 from pytest_mooncake.master_rpc.capture import RecordingRelay, compare
 from pytest_mooncake.master_rpc.probe import probe
 

@@ -5,8 +5,8 @@ deadline holds against a master that never answers."""
 from __future__ import annotations
 
 import pytest
+from wire_release_list import WIRE_RELEASES
 
-from conftest import WIRE_RELEASES
 from pytest_mooncake.master_rpc.client import MasterRpcClient, RpcError, RpcTimeout
 from pytest_mooncake.master_rpc.layouts import by_name
 from pytest_mooncake.master_rpc.probe import INVALID_ARGUMENTS, probe
