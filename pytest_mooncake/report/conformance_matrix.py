@@ -287,15 +287,22 @@ class ConformanceMatrix:
         return [(req, key) for key in keys for req in self.requirement_ids(key)]
 
     def _render_reruns(self) -> list[str]:
-        """Each cell whose failed tests were re-run: how it fared per run, and for a test that
-        failed, the command that replays its first failing run."""
+        """Each cell whose failed tests were re-run: an intermittent one with how it fared per
+        run and the command replaying each test's first failing run; FAILs that reproduced
+        alike, one line per column (their replay commands are in the JSON report)."""
         lines = []
+        reproduced: dict[tuple[str, str], list[str]] = {}
         for req, key in self.cells():
             tally = self.tally(req, key)
             if tally is None:
                 continue
-            lines.append(f"  {self.verdict(req, key)} {req} [{key}]: {tally.describe()}")
+            if self.verdict(req, key) == VERDICT_FAIL:
+                reproduced.setdefault((key, tally.describe()), []).append(req)
+                continue
+            lines.append(f"  {VERDICT_INTERMITTENT} {req} [{key}]: {tally.describe()}")
             lines += [f"    replay: {command}" for command in self.replays(req, key)]
+        lines += [f"  {VERDICT_FAIL} {', '.join(reqs)} [{key}]: {described}"
+                  for (key, described), reqs in reproduced.items()]
         return lines
 
     def replays(self, req: str, key: str) -> list[str]:
