@@ -24,7 +24,7 @@ from typing import Any
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix, Rerun
 from pytest_mooncake.report.replay_commands import PytestCommand
 from pytest_mooncake.report.verdict_rule import ERROR, FAILED
-from pytest_mooncake.runtime.processes import Supervisor
+from pytest_mooncake.runtime.processes import ProcessStartError, Supervisor
 
 DEFAULT_RERUNS = 2
 BASE_DEADLINE = 300.0
@@ -142,13 +142,19 @@ class ConfirmationRuns:
         log = directory / "output.log"
         supervisor = Supervisor(directory, name=f"mc-confirm {seed}")
         began = time.monotonic()
+        started: str | None = None
         try:
             proc = supervisor.start("pytest re-run", argv, cwd=self.command.invocation_dir,
                                     log_path=log, stop_timeout=10.0)
             status = proc.wait_exit(deadline)
+        except (OSError, ProcessStartError) as exc:
+            status, started = None, f"could not start {argv[0]}: {exc}"
         finally:
             supervisor.stop_all()
         record = RerunRecord(seed, len(nodeids), status, time.monotonic() - began, str(log))
+        if started:
+            record.problem = started
+            return record, {}
         if status is None:
             record.problem = f"did not finish within {deadline:.0f} s and was killed"
             return record, {}

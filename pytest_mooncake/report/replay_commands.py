@@ -90,9 +90,10 @@ class PytestCommand:
     def rerun_argv(self, seed: int, nodeids: Sequence[str],
                    outputs: Mapping[str, str]) -> list[str]:
         """The argv of a re-run of ``nodeids`` with session seed ``seed``, without re-runs of its
-        own; ``outputs``: the option (``--mc-report``, ``--basetemp``, ...) -> where the re-run
+        own, in the run's rootdir (so its nodeids are the run's, whatever paths it is given);
+        ``outputs``: the option (``--mc-report``, ``--basetemp``, ...) -> where the re-run
         writes it instead of the run's own file."""
-        return [sys.executable, "-m", "pytest", *self.args, f"--mc-seed={seed}",
-                "--mc-confirm=0", "--mc-fail-on=never",
+        return [sys.executable, "-m", "pytest", *self.args, f"--rootdir={self.rootdir}",
+                f"--mc-seed={seed}", "--mc-confirm=0", "--mc-fail-on=never",
                 *(f"{option}={value}" for option, value in outputs.items()),
                 *(self.path_of(n) for n in nodeids)]

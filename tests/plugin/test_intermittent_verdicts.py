@@ -291,7 +291,8 @@ def test_a_rerun_names_its_tests_where_pytest_was_started_without_the_runs_paths
         "--mc-confirm=0 '../suites/a.py::test[x y]'")
     argv = command.rerun_argv(9, ["suites/a.py::t"], {"--mc-report": "/x.json"})
     assert argv[:3] == [sys.executable, "-m", "pytest"]
-    assert argv[3:] == [*kept, "--mc-seed=9", "--mc-confirm=0", "--mc-fail-on=never",
+    assert argv[3:] == [*kept, f"--rootdir={tmp_path}", "--mc-seed=9", "--mc-confirm=0",
+                        "--mc-fail-on=never",
                         "--mc-report=/x.json", "../suites/a.py::t"]
 
 
