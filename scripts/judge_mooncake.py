@@ -178,6 +178,9 @@ def cell(entry: Mapping[str, Any] | None) -> str:
         return f"**FAIL** ({count['failed']}/{len(tests)})"
     if verdict == "error":
         return f"error ({count['error']}/{len(tests)})"
+    if verdict == "intermittent":  # schema version 2: failed in k of N runs
+        ratio = (entry.get("confirmation") or {}).get("ratio")
+        return f"**intermittent** {ratio}" if ratio else "**intermittent**"
     return "n/a"
 
 
@@ -283,6 +286,21 @@ READING = """\
 """
 
 
+INTERMITTENT = """\
+- **intermittent k/N**: a test of it failed and, re-run (`--mc-confirm`: the run's seed, then
+  seeds drawn from it, each a fresh session), also passed: it failed in k of the N runs that
+  judged it. A FAIL is a FAIL in every run. The JSON report holds each run's seed and the
+  command replaying it.
+"""
+
+
+def has_intermittent(doc: Mapping[str, Any]) -> bool:
+    """Whether a cell of the report is intermittent (schema version 2 reports only)."""
+    cells = [e for c in column_names(doc) for e in column_requirements(doc, c).values()]
+    cells += [entry for _, _, _, entry in pair_cells(doc)]
+    return any(e.get("verdict") == "intermittent" for e in cells)
+
+
 def header_of(column: str, version: str | None) -> str:
     if column in REFERENCE_COLUMNS or not version:
         return short(column)
@@ -291,7 +309,7 @@ def header_of(column: str, version: str | None) -> str:
 
 def tally(entries: Mapping[str, Any]) -> str:
     counts = {v: sum(e.get("verdict") == v for e in entries.values())
-              for v in ("pass", "FAIL", "n/a", "error")}
+              for v in ("pass", "FAIL", "intermittent", "n/a", "error")}
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(entries)}"
 
 
@@ -321,7 +339,7 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
         COMMANDS,
         "### Reading the matrix",
         "",
-        READING,
+        READING + (INTERMITTENT if has_intermittent(doc) else ""),
         "### Observed on this machine",
         "",
         f"{', '.join(f'`{vers.get(b, b)}`' for b in builds)} {run_line}.",

@@ -67,10 +67,15 @@ OPTIONS: tuple[Option, ...] = (
            "IDs, e.g. MR-3,CO-4); the others are deselected. Default: all.", "ID,..."),
     Option("chaos_seconds", "10", "length of each nemesis (chaos) run in seconds. Default: 10.",
            "SECONDS"),
-    Option("fail_on", "never", "exit with status 6 when the run judged too little: nothing (a "
-           "target judged no requirement), na (any requirement n/a) or na:ID,... (one of these "
-           "n/a or not run); e.g. --mc-fail-on=na. Default: never.",
-           "nothing|na|na:ID,..."),
+    Option("fail_on", "never", "exit with status 6 when the run judged too little or "
+           "unstably: nothing (a target judged no requirement), na (any requirement n/a), "
+           "na:ID,... (one of these n/a or not run) or intermittent (any requirement "
+           "intermittent); several joined with +, e.g. --mc-fail-on=na+intermittent. "
+           "Default: never.", "nothing|na|na:ID,...|intermittent"),
+    Option("confirm", "2", "re-run each failed requirement test up to N times before its "
+           "requirement stays FAIL: first with the run's seed, then with seeds drawn from it, "
+           "each in a fresh pytest session; a test seen both failing and passing makes its "
+           "requirement intermittent (k/N). 0: no re-runs. Default: 2.", "N"),
     Option("expect", "", "compare the verdicts with an expectations file (TOML; a path, or the "
            "name of a shipped one such as mooncake-0.3.13.post1@ha-oplog or of the project's "
            "fixtures/expectations/NAME.toml): exit 0 when every result is as expected, 1 on a "
@@ -101,6 +106,8 @@ class McConfig:
     only: tuple[str, ...] = ()
     fail_on: FailOn = field(default_factory=FailOn)
     """What the run must have judged (``report/ci_contract.py``)."""
+    confirm: int = 2
+    """Re-runs of each failed requirement test (``report/confirmation_runs.py``); 0: none."""
     expect: str | None = None
     expect_strict: bool = False
     expect_update: bool = False
@@ -143,6 +150,17 @@ def _positive_int(name: str, value: str) -> int:
         n = -1
     if n <= 0:
         raise pytest.UsageError(f"--mc-{name} must be a positive integer (got {value!r})")
+    return n
+
+
+def _non_negative_int(name: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise pytest.UsageError(f"--mc-{name} must be an integer >= 0 (got {value!r}); 0 "
+                                f"turns it off")
     return n
 
 
@@ -231,6 +249,7 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         matrix=raw["matrix"].strip() or None,
         only=tuple(x.strip().upper() for x in raw["only"].split(",") if x.strip()),
         fail_on=parse_fail_on(raw.get("fail_on", "never")),
+        confirm=_non_negative_int("confirm", raw.get("confirm", "2").strip()),
         expect=expect,
         expect_strict=_switch("expect_strict", raw.get("expect_strict", "false")),
         expect_update=_switch("expect_update", raw.get("expect_update", "false")),

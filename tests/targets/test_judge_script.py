@@ -112,6 +112,23 @@ def test_a_passing_build_has_no_fail_section_and_a_flat_report_renders():
     assert "| requirement | title | mooncake |" in text and "**FAIL** (1/2)" in text
 
 
+def test_a_version_2_report_renders_intermittent_cells_and_explains_them():
+    """Schema version 2 adds the intermittent verdict; a version 1 report (``REPORT``, the
+    stored ones) renders without it and without its explanation."""
+    assert "intermittent" not in judge.render(REPORT, TITLES)
+    doc = copy.deepcopy(REPORT)
+    doc["schema_version"] = 2
+    doc["columns"]["mooncake"]["requirements"]["MR-7"] = {
+        "verdict": "intermittent",
+        "confirmation": {"failed": 1, "judged": 3, "ratio": "1/3", "runs": [], "summary": ""},
+        "tests": [{"nodeid": "t.py::test_id[mooncake]", "outcome": "failed", "message": "late"}]}
+    text = judge.render(doc, TITLES)
+    assert "| MR-7 | instance_id per process | pass (1) | **FAIL** (1/1) | **intermittent** 1/3 |" \
+        in text
+    assert "- **intermittent k/N**: a test of it failed and, re-run" in text
+    assert "1 intermittent, 1 n/a of 2 requirements" in text
+
+
 def test_failure_lines_drop_exception_types_and_introspection():
     assert judge.what_it_did("Failed: B could not write. MR-16 requires recovery") == \
         "B could not write"
