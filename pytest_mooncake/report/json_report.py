@@ -1,4 +1,4 @@
-"""The conformance matrix as JSON (``--mc-report``): the shape the README documents,
+"""The conformance matrix as JSON (``--mc-report``): the shape docs/reference/report-schema.md documents,
 ``pytest_mooncake/data/report.schema.json`` declares and ``scripts/judge_mooncake.py`` reads.
 
 One target: the flat form (``target``, ``target_version``, ``requirements``). A matrix
