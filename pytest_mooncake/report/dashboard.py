@@ -23,7 +23,14 @@ from typing import Any
 
 import jinja2
 
-from pytest_mooncake.report.dashboard_model import Diff, Grid, diff, grid, short_title, verdict_class
+from pytest_mooncake.report.dashboard_model import (
+    Diff,
+    Grid,
+    diff,
+    grid,
+    short_title,
+    verdict_class,
+)
 
 TEMPLATE = "dashboard.html.j2"
 
@@ -66,8 +73,9 @@ def diff_page(d: Diff, title: str, pages: list[dict[str, Any]], before_href: str
     rows = [r for _, _, rows in d.families for r in rows] + list(d.pairs)
     facts = {"before": d.before.source, "after": d.after.source,
              "verdicts changed": str(len(d.changes()))}
+    titles = {r.req: r.title for r in rows}
     return page("diff", title, pages, d=d, diff_rows=rows, facts=facts, problems=(),
-                before_href=before_href, after_href=after_href)
+                before_href=before_href, after_href=after_href, title_of=titles.get)
 
 
 def write(reports: Sequence[Path], out: Path, title: str | None = None) -> list[Path]:

@@ -247,6 +247,9 @@ class Change:
     anchor: str
     before: Cell | None
     after: Cell | None
+    req: str = ""
+    column: str = ""
+    pair: str = ""
 
     @property
     def state(self) -> str:
@@ -278,14 +281,13 @@ class Change:
             return self.after.verdict
         return f"{self.before.verdict} → {self.after.verdict}"
 
-    def test_changes(self) -> list[tuple[str, str, str, TestResult | None]]:
-        """(nodeid, outcome before, outcome after, the later result) of every test, changed
-        outcomes first."""
+    def test_changes(self) -> list[tuple[TestResult | None, TestResult | None]]:
+        """(result before, result after) of every test by node id (None where a report has
+        no such test), changed outcomes first."""
         before = {t.nodeid: t for t in (self.before.tests if self.before else ())}
         after = {t.nodeid: t for t in (self.after.tests if self.after else ())}
-        rows = [(n, before[n].outcome if n in before else "-", after[n].outcome if n in after else "-",
-                 after.get(n) or before.get(n)) for n in dict.fromkeys([*after, *before])]
-        return sorted(rows, key=lambda r: r[1] == r[2])
+        rows = [(before.get(n), after.get(n)) for n in dict.fromkeys([*after, *before])]
+        return sorted(rows, key=lambda r: (r[0] and r[0].outcome) == (r[1] and r[1].outcome))
 
 
 @dataclass(frozen=True)
@@ -358,7 +360,7 @@ def diff(before: Grid, after: Grid, catalogue: Catalogue | None = None) -> Diff:
 
     def row(pair: str, req: str) -> DiffRow:
         changes = tuple(Change(f"d-{i}-{req}" + (f"-{_slug(pair)}" if pair else ""),
-                               old.get((pair, req, k)), new.get((pair, req, k)))
+                               old.get((pair, req, k)), new.get((pair, req, k)), req, k, pair)
                         for i, k in enumerate(keys))
         return DiffRow(req, catalogue[req].title if req in catalogue else "", changes, pair)
 

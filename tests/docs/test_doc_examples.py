@@ -12,24 +12,29 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from doc_examples import ROOT, Example, all_examples, problem
 
 EXAMPLES = all_examples()
-RUNNABLE = [e for e in EXAMPLES if e.runs]
-PARSED_ONLY = [e for e in EXAMPLES if not e.runs and e.lang in ("bash", "python")]
+DOCS = [e for e in EXAMPLES if e.page != "README.md"]
+"""The README's examples are docs examples too (checked below), so they run once, there."""
+RUNNABLE = [e for e in DOCS if e.runs]
+PARSED_ONLY = [e for e in DOCS if not e.runs and e.lang in ("bash", "python")]
 DEADLINE_S = 180
 
 
-def environment() -> dict[str, str]:
-    return {**os.environ,
+def environment(tmp: Path) -> dict[str, str]:
+    """This interpreter first on PATH; temporary files (``mktemp``) under the test's own
+    directory, which pytest removes."""
+    return {**os.environ, "TMPDIR": str(tmp),
             "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
-def run(argv: list[str], example: Example) -> None:
-    done = subprocess.run(argv, cwd=ROOT, env=environment(), capture_output=True, text=True,
+def run(argv: list[str], example: Example, tmp: Path) -> None:
+    done = subprocess.run(argv, cwd=ROOT, env=environment(tmp), capture_output=True, text=True,
                           timeout=DEADLINE_S, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, (f"{example.id} exited {done.returncode}:\n{example.body}\n"
                                   f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}")
@@ -46,10 +51,11 @@ def test_every_fence_says_whether_it_runs() -> None:
 
 
 @pytest.mark.parametrize("example", RUNNABLE, ids=lambda e: e.id)
-def test_example_runs(example: Example, tmp_path, pytester: pytest.Pytester) -> None:
+def test_example_runs(example: Example, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     if example.lang == "bash":
-        run(["bash", "-euo", "pipefail", "-c", example.body], example)
+        run(["bash", "-euo", "pipefail", "-c", example.body], example, tmp_path)
     elif example.is_test_file:
+        pytester = request.getfixturevalue("pytester")  # only here: it moves HOME and the cwd
         pytester.makepyfile(test_doc_example=example.body)
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=DEADLINE_S)
         outcomes = result.parseoutcomes()
@@ -58,15 +64,15 @@ def test_example_runs(example: Example, tmp_path, pytester: pytest.Pytester) -> 
     else:
         script = tmp_path / "example.py"
         script.write_text(example.body)
-        run([sys.executable, str(script)], example)
+        run([sys.executable, str(script)], example, tmp_path)
 
 
 @pytest.mark.parametrize("example", PARSED_ONLY, ids=lambda e: e.id)
-def test_example_not_run_still_parses(example: Example) -> None:
+def test_example_not_run_still_parses(example: Example, tmp_path: Path) -> None:
     if example.lang == "python":
         compile(example.body, example.id, "exec")
     else:
-        run(["bash", "-n", "-c", example.body], example)
+        run(["bash", "-n", "-c", example.body], example, tmp_path)
 
 
 def test_the_getting_started_example_fails_on_legacy(pytester: pytest.Pytester) -> None:
@@ -81,7 +87,7 @@ def test_the_getting_started_example_fails_on_legacy(pytester: pytest.Pytester) 
 
 def test_readme_examples_are_docs_examples() -> None:
     """The README runs nothing itself: each of its code examples is one the docs run."""
-    docs = {e.body for e in EXAMPLES if not e.page.startswith("README")}
+    docs = {e.body for e in DOCS}
     readme = [e for e in EXAMPLES if e.page == "README.md" and e.lang in ("bash", "python")]
     assert readme, "the README shows no example"
     missing = [e.id for e in readme if e.body not in docs]

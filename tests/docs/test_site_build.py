@@ -14,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 300
+pytestmark = pytest.mark.xdist_group("docs-site-build")
+"""One xdist worker builds the site once for all these tests (CI runs --dist loadgroup)."""
 
 
 def load_hook(name: str):
