@@ -19,7 +19,7 @@ def test_every_option_and_ini_key_is_documented() -> None:
     spec.loader.exec_module(pages)
     page = pages.options_page()
     for opt in OPTIONS:
-        assert f"`{opt.flag}=" in page, f"the options page does not document {opt.flag}"
+        assert f"`{opt.flag}`" in page, f"the options page does not document {opt.flag}"
         assert f"`{opt.ini}`" in page, f"the options page does not document ini key {opt.ini}"
         assert f"`{opt.default}`" in page or not opt.default, f"{opt.flag}'s default is missing"
 
