@@ -442,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the JSON report (default: per mode, see above)")
     parser.add_argument("--page", type=Path, default=PAGE,
                         help="the Markdown page holding the region (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--seed", type=int)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="pytest-xdist workers of the run (default: %(default)s)")
+    parser.add_argument("--seed", type=int, help="--mc-seed of the run (default: random)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--no-run", action="store_true", help="render the stored report")
     mode.add_argument("--check", action="store_true",

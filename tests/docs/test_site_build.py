@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 300
 pytestmark = pytest.mark.xdist_group("docs-site-build")
-"""One xdist worker builds the site once for all these tests (CI runs --dist loadgroup)."""
+"""One xdist worker builds the site, once (session scope), for all these tests (CI runs
+--dist loadgroup)."""
 
 
 def load_hook(name: str):
@@ -25,7 +26,7 @@ def load_hook(name: str):
     return module
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if importlib.util.find_spec("mkdocs") is None:
         message = "mkdocs is not installed (the dev extra has it; scripts/setup.sh installs it)"
