@@ -57,6 +57,8 @@ def column_document(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
                 entry["capability"] = t.not_applicable.capability
             if t.message:
                 entry["message"] = t.message
+            if t.artifacts:
+                entry["artifacts"] = list(t.artifacts)
             tests.append(entry)
         out[req] = {"verdict": verdict, "tests": tests}
     return out

@@ -57,7 +57,8 @@ def flat_report(**overrides):
                 {"nodeid": "suites/metadata/test_cache.py::test_ttl", "outcome": "passed",
                  "duration_s": 1.5},
                 {"nodeid": "suites/metadata/test_cache.py::test_stale", "outcome": "failed",
-                 "duration_s": 2.25, "message": "B served <script>alert(1)</script> & more; "
+                 "duration_s": 2.25, "artifacts": ["/tmp/run/history-2.timeline.html"],
+                 "message": "B served <script>alert(1)</script> & more; "
                  "see /tmp/run/history-1.timeline.html and /tmp/run/history-1.plot.png"}]},
             "CO-3": {"verdict": "n/a", "tests": [
                 {"nodeid": "suites/rdma/test_x.py::test_release", "outcome": "skipped",
@@ -115,7 +116,8 @@ def test_a_cell_opens_its_tests_with_message_reason_duration_seed_and_replay(tmp
     assert "2.25 s" in mr1 and "seed 77" in mr1
     assert ("python -m pytest -p pytest_mooncake suites/metadata/test_cache.py::test_stale "
             "--mc-target=reference --mc-seed=77") in mr1
-    assert 'href="/tmp/run/history-1.timeline.html"' in mr1 and 'href="/tmp/run/history-1.plot.png"' in mr1
+    for path in ("history-2.timeline.html", "history-1.timeline.html", "history-1.plot.png"):
+        assert f'href="/tmp/run/{path}"' in mr1, path
     co3 = html[html.index('id="c0-0-CO-3"'):]
     assert "no controllable RDMA path" in co3[: co3.index("</aside>")] and "rdma_control" in co3
     assert "--mc-replay=mcs1.abc123" in html
