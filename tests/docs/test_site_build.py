@@ -4,6 +4,7 @@ the code, not typed."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import subprocess
@@ -14,10 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 300
-pytestmark = pytest.mark.xdist_group("docs-site-build")
-"""One xdist worker builds the site, once (session scope), for all these tests (CI runs
---dist loadgroup)."""
-
 
 def load_hook(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "docs_hooks" / f"{name}.py")
@@ -28,16 +25,26 @@ def load_hook(name: str):
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once per session: xdist workers share the run's base directory, and
+    the first to take the lock builds it for the others."""
     if importlib.util.find_spec("mkdocs") is None:
         message = "mkdocs is not installed (the dev extra has it; scripts/setup.sh installs it)"
         if os.environ.get("CI"):
             pytest.fail(message + "; CI installs it, so its absence is a failure there")
         pytest.skip(message)
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE_S,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-6000:]}"
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out, built = shared / "docs-site", shared / "docs-site.built"
+    with open(shared / "docs-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
+                                   "--site-dir", str(out)], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=DEADLINE_S,
+                                  env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+            assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-6000:]}"
+            built.touch()
     return out
 
 
