@@ -1,7 +1,7 @@
 """``python -m pytest_mooncake.report COMMAND ...``: stored JSON reports, without a run.
 
 A small dispatcher: each command is a module with ``HELP``, ``add_arguments(parser)`` and
-``run(args) -> int`` listed in ``COMMANDS``; adding one (e.g. ``html``) is a module and a line.
+``run(args) -> int`` listed in ``COMMANDS``; adding one is a module and a line.
 Exit statuses are the command's own (docs/ci.md); 2 is a usage error or a file that cannot be
 read, as argparse's own.
 """
@@ -17,6 +17,7 @@ COMMANDS = {
     "merge": "pytest_mooncake.report.report_merge",
     "check": "pytest_mooncake.report.report_check",
     "update": "pytest_mooncake.report.report_update",
+    "html": "pytest_mooncake.report.dashboard",
 }
 """Command name -> module."""
 

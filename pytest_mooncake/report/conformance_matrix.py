@@ -51,6 +51,8 @@ class TestOutcome:
     """Why a failed or errored test did not pass (its assertion or exception message)."""
     duration: float = 0.0
     """Seconds of its setup, call and teardown together."""
+    artifacts: tuple[str, ...] = ()
+    """Files the test wrote for a person to look at (a chaos run's timeline and plot)."""
     reruns: list[Rerun] = field(default_factory=list)
     """Its re-runs, in order (only a test that failed is re-run)."""
 
@@ -143,7 +145,7 @@ class ConformanceMatrix:
     def record(self, req_ids: list[str], column: str, nodeid: str, phase: str, outcome: str,
                not_applicable: NotApplicable | None = None, message: str | None = None,
                pair: str | None = None, pair_only: bool = False,
-               duration: float = 0.0) -> None:
+               duration: float = 0.0, artifacts: tuple[str, ...] = ()) -> None:
         """Fold one pytest phase report (setup/call/teardown) into the test's final outcome;
         a test run under a skew ``pair`` also counts in that pair's own cell of the column
         (only there with ``pair_only``: a pair that does not involve the column's target)."""
@@ -157,24 +159,25 @@ class ConformanceMatrix:
         for req in req_ids:
             for key in keys:
                 self._fold_into(self._tests[(req, key)], nodeid, phase, outcome, not_applicable,
-                                message, duration)
+                                message, duration, artifacts)
 
     @staticmethod
     def _fold_into(tests: dict[str, TestOutcome], nodeid: str, phase: str, outcome: str,
                    not_applicable: NotApplicable | None, message: str | None,
-                   duration: float) -> None:
+                   duration: float, artifacts: tuple[str, ...] = ()) -> None:
         prev = tests.get(nodeid)
         spent = (prev.duration if prev else 0.0) + duration
+        files = tuple(dict.fromkeys([*(prev.artifacts if prev else ()), *artifacts]))
         new = fold_phase(prev.outcome or None if prev else None, phase, outcome)
         if new is None:
             if prev is not None:
-                prev.duration = spent
+                prev.duration, prev.artifacts = spent, files
             else:  # a setup that passed: the test's outcome is not known yet, its time is
-                tests[nodeid] = TestOutcome(nodeid, "", duration=spent)
+                tests[nodeid] = TestOutcome(nodeid, "", duration=spent, artifacts=files)
             return
         keep_na = not_applicable if new == SKIPPED else None
         keep_message = message if new in (FAILED, ERROR) else None
-        tests[nodeid] = TestOutcome(nodeid, new, keep_na, keep_message, spent)
+        tests[nodeid] = TestOutcome(nodeid, new, keep_na, keep_message, spent, files)
 
     def failed_nodeids(self) -> list[str]:
         """Every test that failed in the run (its requirements are FAIL): what is re-run."""

@@ -1,4 +1,4 @@
-"""The conformance matrix as JSON (``--mc-report``): the shape the README documents,
+"""The conformance matrix as JSON (``--mc-report``): the shape docs/reference/report-schema.md documents,
 ``pytest_mooncake/data/report.schema.json`` declares and ``scripts/judge_mooncake.py`` reads.
 
 One target: the flat form (``target``, ``target_version``, ``requirements``). A matrix
@@ -77,6 +77,8 @@ def column_document(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
                 entry["message"] = t.message
             if t.reruns:
                 entry["runs"] = _runs(matrix, t)
+            if t.artifacts:
+                entry["artifacts"] = list(t.artifacts)
             tests.append(entry)
         out[req] = {"verdict": verdict, "tests": tests}
         tally = matrix.tally(req, column)

@@ -38,6 +38,9 @@ judged nothing, so it counts as error (like a setup failure), not as FAIL."""
 PAIR_ONLY_PROPERTY = "mc_skew_pair_only"
 """Set when the test's skew pair does not involve the column's target: it counts in the pair's
 row only."""
+ARTIFACT_PROPERTY = "mc_artifact"
+"""A file the test wrote for a person to look at (a chaos run's timeline and plot): the JSON
+report lists it with the test, and the dashboard links it."""
 MESSAGE_LIMIT = 600
 
 
@@ -157,7 +160,8 @@ class MatrixRecorder:
                            _skip_of(report) if report.skipped else None,
                            failure_message(report), pair,
                            pair_only=any(k == PAIR_ONLY_PROPERTY for k, _ in props),
-                           duration=report.duration)
+                           duration=report.duration,
+                           artifacts=tuple(v for k, v in props if k == ARTIFACT_PROPERTY))
 
     def pytest_unconfigure(self) -> None:
         self.crash_labels.close()

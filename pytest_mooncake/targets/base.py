@@ -2,7 +2,7 @@
 
 A suite never touches an implementation directly. It asks the session's ``Target`` for
 handles (engines, metadata stores, master clusters, RDMA worker pools) and drives them
-through the protocols below. The verdict rule (REQUIREMENTS.md, README "Reading the matrix"):
+through the protocols below. The verdict rule (REQUIREMENTS.md, docs/explanation/verdict-rule.md):
 
 - ``TargetLacks`` (n/a) only where a probe run in this session shows the target has no
   *means* to drive or observe the test (no RDMA device it lets the test control, an admin

@@ -28,6 +28,8 @@ TOOLS: dict[str, str] = {
     "python -m pytest_mooncake.lab": "pytest_mooncake.lab.__main__",
     "python -m pytest_mooncake.report": "pytest_mooncake.report.__main__",
     "scripts/generate_expectations.py": "scripts/generate_expectations.py",
+    "python -m pytest_mooncake.report html": "pytest_mooncake.report.dashboard",
+    "scripts/judge_mooncake.py": "scripts/judge_mooncake.py",
     "scripts/mutants.py": "scripts/mutants.py",
     "scripts/check_suite_isolation.py": "scripts/check_suite_isolation.py",
     "scripts/wheel_check.py": "scripts/wheel_check.py",
