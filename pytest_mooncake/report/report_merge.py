@@ -8,7 +8,7 @@ can be rerun alone. A label found in two inputs is an error (merge never picks o
 has the matrix form of ``pytest_mooncake/data/report.schema.json`` (``matrix``, ``columns``, the
 summary over every column); its top-level ``seed`` and ``started`` are the first input's, its
 ``duration_s`` the sum of the inputs' (test time, not wall time), its ``schema_version`` the
-highest of the inputs', and ``merged_from`` lists the inputs. Exit status: 0 written; 2 an input
+writer's (v2 only added keys, so a v1 column is a valid v2 one), and ``merged_from`` lists the inputs. Exit status: 0 written; 2 an input
 cannot be read or two inputs share a column.
 """
 
@@ -19,8 +19,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.report.json_report import summary
+from pytest_mooncake.report.json_report import SCHEMA_VERSION, summary
 from pytest_mooncake.report.report_columns import columns, read_report
+from pytest_mooncake.report.verdict_rule import VERDICTS
 
 HELP = "assemble the columns of several reports into one matrix report"
 
@@ -56,6 +57,8 @@ def merge(docs: list[tuple[str, dict[str, Any]]], matrix: str = "") -> dict[str,
             body = {k: v for k, v in column.document.items() if k not in ("seed", "started")}
             body.setdefault("target", label)
             body.setdefault("summary", _summary(dict(column.requirements)))
+            for verdict in VERDICTS:  # a v1 column counts no intermittent: it had none
+                body["summary"].setdefault("verdicts", {}).setdefault(verdict, 0)
             merged[label] = {**body, "seed": column.document.get("seed", doc["seed"]),
                              "started": column.document.get("started", doc["started"])}
             source[label] = name
@@ -64,7 +67,7 @@ def merge(docs: list[tuple[str, dict[str, Any]]], matrix: str = "") -> dict[str,
         problems += fail_on.get("problems", [])
     first = docs[0][1]
     return {
-        "schema_version": max(doc["schema_version"] for _, doc in docs),
+        "schema_version": SCHEMA_VERSION,  # v2 only added keys: a v1 column is a valid v2 one
         "started": first["started"],
         "duration_s": round(sum(float(doc.get("duration_s", 0)) for _, doc in docs), 3),
         "seed": first["seed"],
