@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix, pair_label
+from pytest_mooncake.report.profile_differences import profile_differences
 from pytest_mooncake.report.verdict_rule import VERDICTS
 
 SCHEMA_VERSION = 1
@@ -33,8 +34,9 @@ class RunFacts:
     duration: float = 0.0
     matrix: str | None = None
     """The ``--mc-matrix`` spec, when the run had several columns."""
-    targets: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Per column label: ``version`` and ``notes`` (libraries supplied here, e.g. stand-ins)."""
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per column label: ``version``, ``notes`` (libraries supplied here, e.g. stand-ins) and
+    ``deployment`` (what a real build's column deployed: ``deployment_record``)."""
     fail_on: str = "never"
     fail_on_problems: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -97,23 +99,30 @@ def to_json(matrix: ConformanceMatrix, run: RunFacts) -> dict[str, Any]:
                           for c in matrix.columns}
         doc["summary"] = summary({f"{c} {r}": e for c, col in doc["columns"].items()
                                   for r, e in col["requirements"].items()})
+        differences = profile_differences(doc["columns"])
+        if differences:
+            doc["profile_differences"] = differences
     else:
         first = matrix.columns[0] if matrix.columns else ""
         facts = _facts(run, first)
         doc.update({"target": first, "target_version": facts["version"]})
         if facts.get("notes"):
             doc["target_notes"] = facts["notes"]
+        if facts.get("deployment"):
+            doc["deployment"] = facts["deployment"]
         doc.update(_column(matrix, first))
     doc["fail_on"] = {"rule": run.fail_on, "problems": list(run.fail_on_problems)}
     doc.update(run.extra)
     return doc
 
 
-def _facts(run: RunFacts, column: str) -> dict[str, str]:
+def _facts(run: RunFacts, column: str) -> dict[str, Any]:
     facts = run.targets.get(column, {})
     out = {"version": facts.get("version", "unknown")}
     if facts.get("notes"):
         out["notes"] = facts["notes"]
+    if facts.get("deployment"):
+        out["deployment"] = facts["deployment"]
     return out
 
 

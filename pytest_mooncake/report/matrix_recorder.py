@@ -16,7 +16,7 @@ import pytest
 from pytest_mooncake.report.ci_contract import EXIT_NOT_JUDGED, FailOn
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.crash_labels import CrashLabels, Labels
-from pytest_mooncake.report.json_report import RunFacts, write_json
+from pytest_mooncake.report.json_report import RunFacts, to_json, write_json
 from pytest_mooncake.report.not_applicable import NotApplicable
 
 REQ_PROPERTY = "mc_req"
@@ -174,6 +174,11 @@ class MatrixRecorder:
             return
         for line in self.matrix.render(self.header()):
             terminalreporter.write_line(line)
+        differences = to_json(self.matrix, self.run).get("profile_differences", [])
+        if differences:
+            terminalreporter.write_line("verdicts that depend on the deployment profile:")
+            for line in differences:
+                terminalreporter.write_line(f"  {line}")
         problems = self.run.fail_on_problems
         if problems:
             terminalreporter.write_line(
