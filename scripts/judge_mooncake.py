@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from pytest_mooncake.report.profile_differences import phrase, profile_differences  # noqa: E402
 README = ROOT / "README.md"
 REPORT = ROOT / "fixtures" / "reports" / "release.json"
 RELEASES_REPORT = ROOT / "fixtures" / "reports" / "releases.json"
@@ -329,8 +331,11 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
         "Columns (version; libraries supplied here where the machine lacks them):",
         "",
     ]
+    deployed = {c: (doc.get("columns") or {}).get(c, doc).get("deployment") for c in columns}
     for c in columns:
         extra = f"; {notes[c]}" if notes.get(c) else ""
+        if deployed.get(c):
+            extra += f"; deployed as {phrase(deployed[c])}"
         out.append(f"- `{header_of(c, vers.get(c))}`: {md(vers.get(c) or c)}{md(extra)} "
                    f"({tally(column_requirements(doc, c))} requirements)")
     out += [
@@ -342,6 +347,10 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
     for req in reqs:
         cells = [cell(column_requirements(doc, c).get(req)) for c in columns]
         out.append(f"| {req} | {md(titles.get(req, '?'))} | " + " | ".join(cells) + " |")
+    differences = profile_differences(doc.get("columns") or {})
+    if differences:
+        out += ["", "Verdicts that depend on the deployment profile:", ""]
+        out += [f"- {md(line)}" for line in differences]
     pairs = [p for p in pair_cells(doc) if p[0] in builds]
     if pairs:
         out += ["", "Version-skew pairs of the release columns (`target` is the column's own "
