@@ -12,7 +12,6 @@ profile, and the recorded deployment says which tests may add what."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +59,8 @@ class DeploymentProfile:
     def describe(self, flags: MasterFlags | None) -> dict[str, Any]:
         """The profile as the report records it: its flags as this build spells them, the
         settings the build has no flag for, the environment."""
-        out: dict[str, Any] = {"name": self.name, "summary": self.summary}
+        out: dict[str, Any] = {"name": self.name, "summary": self.summary,
+                               "in_one_line": self.flag_text(None)}
         if flags is None:
             return out
         why = self.lacks(flags)
@@ -171,9 +171,3 @@ def profile_of_label(label: str) -> tuple[str, str]:
     """A column label -> (the build it judges, the profile name), for reports."""
     base, name = split_profile(label)
     return base, name or DEFAULT_PROFILE
-
-
-def spelled(profile: DeploymentProfile, flags: Mapping[str, Any] | None, build: str) -> str:
-    """``flag_text`` of ``profile`` for a build known only by its ``--help`` flags."""
-    return profile.flag_text(MasterFlags(flags, build, "mooncake_master --help")
-                             if flags is not None else None)
