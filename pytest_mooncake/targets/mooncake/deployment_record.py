@@ -42,6 +42,9 @@ def record(profile: DeploymentProfile, flags: MasterFlags | None, bind_host: str
             if dropped:
                 masters["not_passed"] = dropped
             masters["flags_from"] = flags.source
+            left = _left_at_default(flags, argv[1:])
+            if left:
+                masters["left_at_build_default"] = left
         else:
             masters["flags"] = f"none: {profile.lacks(flags)}"
     masters["env"] = {BIND_ENV: bind_host, **profile.master_env(_Placeholder())}
@@ -59,6 +62,25 @@ def record(profile: DeploymentProfile, flags: MasterFlags | None, bind_host: str
                                 "<the cluster id>"},
                         "find_leader": "etcd://<the run's etcd>"},
             "per_test": per_test}
+
+
+WATCHED_DEFAULTS = ("ha_backend_type", "enable_oplog", "enable_oplog_snapshot", "enable_snapshot",
+                   "enable_snapshot_restore", "snapshot_interval_seconds")
+"""Master flags whose build default decides what a failover keeps: recorded where not passed."""
+
+
+def _left_at_default(flags: MasterFlags, argv: list[str]) -> dict[str, str]:
+    """``{flag: the build's default}`` of the watched flags the argv does not pass (as the
+    build's ``--help`` states the default)."""
+    passed = {a.split("=", 1)[0].lstrip("-") for a in argv}
+    out = {}
+    for name in WATCHED_DEFAULTS:
+        info = flags.flags.get(name)
+        if name in flags.flags and name not in passed:
+            default = info.get("default") if isinstance(info, dict) else \
+                getattr(info, "default", None)
+            out[name] = str(default) if default is not None else "not stated by --help"
+    return out
 
 
 def _per_test(flags: MasterFlags | None) -> dict[str, str]:
