@@ -172,7 +172,10 @@ def test_soaked_standby_survives_leader_crash_with_every_object(mc_master_cluste
 def test_standby_exposes_an_honest_promotability_predicate(mc_master_cluster):
     cluster = mc_master_cluster(masters=2, clients=0)
     # asked before any client: a build with no predicate FAILs here, also on a deployment the
-    # run only observes (where starting a client would be n/a first)
+    # run only observes (where starting a client would be n/a first); once a leader serves,
+    # so that the other master is the one standby (0.3.10-0.3.12 report both as standbys
+    # until the election is over)
+    cluster.leader(timeout=WAIT)
     cluster.promotable(only_standby(cluster))
     cluster.start_client()
     keys, _, standby = soaked_standby(cluster, "master_cluster")
