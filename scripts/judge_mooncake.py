@@ -34,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from pytest_mooncake.report.profile_differences import phrase, profile_differences  # noqa: E402
+
 README = ROOT / "README.md"
 REPORT = ROOT / "fixtures" / "reports" / "release.json"
 RELEASES_REPORT = ROOT / "fixtures" / "reports" / "releases.json"

@@ -17,7 +17,6 @@ import argparse
 import json
 import re
 import sys
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from pytest_mooncake.report.profile_differences import phrase  # noqa: E402
+from pytest_mooncake.schemas.toml_documents import tomllib  # noqa: E402
 
 CLAIMS = ROOT / "fixtures" / "rfc-claims.toml"
 PAGE = ROOT / "docs" / "rfc-claims.md"
