@@ -303,14 +303,15 @@ def test_crash_failover_to_an_invalid_context_is_refused(mc_master_cluster, kind
     cluster = mc_master_cluster(masters=2, clients=1)
     keys, leader, standby = soaked_standby(cluster)
     seq = plant_bad_descriptor(cluster, standby, kind)
+    before = cluster.replication(standby)
     cluster.kill_master(leader)
     if promoted_or_refused(cluster, standby) == "refused":
         return
     new, kept = serving_keys(cluster, keys)
     pytest.fail(
         f"the leader was killed while its only standby's promotion context held "
-        f"{PLANTED[kind]} (planted OpLog entry {seq}); the standby was "
-        f"promoted anyway and master {new} serves {len(kept)} of {len(keys)} objects"
+        f"{PLANTED[kind]} (planted OpLog entry {seq}; {said(before)} before the kill); the "
+        f"standby was promoted anyway and master {new} serves {len(kept)} of {len(keys)} objects"
         f"{restore_lines(cluster, new)}; MP-1 requires the dry-run validation to fail and the "
         f"candidate to refuse promotion",
         pytrace=False)
