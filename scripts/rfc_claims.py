@@ -153,7 +153,10 @@ def agreement(claim: Mapping[str, Any], columns: list[Column],
     by: dict[str, list[str]] = {}
     for column in columns:
         if column.release.startswith(FOCUS):
-            by.setdefault(row[column.label][0], []).append(phrase(column.deployment))
+            verdict = row[column.label][0]
+            if claim.get("scope") == "engine" and verdict == NOT_RUN:
+                continue  # a profile's master flags do not touch an engine-only claim
+            by.setdefault(verdict, []).append(flags_of(claim, column))
     parts = []
     own = test_settings(claim, columns)
     if REPRODUCES in by:
@@ -165,6 +168,14 @@ def agreement(claim: Mapping[str, Any], columns: list[Column],
             parts.append(f"{verdict} with " + ", ".join(by[verdict]))
     text = "; ".join(parts) or "not run"
     return f"{text} (the test sets its own: {own})" if own else text
+
+
+def flags_of(claim: Mapping[str, Any], column: Column) -> str:
+    """Under which flags a column judged the claim: its profile, or for an engine-only claim
+    (``scope = "engine"``) the release alone (master flags do not touch it)."""
+    if claim.get("scope") == "engine":
+        return "engines as the suites start them (no master involved)"
+    return phrase(column.deployment)
 
 
 def test_settings(claim: Mapping[str, Any], columns: list[Column]) -> str:
@@ -230,11 +241,13 @@ def render(claims: Mapping[str, Any], reports: list[Mapping[str, Any]],
                 out += [f"Reproduced when the failure message matches `{claim['seen']}`.", ""]
         if claim.get("note"):
             out += [f"Note: {md(claim['note'])}.", ""]
+        if not claim["tests"]:
+            continue
         for column in columns:
             verdict, message = row[column.label]
             if column.release.startswith(FOCUS) and verdict != NOT_RUN:
                 said = f": {md(short(message))}" if message else ""
-                out.append(f"- {column.release} with {md(phrase(column.deployment))}: "
+                out.append(f"- {column.release} with {md(flags_of(claim, column))}: "
                            f"{verdict}{said}")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
