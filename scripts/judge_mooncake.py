@@ -34,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from pytest_mooncake.report.profile_differences import phrase, profile_differences  # noqa: E402
+from pytest_mooncake.targets.mooncake.deployment_profiles import split_profile  # noqa: E402
 
 README = ROOT / "README.md"
 REPORT = ROOT / "fixtures" / "reports" / "release.json"
@@ -59,13 +60,15 @@ class StaleReadme(Exception):
 
 def matrix_argument(target: str | None, workdir: Path) -> str:
     """``--mc-matrix`` value: the release matrix (``target`` None), or a matrix of the
-    reference profiles beside ``target``."""
+    reference profiles beside ``target``, deployed as the suites deploy it and, where
+    ``target`` names no deployment profile, also with its own defaults (``@defaults``)."""
     if target is None:
         return RELEASES_MATRIX
     if target == "mooncake":
         return MATRIX
     path = workdir / "release-matrix.toml"
-    columns = [*REFERENCE_COLUMNS, target]
+    profiled = split_profile(target)[1] is not None or target.startswith(("reference", "cluster"))
+    columns = [*REFERENCE_COLUMNS, target, *([] if profiled else [f"{target}@defaults"])]
     path.write_text("".join(f'[[column]]\ntarget = "{c}"\n\n' for c in columns))
     return str(path)
 

@@ -192,3 +192,11 @@ def test_profiles_of_one_build_are_named_per_column_with_the_difference_line():
     assert "Verdicts that depend on the deployment profile:" in text
     assert ("- MP-6 on mooncake-non-cuda==0.3.13.post1: pass with ha-oplog (--enable_oplog=true); "
             "FAIL with defaults (no --enable_oplog): 0 of 30 objects after failover") in text
+
+
+def test_judging_one_build_judges_it_also_with_its_own_defaults(tmp_path):
+    matrix = Path(judge.matrix_argument("mooncake==0.3.13.post1", tmp_path)).read_text()
+    assert 'target = "mooncake==0.3.13.post1"' in matrix
+    assert 'target = "mooncake==0.3.13.post1@defaults"' in matrix
+    given = Path(judge.matrix_argument("mooncake==0.3.13.post1@ha-snapshot", tmp_path)).read_text()
+    assert "@defaults" not in given and "@ha-snapshot" in given
