@@ -4,7 +4,9 @@
 One target: the flat form (``target``, ``target_version``, ``requirements``). A matrix
 (``--mc-matrix``): ``matrix`` and ``columns``, one entry per target with its version; no flat
 form, so no reader takes the first column for the run. Both carry ``schema_version``, the start
-time, the duration, the seed, summary counts and each test's duration.
+time, the duration, the seed, summary counts and each test's duration; a real build's column
+also its ``deployment`` (``targets/mooncake/deployment_record``), and a matrix the
+``profile_differences`` lines where one build's profiles disagree.
 """
 
 from __future__ import annotations
