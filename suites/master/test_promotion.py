@@ -64,7 +64,8 @@ def soaked_standby(cluster, means: str = "master_fault_planting") -> tuple[list[
     if cluster.replication(standby)["primary_seq"] == 0:
         raise TargetLacks(Capability(means), (
             f"the leader of {cluster.build} keeps no OpLog in etcd after {len(keys)} "
-            f"acknowledged puts (deployed without --enable_oplog=true), so no standby follows "
+            f"acknowledged puts (its masters run without --enable_oplog=true: the build has no "
+            f"such flag, or the deployment leaves it at its default), so no standby follows "
             f"it: {lagging}"))
     pytest.fail(f"precondition: {lagging}", pytrace=False)
 
