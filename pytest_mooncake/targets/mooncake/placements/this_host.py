@@ -229,7 +229,16 @@ class LocalPlacement(ProcessPlacement):
                 _ = self.capabilities
             except (ProbeFailed, OSError):
                 pass
-        return super().deployment()
+        record = super().deployment()
+        build = self.install.build
+        if build is not None:
+            master = build.master_binary
+            record["binaries"] = {"mooncake_master": str(master) if master else None,
+                                  "python (drivers of engines and store clients)":
+                                      self.install.python,
+                                  "distribution": f"{self.install.dist_name} "
+                                                  f"{self.install.dist_version}"}
+        return record
 
     # ------------------------------------------------------------------ metadata
 
