@@ -5,6 +5,7 @@ between two profiles of one build."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from importlib import resources
 
 import jsonschema
@@ -143,7 +144,7 @@ def test_matrix_columns_of_two_profiles_record_their_deployment(pytester: pytest
                                      f'[[column]]\ntarget = "mooncake:{empty}@defaults"\n'))
     pytester.makepyfile(DEPENDS_ON_PROFILE)
     result = pytester.runpytest("--mc-matrix=cols.toml", "--mc-report=m.json", "-p",
-                                "no:cacheprovider")
+                                "no:cacheprovider", "--junitxml=j.xml")
     result.assert_outcomes(passed=3, failed=1)
     build = f"mooncake:{empty}"
     result.stdout.fnmatch_lines([
@@ -158,6 +159,10 @@ def test_matrix_columns_of_two_profiles_record_their_deployment(pytester: pytest
     assert profiles == {build: "ha-oplog", f"{build}@defaults": "defaults"}
     assert doc["columns"][build]["deployment"]["masters"]["flags"].startswith("not known: ")
     assert doc["profile_differences"][0].startswith(f"MP-6 on {build}: pass with ha-oplog")
+    props = {p.get("name"): p.get("value") for p in
+             ET.parse(pytester.path / "j.xml").getroot().iter("property")}
+    assert props[f"mooncake_target_deployment[{build}@defaults]"].startswith(
+        "defaults (no --enable_oplog); masters: not known: ")
 
 
 def test_an_unknown_profile_is_a_usage_error(pytester: pytest.Pytester):
