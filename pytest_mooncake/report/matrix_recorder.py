@@ -16,6 +16,7 @@ import pytest
 from pytest_mooncake.report.ci_contract import EXIT_NOT_JUDGED, FailOn
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.crash_labels import CrashLabels, Labels
+from pytest_mooncake.report.deployment_seen import SeenDeployments
 from pytest_mooncake.report.json_report import RunFacts, to_json, write_json
 from pytest_mooncake.report.not_applicable import NotApplicable
 
@@ -100,6 +101,8 @@ class MatrixRecorder:
         """Per column, its target's version and notes (read when the session starts)."""
         self._clock = time.monotonic()
         self.crash_labels = CrashLabels()
+        self.seen = SeenDeployments()
+        """The master configurations each column's tests started (``deployment_seen``)."""
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport,
@@ -125,6 +128,7 @@ class MatrixRecorder:
                                                             PAIR_PROPERTY, PAIR_ONLY_PROPERTY)])
         column = next((v for k, v in props if k == COLUMN_PROPERTY), self.default_column)
         pair = next((v for k, v in props if k == PAIR_PROPERTY), None)
+        self.seen.record(column, report.when, props)
         when = "setup" if any(k == UNJUDGED_PROPERTY for k, _ in props) else report.when
         self.matrix.record(reqs, column, report.nodeid, when, report.outcome,
                            _skip_of(report) if report.skipped else None,
@@ -174,6 +178,7 @@ class MatrixRecorder:
             return
         for line in self.matrix.render(self.header()):
             terminalreporter.write_line(line)
+        self.seen.merge(self.run.targets)
         differences = to_json(self.matrix, self.run).get("profile_differences", [])
         if differences:
             terminalreporter.write_line("verdicts that depend on the deployment profile:")

@@ -11,6 +11,7 @@ from importlib import resources
 import jsonschema
 import pytest
 
+from pytest_mooncake.report.deployment_seen import SEEN_PROPERTY, SeenDeployments
 from pytest_mooncake.report.profile_differences import profile_differences
 from pytest_mooncake.targets import UnknownTarget, resolve_target, target_identity
 from pytest_mooncake.targets.mooncake.deployment_profiles import (
@@ -171,3 +172,22 @@ def test_an_unknown_profile_is_a_usage_error(pytester: pytest.Pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown deployment profile 'oplog-on'; known profiles: "
                                  "defaults (*); ha-oplog (*); ha-snapshot (*"])
+
+
+def test_the_master_configurations_tests_started_are_counted_per_column():
+    seen = SeenDeployments()
+    plain = json.dumps({"flags": ["--enable_ha=true"], "env": {}})
+    snapshots = json.dumps({"flags": ["--enable_ha=true", "--enable_snapshot=true"],
+                            "env": {"MOONCAKE_SNAPSHOT_LOCAL_PATH": "<cluster workdir>/s"}})
+    for when in ("setup", "call", "teardown"):  # one test: counted once, at its call phase
+        seen.record("b@defaults", when, [(SEEN_PROPERTY, plain), ("mc_req", "MP-6")])
+    seen.record("b@defaults", "call", [(SEEN_PROPERTY, plain)])
+    seen.record("b@defaults", "call", [(SEEN_PROPERTY, snapshots)])
+    targets = {"b@defaults": {"deployment": {"masters": {"flags": ["--enable_ha=true"]}}},
+               "reference": {"version": "x"}}
+    seen.merge(targets)
+    assert targets["b@defaults"]["deployment"]["masters"]["seen"] == [
+        {"flags": ["--enable_ha=true"], "env": {}, "tests": 2},
+        {"flags": ["--enable_ha=true", "--enable_snapshot=true"],
+         "env": {"MOONCAKE_SNAPSHOT_LOCAL_PATH": "<cluster workdir>/s"}, "tests": 1}]
+    assert "deployment" not in targets["reference"]

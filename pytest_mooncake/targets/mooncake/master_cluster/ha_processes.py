@@ -167,6 +167,17 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
                               f"oplog=True: {self.flags.lacks('enable_oplog')}")
         self.flags.refuse_missing(self.options.get("flags") or {}, "flags={...}")
 
+    def deployed(self) -> dict[str, Any]:
+        """The master flags and environment this cluster's masters were started with, with
+        the values that differ per cluster as placeholders (``deployment_seen`` gathers them per
+        column into the report)."""
+        if not self.masters:
+            return {}
+        argv = self._argv(self.masters[0])[1:]
+        return {"flags": [_placeholder(a) for a in argv],
+                "env": {k: v.replace(str(self.workdir), "<cluster workdir>")
+                        for k, v in sorted(self._env().items())}}
+
     def _refuse_undeployable(self) -> None:
         """A profile the build cannot be deployed as (``ha-snapshot`` on a build without
         ``--enable_snapshot_restore``) is n/a naming the flags it lacks."""
@@ -338,3 +349,12 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
                 m.process.terminate(timeout=3)
             self.launcher.release(m.rpc_port)
             self.launcher.release(m.metrics_port)
+
+
+PER_CLUSTER = ("etcd_endpoints", "cluster_id", "rpc_port", "port", "metrics_port")
+"""Master flags whose value differs per cluster or run (recorded as ``<NAME>``)."""
+
+
+def _placeholder(arg: str) -> str:
+    name, sep, _ = arg.partition("=")
+    return f"{name}=<{name.lstrip('-')}>" if sep and name.lstrip("-") in PER_CLUSTER else arg
