@@ -40,6 +40,7 @@ from pytest_mooncake.report.allure_run_files import (
 )
 from pytest_mooncake.report.catalogue import load_catalogue
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
+from pytest_mooncake.report.expectation_gate import ExpectationGate
 from pytest_mooncake.report.failure_logs import attach_passing_logs, show_failure_logs, tail
 from pytest_mooncake.report.json_report import RunFacts
 from pytest_mooncake.report.junit_properties import add_run_properties
@@ -88,10 +89,16 @@ def pytest_configure(config: pytest.Config) -> None:
     ci_contract.check_ids(mc_config.fail_on, matrix.catalogue)
     recorder = None
     if not hasattr(config, "workerinput"):
+        gate = None
+        if mc_config.expect:
+            gate = ExpectationGate.from_options(mc_config.expect, Path(config.rootpath),
+                                                mc_config.expect_strict,
+                                                mc_config.expect_update, matrix.catalogue)
+            gate.check_columns(list(targets))
         recorder = MatrixRecorder(matrix, config.stash[MC_TARGET].label,
                                   lambda: _matrix_header(config), mc_config.report,
                                   RunFacts(mc_config.seed, matrix=mc_config.matrix),
-                                  mc_config.fail_on, lambda: _column_facts(config))
+                                  mc_config.fail_on, lambda: _column_facts(config), gate)
         config.pluginmanager.register(recorder, "mooncake-matrix")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(recorder), "mooncake-xdist")

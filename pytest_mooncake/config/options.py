@@ -23,6 +23,8 @@ class Option:
     default: str
     help: str
     metavar: str = "VALUE"
+    switch: bool = False
+    """A flag without a value (``--mc-expect-strict``); its ini key takes true/false."""
 
     @property
     def flag(self) -> str:
@@ -69,6 +71,16 @@ OPTIONS: tuple[Option, ...] = (
            "target judged no requirement), na (any requirement n/a) or na:ID,... (one of these "
            "n/a or not run); e.g. --mc-fail-on=na. Default: never.",
            "nothing|na|na:ID,..."),
+    Option("expect", "", "compare the verdicts with an expectations file (TOML; a path, or the "
+           "name of a shipped one such as mooncake-0.3.13.post1@ha-oplog or of the project's "
+           "fixtures/expectations/NAME.toml): exit 0 when every result is as expected, 1 on a "
+           "regression or other change (docs/ci.md). Default: none (pytest's exit status).",
+           "FILE.toml|NAME"),
+    Option("expect_strict", "false", "with --mc-expect, an unexpected pass (a FAIL fixed) also "
+           "fails the run. Default: false.", switch=True),
+    Option("expect_update", "false", "with --mc-expect, write the run's verdicts into the "
+           "expectations file(s), keeping reasons (a shipped file is written to the project's "
+           "fixtures/expectations/). Default: false.", switch=True),
 )
 
 
@@ -89,14 +101,21 @@ class McConfig:
     only: tuple[str, ...] = ()
     fail_on: FailOn = field(default_factory=FailOn)
     """What the run must have judged (``report/ci_contract.py``)."""
+    expect: str | None = None
+    expect_strict: bool = False
+    expect_update: bool = False
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("mooncake", "Mooncake conformance and chaos testing")
     for opt in OPTIONS:
-        group.addoption(opt.flag, dest="mc_" + opt.name, default=None, metavar=opt.metavar,
-                        help=opt.help)
+        if opt.switch:
+            group.addoption(opt.flag, dest="mc_" + opt.name, default=None, action="store_true",
+                            help=opt.help)
+        else:
+            group.addoption(opt.flag, dest="mc_" + opt.name, default=None, metavar=opt.metavar,
+                            help=opt.help)
         parser.addini(opt.ini, help=opt.help, default=opt.default)
 
 
@@ -106,6 +125,15 @@ def raw_values(config: pytest.Config) -> dict[str, str]:
         cli = config.getoption("mc_" + opt.name)
         values[opt.name] = str(cli if cli is not None else config.getini(opt.ini) or opt.default)
     return values
+
+
+def _switch(name: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise pytest.UsageError(f"mc_{name} must be true or false (got {value!r})")
 
 
 def _positive_int(name: str, value: str) -> int:
@@ -184,6 +212,10 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         raise pytest.UsageError(
             f"--mc-toxiproxy must be a URL like http://127.0.0.1:8474 (got {toxi!r})"
         )
+    expect = raw.get("expect", "").strip() or None
+    for name in ("expect_strict", "expect_update"):
+        if not expect and _switch(name, raw.get(name, "false")):
+            raise pytest.UsageError(f"--mc-{name.replace('_', '-')} needs --mc-expect=FILE|NAME")
     return McConfig(
         target=raw["target"].strip() or "reference",
         etcd=_hostports(raw["etcd"]),
@@ -199,5 +231,8 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         matrix=raw["matrix"].strip() or None,
         only=tuple(x.strip().upper() for x in raw["only"].split(",") if x.strip()),
         fail_on=parse_fail_on(raw.get("fail_on", "never")),
+        expect=expect,
+        expect_strict=_switch("expect_strict", raw.get("expect_strict", "false")),
+        expect_update=_switch("expect_update", raw.get("expect_update", "false")),
         raw=dict(raw),
     )

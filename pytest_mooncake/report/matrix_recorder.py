@@ -17,6 +17,7 @@ from pytest_mooncake.report.ci_contract import EXIT_NOT_JUDGED, FailOn
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.crash_labels import CrashLabels, Labels
 from pytest_mooncake.report.deployment_seen import SeenDeployments
+from pytest_mooncake.report.expectation_gate import ExpectationGate
 from pytest_mooncake.report.json_report import RunFacts, to_json, write_json
 from pytest_mooncake.report.not_applicable import NotApplicable
 
@@ -88,7 +89,8 @@ class MatrixRecorder:
     def __init__(self, matrix: ConformanceMatrix, default_column: str,
                  header: Callable[[], list[str]], report_path: str | None, run: RunFacts,
                  fail_on: FailOn | None = None,
-                 facts: Callable[[], dict[str, dict[str, str]]] | None = None):
+                 facts: Callable[[], dict[str, dict[str, str]]] | None = None,
+                 expectations: ExpectationGate | None = None):
         self.matrix = matrix
         self.default_column = default_column
         self.header = header
@@ -97,6 +99,8 @@ class MatrixRecorder:
         self.fail_on = fail_on or FailOn()
         self.run.fail_on = self.fail_on.spec
         self.facts = facts
+        self.expectations = expectations
+        """``--mc-expect``: decides the exit status from the verdicts (``expectation_gate``)."""
         self._collected: dict[str, set[str]] = {}
         """Per column, its target's version and notes (read when the session starts)."""
         self._clock = time.monotonic()
@@ -122,6 +126,8 @@ class MatrixRecorder:
         props = report.user_properties
         reqs = [v for k, v in props if k == REQ_PROPERTY]
         if not reqs:
+            if report.failed and self.expectations is not None:
+                self.expectations.note_failure(report.nodeid)
             return
         self.crash_labels.remember(report.nodeid, [(k, v) for k, v in props
                                                    if k in (REQ_PROPERTY, COLUMN_PROPERTY,
@@ -157,6 +163,10 @@ class MatrixRecorder:
         self.run.duration = time.monotonic() - self._clock
         if session.config.option.collectonly:
             return
+        if self.expectations is not None:
+            session.exitstatus = self.expectations.exit_status(
+                to_json(self.matrix, self.run), session.exitstatus)
+            self.run.extra["expectations"] = self.expectations.as_json()
         self.run.fail_on_problems = self.fail_on.problems(self.matrix)
         if self.run.fail_on_problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_NOT_JUDGED
@@ -176,6 +186,10 @@ class MatrixRecorder:
             for line in self._collected_lines():
                 terminalreporter.write_line(line)
             return
+        if self.expectations is not None:  # first: what a CI job fails on
+            for line in self.expectations.lines():
+                terminalreporter.write_line(line, red=line.lstrip().startswith(
+                    ("regression", "changed", "failed without")), bold=self.expectations.regressed())
         for line in self.matrix.render(self.header()):
             terminalreporter.write_line(line)
         self.seen.merge(self.run.targets)

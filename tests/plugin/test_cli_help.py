@@ -26,6 +26,8 @@ TOOLS: dict[str, str] = {
     "python -m pytest_mooncake.releases": "pytest_mooncake.releases.__main__",
     "python -m pytest_mooncake.cluster": "pytest_mooncake.cluster.__main__",
     "python -m pytest_mooncake.lab": "pytest_mooncake.lab.__main__",
+    "python -m pytest_mooncake.report": "pytest_mooncake.report.__main__",
+    "scripts/generate_expectations.py": "scripts/generate_expectations.py",
     "scripts/mutants.py": "scripts/mutants.py",
     "scripts/check_suite_isolation.py": "scripts/check_suite_isolation.py",
     "scripts/wheel_check.py": "scripts/wheel_check.py",

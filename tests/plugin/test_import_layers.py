@@ -25,7 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime", "schemas"),                   # processes, ports, deadlines, servers; TOML schemas
     ("report",),                              # catalogue, verdict rule, matrix, n/a, logs, allure
     ("verbs", "releases", "nodes"),           # standalone packages: see ONLY_RUNTIME
-    ("toxiproxy", "chaos", "lab"),            # fault server; Jepsen-style runs; netns lab
+    ("toxiproxy", "chaos", "lab", "master_rpc"),  # fault server; Jepsen runs; netns lab;
+                                              # mooncake_master's own RPC (client, probe)
     ("targets", "cluster"),                   # the Target API and implementations; cluster CLI
     ("config",),                              # options, markers, stash keys, run matrices
     ("fixtures", "planting", "waits", "raw_peers", "tcp_wire"),  # fixtures, helpers suites import

@@ -35,6 +35,7 @@ from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     means_for,
     refuse_oplog,
 )
+from pytest_mooncake.targets.mooncake.master_cluster.wire_clients import MasterWireClients
 from pytest_mooncake.targets.mooncake.option_rules import (
     MOONCAKE_ETCD_ROUTING,
     check_master_options,
@@ -68,7 +69,7 @@ class _Master:
         return address.rpartition(":")[2] == str(self.rpc_port)
 
 
-class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
+class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
     """N ``mooncake_master --enable_ha`` processes and M store clients, deployed as ``profile``
     (``deployment_profiles``; the default ``ha-oplog`` turns the OpLog on).
 
@@ -341,6 +342,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
         return "\n".join(parts)
 
     def close(self) -> None:
+        self.close_wire_clients()
         for c in self.clients:
             c.control.close()
             c.process.terminate(timeout=3)
