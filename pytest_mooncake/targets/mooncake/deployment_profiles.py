@@ -104,6 +104,11 @@ class HaOplog(DeploymentProfile):
             return {}
         return {"enable_oplog": True if oplog is None else bool(oplog)}
 
+    def flag_text(self, flags: MasterFlags | None) -> str:
+        if flags is not None and not flags.has("enable_oplog"):
+            return "this build has no --enable_oplog: the HA base alone"
+        return super().flag_text(flags)
+
 
 class HaSnapshot(DeploymentProfile):
     """Snapshot-only restore: no OpLog; the serving master writes periodic snapshots to the
