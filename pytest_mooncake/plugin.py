@@ -48,6 +48,7 @@ from pytest_mooncake.report.json_report import RunFacts
 from pytest_mooncake.report.junit_properties import add_run_properties
 from pytest_mooncake.report.matrix_recorder import MatrixRecorder, label_report, matrix_labels
 from pytest_mooncake.report.process_leaks import owned_before, reap_leaks
+from pytest_mooncake.report.profile_differences import deployment_line
 from pytest_mooncake.report.replay_commands import PytestCommand
 from pytest_mooncake.runtime.die_with_parent import die_with
 from pytest_mooncake.runtime.etcd_process import sweep_abandoned_data_dirs
@@ -210,15 +211,35 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _described(target: Target) -> str:
-    """Its version and, where libraries are supplied here, which (``CUDA: stand-in driver, no
-    device``)."""
-    return f"{target.version}; {target.notes}" if target.notes else target.version
+    """Its version, its deployment profile where it has one (``deployment_record``) and,
+    where libraries are supplied here, which (``CUDA: stand-in driver, no device``)."""
+    text = f"{target.version}; {target.notes}" if target.notes else target.version
+    line = deployment_line(_deployment(target))
+    return f"{text}; deployed: {line}" if line else text
 
 
-def _column_facts(config: pytest.Config) -> dict[str, dict[str, str]]:
-    """Per column, what the JSON report records of its target: version and notes."""
-    return {label: {"version": t.version, "notes": t.notes}
-            for label, t in config.stash[MC_TARGETS].items()}
+def _deployment(target: Target) -> dict[str, Any] | None:
+    """The deployment a target records (a real build's; None for the reference engine),
+    asked once per session."""
+    if not hasattr(target, "deployment"):
+        return None
+    cached = getattr(target, "_mc_deployment", None)
+    if cached is None:
+        cached = target.deployment()
+        target._mc_deployment = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _column_facts(config: pytest.Config) -> dict[str, dict[str, Any]]:
+    """Per column, what the JSON report records of its target: version, notes and the
+    deployment it judged."""
+    facts: dict[str, dict[str, Any]] = {}
+    for label, t in config.stash[MC_TARGETS].items():
+        facts[label] = {"version": t.version, "notes": t.notes}
+        deployment = _deployment(t)
+        if deployment is not None:
+            facts[label]["deployment"] = deployment
+    return facts
 
 
 def _matrix_header(config: pytest.Config) -> list[str]:

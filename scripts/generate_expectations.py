@@ -36,17 +36,20 @@ from pytest_mooncake.schemas.shipped_files import shipped_dir  # noqa: E402
 PROFILE = "ha-oplog"
 RELEASES = ROOT / "fixtures" / "reports" / "releases.json"
 RELEASE = ROOT / "fixtures" / "reports" / "release.json"
+PROFILES_RUN = ROOT / "fixtures" / "reports" / "profiles.json"
+"""Both deployment profiles of 0.3.13.post1 and 0.3.14 on the master requirements."""
+DEFAULTS = "defaults"
 OUT = shipped_dir("expectations")
 REASON_LIMIT = 200
 
 
-def file_name(column: Column) -> str:
-    """``mooncake-0.3.13.post1@ha-oplog`` from the column's version (whatever wheel flavour),
-    ``reference-rfc@ha-oplog`` for the reference engine's profiles."""
+def file_name(column: Column, profile: str = PROFILE) -> str:
+    """``mooncake-0.3.13.post1@ha-oplog`` from the column's version (whatever wheel flavour)
+    and deployment profile, ``reference-rfc@ha-oplog`` for the reference engine's profiles."""
     if column.version.startswith("reference-engine"):
-        profile = "legacy" if column.label.endswith(":legacy") else "rfc"
-        return f"reference-{profile}@{PROFILE}"
-    return f"mooncake-{column.version.split()[-1]}@{PROFILE}"
+        variant = "legacy" if column.label.endswith(":legacy") else "rfc"
+        return f"reference-{variant}@{PROFILE}"
+    return f"mooncake-{column.version.split()[-1]}@{profile}"
 
 
 def seen(column: Column, req: str) -> str:
@@ -61,11 +64,40 @@ def seen(column: Column, req: str) -> str:
     return ""
 
 
-def header(column: Column, source: Path) -> str:
+def header(column: Column, source: Path, profile: str = PROFILE) -> str:
+    if profile != PROFILE:
+        return (f"# Expected verdicts of {column.version} deployed @{profile} (HA masters on "
+                f"etcd, no --enable_oplog),\n# from {PROFILES_RUN.relative_to(ROOT)} where it "
+                f"judged a requirement, else {source.relative_to(ROOT)}\n# (column "
+                f"{column.label.split('@')[0]!r}: the same build; profiles differ in master "
+                f"flags only).\n# Written by scripts/generate_expectations.py, kept by "
+                f"--mc-expect-update; the format is docs/ci.md's.\n")
     return (f"# Expected verdicts of {column.version} ({PROFILE} profile: HA masters, OpLog in "
             f"etcd),\n# from the stored run {source.relative_to(ROOT)} (column {column.label!r}).\n"
             f"# Written by scripts/generate_expectations.py, kept by --mc-expect-update; the "
             f"format is docs/ci.md's.\n")
+
+
+def profiled_columns(source: Path) -> list[tuple[str, Column, str]]:
+    """(label, column, profile) of a stored report, plus, for each release column of the
+    default profile, its ``@defaults`` column: the focused profiles run's results
+    (``PROFILES_RUN``) over the same build's where it judged the requirement, the release run's
+    elsewhere (the profiles differ only in master flags; on 0.3.10-0.3.12 not even there)."""
+    found = columns(read_report(source))
+    focused = columns(read_report(PROFILES_RUN)) if PROFILES_RUN.is_file() else {}
+    out = []
+    for label, column in found.items():
+        out.append((label, column, PROFILE))
+        if column.version.startswith("reference-engine"):
+            continue
+        spec = label if "==" in label or label.startswith("mooncake") else ""
+        if not spec:
+            continue
+        other = focused.get(f"{label}@{DEFAULTS}")
+        reqs = {**column.requirements, **(other.requirements if other else {})}
+        out.append((f"{label}@{DEFAULTS}", Column(f"{label}@{DEFAULTS}", column.version,
+                                                  column.seed, reqs), DEFAULTS))
+    return out
 
 
 def documents() -> dict[Path, str]:
@@ -73,14 +105,14 @@ def documents() -> dict[Path, str]:
     out: dict[Path, str] = {}
     matrices: dict[str, dict[str, str]] = {}
     for source, matrix in ((RELEASES, "releases"), (RELEASE, "release")):
-        for label, column in columns(read_report(source)).items():
-            name = file_name(column)
+        for label, column, profile in profiled_columns(source):
+            name = file_name(column, profile)
             matrices.setdefault(matrix, {})[label] = name
             path = OUT / f"{name}.toml"
             if path in out:
                 continue  # the releases matrix's column wins over the single release run's
             old = load_expectations(str(path)).single if path.is_file() else None
-            doc = updated_document(column, old, PROFILE, order)
+            doc = updated_document(column, old, profile, order)
             for req, value in doc["requirements"].items():
                 if column.verdict(req) in ("FAIL", "n/a", "error") and (
                         isinstance(value, str) or not value.get("reason")):
@@ -91,7 +123,8 @@ def documents() -> dict[Path, str]:
                                                     "reason": reason,
                                                     **{k: v for k, v in value.items()
                                                        if k not in ("verdict", "reason")}}
-            out[path] = (leading_comments(path) or header(column, source)) + tomli_w.dumps(doc)
+            out[path] = ((leading_comments(path) or header(column, source, profile))
+                         + tomli_w.dumps(doc))
     for matrix, by_label in matrices.items():
         out[OUT / f"{matrix}.toml"] = (
             f"# The {matrix} matrix (--mc-matrix={matrix}): each column's expectations file.\n"

@@ -32,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from pytest_mooncake.report.profile_differences import phrase, profile_differences  # noqa: E402
+from pytest_mooncake.targets.mooncake.deployment_profiles import split_profile  # noqa: E402
+
 PAGE = ROOT / "docs" / "reference" / "release-matrix.md"
 """The page holding the generated region (the docs site shows it as "Release matrix")."""
 REPORT = ROOT / "fixtures" / "reports" / "release.json"
@@ -57,13 +61,15 @@ class StalePage(Exception):
 
 def matrix_argument(target: str | None, workdir: Path) -> str:
     """``--mc-matrix`` value: the release matrix (``target`` None), or a matrix of the
-    reference profiles beside ``target``."""
+    reference profiles beside ``target``, deployed as the suites deploy it and, where
+    ``target`` names no deployment profile, also with its own defaults (``@defaults``)."""
     if target is None:
         return RELEASES_MATRIX
     if target == "mooncake":
         return MATRIX
     path = workdir / "release-matrix.toml"
-    columns = [*REFERENCE_COLUMNS, target]
+    profiled = split_profile(target)[1] is not None or target.startswith(("reference", "cluster"))
+    columns = [*REFERENCE_COLUMNS, target, *([] if profiled else [f"{target}@defaults"])]
     path.write_text("".join(f'[[column]]\ntarget = "{c}"\n\n' for c in columns))
     return str(path)
 
@@ -360,8 +366,11 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
         "Columns (version; libraries supplied here where the machine lacks them):",
         "",
     ]
+    deployed = {c: (doc.get("columns") or {}).get(c, doc).get("deployment") for c in columns}
     for c in columns:
         extra = f"; {notes[c]}" if notes.get(c) else ""
+        if deployed.get(c):
+            extra += f"; deployed as {phrase(deployed[c])}"
         out.append(f"- `{header_of(c, vers.get(c))}`: {md(vers.get(c) or c)}{md(extra)} "
                    f"({tally(column_requirements(doc, c))} requirements)")
     out += [
@@ -373,6 +382,10 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
     for req in reqs:
         cells = [cell(column_requirements(doc, c).get(req)) for c in columns]
         out.append(f"| {req} | {md(titles.get(req, '?'))} | " + " | ".join(cells) + " |")
+    differences = profile_differences(doc.get("columns") or {})
+    if differences:
+        out += ["", "Verdicts that depend on the deployment profile:", ""]
+        out += [f"- {md(line)}" for line in differences]
     pairs = [p for p in pair_cells(doc) if p[0] in builds]
     if pairs:
         out += ["", "Version-skew pairs of the release columns (`target` is the column's own "

@@ -4,7 +4,9 @@
 One target: the flat form (``target``, ``target_version``, ``requirements``). A matrix
 (``--mc-matrix``): ``matrix`` and ``columns``, one entry per target with its version; no flat
 form, so no reader takes the first column for the run. Both carry ``schema_version``, the start
-time, the duration, the seed, summary counts and each test's duration.
+time, the duration, the seed, summary counts and each test's duration; a real build's column
+also its ``deployment`` (``targets/mooncake/deployment_record``), and a matrix the
+``profile_differences`` lines where one build's profiles disagree.
 
 Schema version 2 added the verdict ``intermittent`` (in ``verdict`` and the summary's counts),
 each re-run test's ``runs`` (seed, outcome and replay command of every run of it), each re-run
@@ -28,6 +30,7 @@ from pytest_mooncake.report.conformance_matrix import (
     TestOutcome,
     pair_label,
 )
+from pytest_mooncake.report.profile_differences import profile_differences
 from pytest_mooncake.report.verdict_rule import VERDICTS
 
 if TYPE_CHECKING:
@@ -48,8 +51,9 @@ class RunFacts:
     duration: float = 0.0
     matrix: str | None = None
     """The ``--mc-matrix`` spec, when the run had several columns."""
-    targets: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Per column label: ``version`` and ``notes`` (libraries supplied here, e.g. stand-ins)."""
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per column label: ``version``, ``notes`` (libraries supplied here, e.g. stand-ins) and
+    ``deployment`` (what a real build's column deployed: ``deployment_record``)."""
     fail_on: str = "never"
     fail_on_problems: list[str] = field(default_factory=list)
     confirm: int = 0
@@ -144,12 +148,17 @@ def to_json(matrix: ConformanceMatrix, run: RunFacts) -> dict[str, Any]:
                           for c in matrix.columns}
         doc["summary"] = summary({f"{c} {r}": e for c, col in doc["columns"].items()
                                   for r, e in col["requirements"].items()})
+        differences = profile_differences(doc["columns"])
+        if differences:
+            doc["profile_differences"] = differences
     else:
         first = matrix.columns[0] if matrix.columns else ""
         facts = _facts(run, first)
         doc.update({"target": first, "target_version": facts["version"]})
         if facts.get("notes"):
             doc["target_notes"] = facts["notes"]
+        if facts.get("deployment"):
+            doc["deployment"] = facts["deployment"]
         doc.update(_column(matrix, first))
     doc["fail_on"] = {"rule": run.fail_on, "problems": list(run.fail_on_problems)}
     doc["reruns"] = {"bound": run.confirm, "runs": [r.as_json() for r in run.reruns]}
@@ -157,11 +166,13 @@ def to_json(matrix: ConformanceMatrix, run: RunFacts) -> dict[str, Any]:
     return doc
 
 
-def _facts(run: RunFacts, column: str) -> dict[str, str]:
+def _facts(run: RunFacts, column: str) -> dict[str, Any]:
     facts = run.targets.get(column, {})
     out = {"version": facts.get("version", "unknown")}
     if facts.get("notes"):
         out["notes"] = facts["notes"]
+    if facts.get("deployment"):
+        out["deployment"] = facts["deployment"]
     return out
 
 

@@ -8,9 +8,12 @@ adds the same global properties on the controller, through the junitxml plugin's
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
+from pytest_mooncake.report.profile_differences import deployment_line
 
 
 def _logxml(config: pytest.Config):  # noqa: ANN202 (pytest's private LogXML)
@@ -22,10 +25,11 @@ def _logxml(config: pytest.Config):  # noqa: ANN202 (pytest's private LogXML)
 
 
 def add_run_properties(config: pytest.Config, seed: int, matrix: str | None,
-                       targets: dict[str, dict[str, str]]) -> None:
+                       targets: dict[str, dict[str, Any]]) -> None:
     """``mooncake_seed``, ``mooncake_matrix`` (in a matrix run) and, per target,
     ``mooncake_target`` / ``mooncake_target_version`` (one target) or
-    ``mooncake_target_version[LABEL]`` (a matrix)."""
+    ``mooncake_target_version[LABEL]`` (a matrix), and a real build's
+    ``mooncake_target_deployment[LABEL]`` (its profile and master flags in one line)."""
     xml = _logxml(config)
     if xml is None:
         return
@@ -40,6 +44,11 @@ def add_run_properties(config: pytest.Config, seed: int, matrix: str | None,
             xml.add_global_property("mooncake_target_version", facts["version"])
         if facts.get("notes"):
             xml.add_global_property(f"mooncake_target_notes[{label}]", facts["notes"])
+        if facts.get("deployment"):
+            xml.add_global_property(f"mooncake_target_deployment[{label}]",
+                                    deployment_line(facts["deployment"]))
+
+
 
 
 def add_rerun_properties(config: pytest.Config, matrix: ConformanceMatrix) -> None:

@@ -23,6 +23,7 @@ from pytest_mooncake.report.ci_contract import EXIT_NOT_JUDGED, FailOn
 from pytest_mooncake.report.confirmation_runs import ConfirmationRuns
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.crash_labels import CrashLabels, Labels
+from pytest_mooncake.report.deployment_seen import SeenDeployments
 from pytest_mooncake.report.expectation_gate import ExpectationGate
 from pytest_mooncake.report.json_report import RunFacts, to_json, write_json
 from pytest_mooncake.report.junit_properties import add_rerun_properties
@@ -122,6 +123,8 @@ class MatrixRecorder:
         """Per column, its target's version and notes (read when the session starts)."""
         self._clock = time.monotonic()
         self.crash_labels = CrashLabels()
+        self.seen = SeenDeployments()
+        """The master configurations each column's tests started (``deployment_seen``)."""
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport,
@@ -155,6 +158,7 @@ class MatrixRecorder:
                                                             PAIR_PROPERTY, PAIR_ONLY_PROPERTY)])
         column = next((v for k, v in props if k == COLUMN_PROPERTY), self.default_column)
         pair = next((v for k, v in props if k == PAIR_PROPERTY), None)
+        self.seen.record(column, report.when, props)
         when = "setup" if any(k == UNJUDGED_PROPERTY for k, _ in props) else report.when
         self.matrix.record(reqs, column, report.nodeid, when, report.outcome,
                            _skip_of(report) if report.skipped else None,
@@ -250,6 +254,12 @@ class MatrixRecorder:
                                             f"nothing: {record.problem}", yellow=True)
         if self.exit_note:
             terminalreporter.write_line(self.exit_note)
+        self.seen.merge(self.run.targets)
+        differences = to_json(self.matrix, self.run).get("profile_differences", [])
+        if differences:
+            terminalreporter.write_line("verdicts that depend on the deployment profile:")
+            for line in differences:
+                terminalreporter.write_line(f"  {line}")
         problems = self.run.fail_on_problems
         if problems:
             terminalreporter.write_line(

@@ -120,6 +120,9 @@ class MasterEntry(_Table):
                                    "--metrics_port)")
     rpc: HostPort | None = None
     component: str | None = None
+    flags: dict[str, str | int | float | bool] = Field(default_factory=dict, description=(
+        "the flags this master runs with (--enable_oplog=true as enable_oplog = true): the "
+        "column's deployment profile, recorded in the report"))
 
 
 class EngineEntry(_Table):

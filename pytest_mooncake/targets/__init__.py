@@ -1,6 +1,7 @@
 """Targets: one module per kind of implementation under test, found by name.
 
-``--mc-target=NAME[:VARIANT]`` is resolved here. Target modules are imported lazily so that
+``--mc-target=NAME[:VARIANT][@PROFILE]`` is resolved here (``@PROFILE``: how a real build is
+deployed, ``targets/mooncake/deployment_profiles``). Target modules are imported lazily so that
 selecting the reference engine never imports docker or the Mooncake wheel.
 """
 
@@ -30,7 +31,8 @@ __all__ = [
     "Capability", "ComponentStartError", "EngineHandle", "LookupResult", "MasterClusterHandle",
     "MasterEndpoint", "MetadataHandle", "ObservationFailed", "RdmaHandle", "Target",
     "TargetContext", "TargetError", "TargetLacks", "TransferResult", "WireClientHandle",
-    "KNOWN_TARGETS", "UnknownTarget", "names_release", "resolve_target", "target_identity",
+    "KNOWN_TARGETS", "UnknownTarget", "names_release", "resolve_target", "split_profile",
+    "target_identity",
 ]
 
 KNOWN_TARGETS: dict[str, tuple[str, str]] = {
@@ -43,7 +45,8 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
         "a real Mooncake build: mooncake (the installed wheel), mooncake:DIR (an install "
         "directory), mooncake:REQUIREMENT (must be satisfied by the installed wheel), "
         "mooncake==VERSION or mooncake-FLAVOUR==VERSION (that release in its own cached "
-        "environment, e.g. mooncake-cuda13==0.3.14)",
+        "environment, e.g. mooncake-cuda13==0.3.14); any of them @PROFILE: deployed as that "
+        "profile (defaults, ha-oplog: the default, ha-snapshot)",
     ),
     "docker": (
         "pytest_mooncake.targets.mooncake.placements.containers:DockerTarget",
@@ -68,16 +71,36 @@ def known_targets_text() -> str:
 
 def resolve_target(spec: str) -> Target:
     """Build the target named by ``NAME[:VARIANT]``, or a Mooncake release by version
-    (``mooncake==0.3.12.post1``, ``mooncake-cuda13==0.3.14``)."""
+    (``mooncake==0.3.12.post1``, ``mooncake-cuda13==0.3.14``), either deployed as
+    ``@PROFILE`` when given (an unknown profile is ``UnknownTarget`` listing the known ones)."""
     spec = spec.strip()
-    if names_release(spec):
-        return resolve_release(spec)
-    name, _, variant = spec.partition(":")
-    if name not in KNOWN_TARGETS:
-        raise UnknownTarget(
-            f"unknown target {spec!r}; known targets: {known_targets_text()}"
-        )
-    return _target_class(name).from_spec(variant or None)
+    base, profile = split_profile(spec)
+    if profile is not None and base.partition(":")[0] == "reference":
+        raise UnknownTarget(f"--mc-target={spec}: the reference engine has variants "
+                            f"(reference:rfc, reference:legacy), not deployment profiles")
+    if names_release(base):
+        target = resolve_release(base)
+    else:
+        name, _, variant = base.partition(":")
+        if name not in KNOWN_TARGETS:
+            raise UnknownTarget(
+                f"unknown target {spec!r}; known targets: {known_targets_text()}"
+            )
+        target = _target_class(name).from_spec(variant or None)
+    use = getattr(target, "use_profile", None)
+    if use is not None:
+        try:
+            use(profile, spec)
+        except ValueError as exc:  # deployment_profiles.UnknownProfile
+            raise UnknownTarget(str(exc)) from None
+    return target
+
+
+def split_profile(spec: str) -> tuple[str, str | None]:
+    """``SPEC@PROFILE`` -> (SPEC, PROFILE); (spec, None) without one."""
+    from pytest_mooncake.targets.mooncake.deployment_profiles import split_profile as split
+
+    return split(spec)
 
 
 def _target_class(name: str) -> type[Target]:
@@ -105,11 +128,21 @@ def target_identity(spec: str) -> str:
     (``reference`` for ``reference:rfc``, ``mooncake-FLAVOUR==VERSION`` for any spelling of
     a release); ``UnknownTarget`` for a spec naming none."""
     spec = spec.strip()
-    if names_release(spec):
+    base, profile = split_profile(spec)
+    if names_release(base):
+        from pytest_mooncake.targets.mooncake.deployment_profiles import (
+            UnknownProfile,
+            label_suffix,
+            profile_named,
+        )
         from pytest_mooncake.targets.mooncake.install import SpecError, release_label
 
         try:
-            return release_label(spec)
-        except SpecError as exc:
+            return release_label(base) + label_suffix(profile_named(profile, spec))
+        except (SpecError, UnknownProfile) as exc:
             raise UnknownTarget(str(exc)) from None
-    return resolve_target(spec).label if spec.startswith("reference") else spec
+    if spec.startswith("reference"):
+        return resolve_target(spec).label
+    from pytest_mooncake.targets.mooncake.deployment_profiles import DEFAULT_PROFILE
+
+    return base if profile in (None, DEFAULT_PROFILE) else spec

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_mooncake.targets import Capability, TargetLacks
 from pytest_mooncake.waits import Timeout, wait_until
 
 WAIT = 20.0
@@ -40,25 +41,61 @@ def only_standby(cluster) -> int:
     return standbys[0]
 
 
-def caught_up(cluster, index: int) -> bool:
-    """Master ``index`` applied everything the leader made durable (and there was something)."""
-    at = cluster.replication(index)
-    return at["primary_seq"] > 0 and at["applied_seq"] >= at["primary_seq"]
-
-
-def soaked(cluster, keys: int = KEYS) -> tuple[list[str], int, int]:
-    """A leader and a standby that ran before the data was written and applied all of it
-    (seen from the standby's applied OpLog sequence against the leader's durable one)."""
+def soaked(cluster, keys: int = KEYS) -> tuple[list[str], int, int, str | None]:
+    """A leader and a standby that ran before the data was written, given WAIT to apply all of
+    it (seen from the standby's applied OpLog sequence against the leader's durable one).
+    The last value says what the standby reported when it did not catch up in time (None when
+    it did): a deployment whose standbys follow nothing (``--enable_oplog`` off) never catches
+    up, and the failover that follows is judged by what the new leader serves."""
     written = put_keys(cluster.client(0), keys)
     leader = cluster.leader()
     standby = only_standby(cluster)
+    return written, leader, standby, behind(cluster, standby, f"{keys} acknowledged puts")
+
+
+def soaked_standby(cluster, means: str = "master_fault_planting") -> tuple[list[str], int, int]:
+    """``soaked`` as a precondition: a standby that did not catch up fails the test with what
+    it reported, or, where the leader keeps no OpLog at all after the puts (a deployment
+    without ``--enable_oplog``: primary sequence 0), the test is n/a naming ``means``, which
+    needs a standby that follows one."""
+    keys, leader, standby, lagging = soaked(cluster)
+    if lagging is None:
+        return keys, leader, standby
+    if cluster.replication(standby)["primary_seq"] == 0:
+        raise TargetLacks(Capability(means), (
+            f"the leader of {cluster.build} keeps no OpLog in etcd after {len(keys)} "
+            f"acknowledged puts (its masters run without --enable_oplog=true: the build has no "
+            f"such flag, or the deployment leaves it at its default), so no standby follows "
+            f"it: {lagging}"))
+    pytest.fail(f"precondition: {lagging}", pytrace=False)
+
+
+def behind(cluster, standby: int, what: str) -> str | None:
+    """None once ``standby`` applied everything the leader made durable (within WAIT); else
+    what it last reported, in words."""
+    seen: list[dict] = []
+
+    def applied() -> bool:
+        seen.append(cluster.replication(standby))
+        return caught_up_from(seen[-1])
+
     try:
-        wait_until(lambda: caught_up(cluster, standby), WAIT,
-                   f"the standby to apply all {keys} puts")
+        wait_until(applied, WAIT, f"the standby to apply {what}")
     except Timeout:
-        pytest.fail(f"precondition: {WAIT:g}s after {keys} acknowledged puts the standby had not "
-                    f"applied them: {cluster.replication(standby)}", pytrace=False)
-    return written, leader, standby
+        return (f"{WAIT:g}s after {what} the standby had not applied them ("
+                + (said(seen[-1]) if seen else "it reported nothing") + ")")
+    return None
+
+
+def said(at: dict) -> str:
+    """A replication report in words."""
+    text = (f"the standby reported applied sequence {at['applied_seq']}, lag {at['lag']}, role "
+            f"{at['role']}; the leader's durable OpLog in etcd is at {at['primary_seq']}")
+    return text + (" (it keeps none)" if at["primary_seq"] == 0 else "")
+
+
+def caught_up_from(at: dict) -> bool:
+    return at["primary_seq"] > 0 and at["applied_seq"] >= at["primary_seq"]
 
 
 def serving_keys(cluster, expected: list[str], timeout: float = WAIT) -> tuple[int, list[str]]:
@@ -95,22 +132,19 @@ def plant_bad_descriptor(cluster, standby: int, kind: str = "overlap") -> int:
     return seq
 
 
-def remove_some(cluster, keys: list[str], standby: int) -> list[str]:
-    """Remove every fourth key through the leader (forced: past the read lease) and wait until
-    the standby applied everything the leader made durable; the keys that remain."""
+def remove_some(cluster, keys: list[str], standby: int,
+                follows: bool = True) -> tuple[list[str], str | None]:
+    """Remove every fourth key through the leader (forced: past the read lease) and give the
+    standby WAIT to apply everything the leader made durable (``follows``: it caught up with
+    the puts; else it is not waited for again); the keys that remain, and what the standby
+    reported if it did not catch up (``behind``)."""
     client = cluster.client(0)
     removed = keys[::4]
     for key in removed:
         result = client.remove(key, force=True)
         assert result["ok"], f"precondition: remove {key} failed on the healthy leader: {result}"
-    try:
-        wait_until(lambda: caught_up(cluster, standby), WAIT,
-                   f"the standby to apply the {len(removed)} removes")
-    except Timeout:
-        pytest.fail(f"precondition: {WAIT:g}s after {len(removed)} acknowledged removes the "
-                    f"standby had not applied them: {cluster.replication(standby)}",
-                    pytrace=False)
-    return [k for k in keys if k not in removed]
+    return ([k for k in keys if k not in removed],
+            behind(cluster, standby, f"the {len(removed)} removes") if follows else None)
 
 
 @pytest.mark.mc_req("MP-6")
@@ -118,18 +152,20 @@ def test_soaked_standby_survives_leader_crash_with_every_object(mc_master_cluste
     """Puts and removes both change the index: the standby must come up with the objects that
     exist, not the ones removed before the crash."""
     cluster = mc_master_cluster(masters=2, clients=1)
-    written, leader, standby = soaked(cluster)
-    keys = remove_some(cluster, written, standby)
+    written, leader, standby, lagging = soaked(cluster)
+    keys, lagging_removes = remove_some(cluster, written, standby, follows=lagging is None)
     cluster.kill_master(leader)
     new, kept = serving_keys(cluster, keys)
     missing = sorted(set(keys) - set(kept))
     back = sorted(set(kept) - set(keys))
+    before = "; ".join(n for n in (lagging, lagging_removes) if n)
     assert kept == sorted(keys), (
-        f"a standby that ran before the data was written came up as leader (master {new}) "
-        f"after the leader was killed with {len(kept)} objects for the {len(keys)} that "
-        f"existed ({len(written)} written, {len(written) - len(keys)} removed): missing "
-        f"{missing[:10]}; removed before the crash yet back in the index: {back[:10]}; MP-6 "
-        f"requires every object survive, with the index intact")
+        f"{len(kept)} of {len(keys)} objects after failover: a standby that ran before the "
+        f"data was written came up as leader (master {new}) after the leader was killed "
+        f"({len(written)} written, {len(written) - len(keys)} removed): missing "
+        f"{missing[:10]}; removed before the crash yet back in the index: {back[:10]}; "
+        + (f"before the crash: {before}; " if before else "")
+        + "MP-6 requires every object survive, with the index intact")
 
 
 @pytest.mark.mc_req("MP-3")
@@ -137,10 +173,13 @@ def test_soaked_standby_survives_leader_crash_with_every_object(mc_master_cluste
 def test_standby_exposes_an_honest_promotability_predicate(mc_master_cluster):
     cluster = mc_master_cluster(masters=2, clients=0)
     # asked before any client: a build with no predicate FAILs here, also on a deployment the
-    # run only observes (where starting a client would be n/a first)
+    # run only observes (where starting a client would be n/a first); once a leader serves,
+    # so that the other master is the one standby (0.3.10-0.3.12 report both as standbys
+    # until the election is over)
+    cluster.leader(timeout=WAIT)
     cluster.promotable(only_standby(cluster))
     cluster.start_client()
-    keys, _, standby = soaked(cluster)
+    keys, _, standby = soaked_standby(cluster, "master_cluster")
     answer = cluster.promotable(standby)
     missing = [f for f in ("promotable", "reason", "validation", "applied_seq", "primary_seq",
                            "keys_restorable") if f not in answer]
@@ -160,7 +199,7 @@ def test_standby_exposes_an_honest_promotability_predicate(mc_master_cluster):
 @pytest.mark.mc_demands("promotability")
 def test_invalid_context_is_not_promotable(mc_master_cluster):
     cluster = mc_master_cluster(masters=2, clients=1)
-    soaked(cluster)
+    soaked_standby(cluster)
     standby = only_standby(cluster)
     plant_bad_descriptor(cluster, standby)
     answer = cluster.promotable(standby)
@@ -201,7 +240,7 @@ def test_handover_to_an_invalid_context_is_refused_and_leader_stays(mc_master_cl
     after the leader demonstrably ran its housekeeping (a leader that steps down on the
     announced handover and later wins a new election is not "staying in place")."""
     cluster = mc_master_cluster(masters=2, clients=1, client_ttl=1.5)
-    keys, leader, standby = soaked(cluster)
+    keys, leader, standby = soaked_standby(cluster)
     plant_bad_descriptor(cluster, standby)
     cluster.start_client()  # holds no object: the barrier below kills it
     term = cluster.leader_view()
@@ -263,16 +302,17 @@ def test_crash_failover_to_an_invalid_context_is_refused(mc_master_cluster, kind
     descriptor: the candidate's dry run fails, so it must refuse promotion (a build without a
     planned handover shows MP-1 here, at the failover it does have)."""
     cluster = mc_master_cluster(masters=2, clients=1)
-    keys, leader, standby = soaked(cluster)
+    keys, leader, standby = soaked_standby(cluster)
     seq = plant_bad_descriptor(cluster, standby, kind)
+    before = cluster.replication(standby)
     cluster.kill_master(leader)
     if promoted_or_refused(cluster, standby) == "refused":
         return
     new, kept = serving_keys(cluster, keys)
     pytest.fail(
         f"the leader was killed while its only standby's promotion context held "
-        f"{PLANTED[kind]} (planted OpLog entry {seq}); the standby was "
-        f"promoted anyway and master {new} serves {len(kept)} of {len(keys)} objects"
+        f"{PLANTED[kind]} (planted OpLog entry {seq}; {said(before)} before the kill); the "
+        f"standby was promoted anyway and master {new} serves {len(kept)} of {len(keys)} objects"
         f"{restore_lines(cluster, new)}; MP-1 requires the dry-run validation to fail and the "
         f"candidate to refuse promotion",
         pytrace=False)
@@ -283,7 +323,7 @@ def test_crash_failover_to_an_invalid_context_is_refused(mc_master_cluster, kind
 @pytest.mark.parametrize("kind", sorted(PLANTED))
 def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
     cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
-    keys, leader, standby = soaked(cluster)
+    keys, leader, standby = soaked_standby(cluster)
     plant_bad_descriptor(cluster, standby, kind)
     cluster.kill_master(leader)
     new, kept = serving_keys(cluster, keys)
@@ -313,7 +353,7 @@ def test_keys_restorable_is_what_the_promotion_restores(mc_master_cluster):
     restore; the leader dies and it is promoted: it must then serve exactly that many (the
     count excludes the entry the restore drops)."""
     cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
-    keys, leader, standby = soaked(cluster)
+    keys, leader, standby = soaked_standby(cluster)
     plant_bad_descriptor(cluster, standby)
     answer = cluster.promotable(standby)
     cluster.kill_master(leader)
@@ -339,6 +379,7 @@ def test_standby_without_baseline_is_not_promoted_into_an_empty_index(mc_master_
     keys, fresh = fresh_standby(cluster)
     wait_until(lambda: cluster.replication(fresh)["role"] == "standby", WAIT,
                "the fresh master to run as a standby")
+    before = cluster.replication(fresh)
     cluster.kill_master(0)
     try:
         new, kept = serving_keys(cluster, keys, timeout=2 * WAIT)
@@ -348,9 +389,11 @@ def test_standby_without_baseline_is_not_promoted_into_an_empty_index(mc_master_
                     f"MP-4 allows it to wait until it caught up, not forever", pytrace=False)
     assert new == fresh
     assert kept == sorted(keys), (
-        f"the leader was killed while its only standby had been started after the data was "
-        f"written; that standby was promoted and serves {len(kept)} of {len(keys)} objects; "
-        f"MP-4 requires a standby with no baseline not be promotable until it caught up")
+        f"{len(kept)} of {len(keys)} objects after failover: the leader was killed while its "
+        f"only standby had been started after the data was written ({said(before)} "
+        f"before the kill); that standby was promoted and serves {len(kept)} of {len(keys)} "
+        f"objects; MP-4 requires a standby with no baseline not be promotable until it "
+        f"caught up")
 
 
 def promotability_answers(cluster, fresh: int) -> list:

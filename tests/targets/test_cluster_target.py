@@ -57,7 +57,7 @@ def test_example_manifest_is_valid():
     ('[[masters]]\nadmin = "ftp://x"\n', "field 'masters[0].admin': expected an http:// or https:// URL"),
     ('[[masters]]\nrpc = "h:1"\n', "field 'masters[0].admin': missing: the master's admin/metrics URL"),
     ('[[masters]]\nadmin = "http://h:1"\nport = 3\n',
-     "field 'masters[0].port': unknown field (known: admin, component, rpc)"),
+     "field 'masters[0].port': unknown field (known: admin, component, flags, rpc)"),
     ('[[engines]]\nsegment = "a"\nprotocol = "grpc"\n', "field 'engines[0].protocol'"),
     ('[[engines]]\nsegment = ""\ncontrol = "h:1"\n', "field 'engines[0].segment': expected a non-empty"),
     ('[[engines]]\nsegment = "a"\ncontrol = "h:1"\n[[engines]]\nsegment = "b"\ncontrol = "h:2"\n'

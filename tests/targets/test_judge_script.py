@@ -194,3 +194,26 @@ def test_check_and_no_run_read_the_report_the_region_names(tmp_path, monkeypatch
     (reports / "release.json").write_text(json.dumps({**REPORT, "seed": 1}))
     assert judge.main(["--check", "--page", str(page)]) == 1
     capsys.readouterr()
+
+
+def test_profiles_of_one_build_are_named_per_column_with_the_difference_line():
+    """Two deployment profiles of one build (fixtures/reports/profiles.json, a real run): each
+    column says how it was deployed, and a requirement whose verdict differs between them gets
+    its one line."""
+    doc = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "reports" /
+                      "profiles.json").read_text())
+    text = judge.render(doc, TITLES)
+    assert "`0.3.13.post1@defaults`: mooncake-transfer-engine-non-cuda 0.3.13.post1; " \
+           "CUDA: not linked; deployed as defaults (no --enable_oplog)" in text
+    assert "deployed as ha-oplog (--enable_oplog=true)" in text
+    assert "Verdicts that depend on the deployment profile:" in text
+    assert ("- MP-6 on mooncake-non-cuda==0.3.13.post1: pass with ha-oplog (--enable_oplog=true); "
+            "FAIL with defaults (no --enable_oplog): 0 of 30 objects after failover") in text
+
+
+def test_judging_one_build_judges_it_also_with_its_own_defaults(tmp_path):
+    matrix = Path(judge.matrix_argument("mooncake==0.3.13.post1", tmp_path)).read_text()
+    assert 'target = "mooncake==0.3.13.post1"' in matrix
+    assert 'target = "mooncake==0.3.13.post1@defaults"' in matrix
+    given = Path(judge.matrix_argument("mooncake==0.3.13.post1@ha-snapshot", tmp_path)).read_text()
+    assert "@defaults" not in given and "@ha-snapshot" in given

@@ -28,6 +28,14 @@ from pytest_mooncake.targets.base import (
     TargetContext,
     TargetLacks,
 )
+from pytest_mooncake.targets.mooncake.deployment_profiles import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    DeploymentProfile,
+    UnknownProfile,
+    label_suffix,
+    profile_named,
+)
 from pytest_mooncake.targets.mooncake.option_rules import (
     ENGINE_OPTIONS,
     check_master_options,
@@ -84,8 +92,38 @@ class MooncakeFamilyTarget(Target):
         super().__init__(placement.variant)
         self.placement = placement
         self.kind = placement.kind
+        self.profile: DeploymentProfile = PROFILES[DEFAULT_PROFILE]
 
     # ------------------------------------------------------------------ what it is
+
+    def use_profile(self, name: str | None, spec: str = "") -> None:
+        """Deploy the build as profile ``name`` (``deployment_profiles``; None: the default);
+        ``UnknownProfile`` naming the known ones. A placement that deploys nothing itself (the
+        cluster target) has its own deployment and refuses every profile."""
+        fixed = getattr(self.placement, "own_deployment", None)
+        if name is not None and fixed:
+            raise UnknownProfile(f"--mc-target={spec}: {fixed}; no @PROFILE applies to it")
+        self.profile = profile_named(name, spec)
+        self.placement.profile = self.profile
+
+    @property
+    def build_label(self) -> str:
+        """The build this column judges, without its profile."""
+        return super().label
+
+    @property
+    def label(self) -> str:
+        """``build_label``, then ``@PROFILE`` unless the profile is the default one."""
+        return self.build_label + label_suffix(self.profile)
+
+    def deployment(self) -> dict[str, Any]:
+        """The deployment this column judges, as the report records it (the placement's
+        ``deployment`` where it has one)."""
+        record = getattr(self.placement, "deployment", None)
+        out: dict[str, Any] = {"build": self.build_label, "version": self.version}
+        if record is None:
+            return {**out, "profile": self.profile.describe(None)}
+        return {**out, **record()}
 
     @property
     def version(self) -> str:

@@ -20,6 +20,11 @@ from pytest_mooncake.targets.base import (
     TargetError,
     TargetLacks,
 )
+from pytest_mooncake.targets.mooncake.deployment_profiles import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    DeploymentProfile,
+)
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_cluster.admin_view import MooncakeMasters
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
@@ -65,14 +70,16 @@ class _Master:
 
 
 class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
-    """N ``mooncake_master --enable_ha`` processes (OpLog on by default) and M store clients.
+    """N ``mooncake_master --enable_ha`` processes and M store clients, deployed as ``profile``
+    (``deployment_profiles``; the default ``ha-oplog`` turns the OpLog on).
 
     Every flag is spelled as the build's ``mooncake_master --help`` lists it (``master_cluster/flags``);
     a setting the build lacks is left out (``dropped``) or, when the test asked for it, n/a.
 
-    Options: ``oplog`` (default: ``--enable_oplog=true`` where the build has the flag, so
-    standbys follow the leader through the OpLog in etcd; 0.3.10-0.3.12 have none and elect a
-    leader without it; ``oplog=True`` on such a build is n/a), ``client_ttl`` (s; the TTL flags
+    Options: ``oplog`` (default: what the profile sets; ``ha-oplog``: ``--enable_oplog=true``
+    where the build has the flag, so standbys follow the leader through the OpLog in etcd;
+    0.3.10-0.3.12 have none and elect a leader without it; ``oplog=True`` on such a build is
+    n/a), ``client_ttl`` (s; the TTL flags
     take whole seconds, so a fraction is rounded up, and the value the master echoes in its
     config line is checked), ``flags`` (extra ``{name: value}`` master flags; one the build
     lacks is n/a), ``env`` (extra environment, e.g. ``MOONCAKE_SNAPSHOT_LOCAL_PATH``),
@@ -82,8 +89,11 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
     holds whole), ``cluster_id``, ``ready_timeout``."""
 
     def __init__(self, launcher: Launcher, workdir: Path, etcd_endpoints: list[str],
-                 masters: int = 2, clients: int = 1, **options: Any):
+                 masters: int = 2, clients: int = 1,
+                 profile: DeploymentProfile | None = None, **options: Any):
         options = check_master_options(options, launcher.version)
+        self.profile = profile or PROFILES[DEFAULT_PROFILE]
+        """How the build is deployed (``deployment_profiles``): the settings it adds."""
         self.launcher = launcher
         self.build = launcher.version
         self.workdir = Path(workdir)
@@ -105,6 +115,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
         self.snapshot_means = self._snapshot_means() if options.get("snapshots") else None
         if masters:
             self._refuse_unspellable()
+            self._refuse_undeployable()
         try:
             for _ in range(masters):
                 self.start_master()
@@ -125,9 +136,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
             "enable_ha": True, "etcd_endpoints": ";".join(self.etcd),
             "cluster_id": self.cluster_id, **self.launcher.master_rpc, "rpc_port": m.rpc_port,
             "metrics_host": self.launcher.bind_host, "metrics_port": m.metrics_port}
-        oplog = self.options.get("oplog")
-        if oplog is not None or self.flags.has("enable_oplog"):
-            settings["enable_oplog"] = True if oplog is None else bool(oplog)
+        settings.update(self.profile.master_settings(self.flags, self.options.get("oplog")))
         if self.client_ttl is not None:
             settings[self.flags.client_ttl_flag or "client_ttl"] = self.client_ttl
         if self.snapshot_means is not None:
@@ -159,8 +168,26 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
                               f"oplog=True: {self.flags.lacks('enable_oplog')}")
         self.flags.refuse_missing(self.options.get("flags") or {}, "flags={...}")
 
+    def deployed(self) -> dict[str, Any]:
+        """The master flags and environment this cluster's masters were started with, with
+        the values that differ per cluster as placeholders (``deployment_seen`` gathers them per
+        column into the report)."""
+        if not self.masters:
+            return {}
+        argv = self._argv(self.masters[0])[1:]
+        return {"flags": [_placeholder(a) for a in argv],
+                "env": {k: v.replace(str(self.workdir), "<cluster workdir>")
+                        for k, v in sorted(self._env().items())}}
+
+    def _refuse_undeployable(self) -> None:
+        """A profile the build cannot be deployed as (``ha-snapshot`` on a build without
+        ``--enable_snapshot_restore``) is n/a naming the flags it lacks."""
+        why = self.profile.lacks(self.flags)
+        if why:
+            raise TargetLacks(Capability.MASTER_CLUSTER, why)
+
     def _env(self) -> dict[str, str]:
-        env = dict(self.options.get("env") or {})
+        env = {**self.profile.master_env(self.workdir), **(self.options.get("env") or {})}
         if self.snapshot_means is not None:
             env.setdefault(LOCAL_PATH_ENV, str(self.workdir / "snapshots"))
         return env
@@ -324,3 +351,12 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
                 m.process.terminate(timeout=3)
             self.launcher.release(m.rpc_port)
             self.launcher.release(m.metrics_port)
+
+
+PER_CLUSTER = ("etcd_endpoints", "cluster_id", "rpc_port", "port", "metrics_port")
+"""Master flags whose value differs per cluster or run (recorded as ``<NAME>``)."""
+
+
+def _placeholder(arg: str) -> str:
+    name, sep, _ = arg.partition("=")
+    return f"{name}=<{name.lstrip('-')}>" if sep and name.lstrip("-") in PER_CLUSTER else arg

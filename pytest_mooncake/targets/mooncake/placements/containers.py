@@ -427,6 +427,12 @@ class DockerPlacement(ProcessPlacement):
     def launcher(self) -> ContainerLauncher:
         return ContainerLauncher(self.lab(), self.version)
 
+    def master_flags(self) -> MasterFlags:
+        return assumed_master_flags(self.version)
+
+    def launcher_class(self) -> type[ContainerLauncher]:
+        return ContainerLauncher
+
     def master_etcd(self) -> list[str]:
         inside, _ = self.lab().etcd()
         return [inside]

@@ -123,6 +123,30 @@ class DeploymentPlacement:
         return self.file
 
     @property
+    def own_deployment(self) -> str:
+        """Why no ``@PROFILE`` applies: the file's own flags are this column's profile."""
+        return (f"cluster:{self.file.path} is deployed as its file says (its masters' flags "
+                f"and its components' command lines are its profile)")
+
+    def deployment(self) -> dict[str, Any]:
+        """The file's own deployment: each master's ``flags`` and the command line of each
+        component the file can start."""
+        starts = {c.name: c.start or (f"systemd unit {c.unit}" if c.unit else "not started "
+                                      "by the run") for c in self.file.components}
+        masters = [{"admin": m.admin, "flags": [_flag(k, v) for k, v in m.flags.items()]
+                    or "not stated in the cluster file",
+                    **({"start": starts[m.component]} if m.component in starts else {})}
+                   for m in self.file.masters]
+        engines = [{"segment": e.segment, **({"start": starts[e.component]}
+                                             if e.component in starts else {})}
+                   for e in self.file.engines]
+        return {"profile": {"name": "cluster-file", "summary": self.own_deployment,
+                            "in_one_line": f"as cluster:{self.file.path} says"},
+                "masters": {"each": masters, "ha_backend": "etcd " +
+                            ",".join(self.file.etcd.endpoints)},
+                "engines": {"each": engines, "metadata_backends": ["etcd"]}}
+
+    @property
     def version(self) -> str:
         return f"cluster {self.file.name} ({self.file.version or 'version not stated'})"
 
@@ -355,3 +379,8 @@ class ClusterTarget(MooncakeFamilyTarget):
             return cls(load_manifest(variant))
         except ManifestError as exc:
             raise UnknownTarget(str(exc)) from None
+
+
+def _flag(name: str, value: Any) -> str:
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return f"--{name}={text}"

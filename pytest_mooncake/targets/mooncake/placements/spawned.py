@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.releases import ProbeFailed
 from pytest_mooncake.targets.base import (
     Capability,
     MasterEndpoint,
@@ -17,9 +18,16 @@ from pytest_mooncake.targets.base import (
     TargetContext,
     TargetError,
 )
+from pytest_mooncake.targets.mooncake import deployment_record
 from pytest_mooncake.targets.mooncake.cache_knobs import CacheKnobs
+from pytest_mooncake.targets.mooncake.deployment_profiles import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    DeploymentProfile,
+)
 from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
 from pytest_mooncake.targets.mooncake.launchers import Launcher
+from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 from pytest_mooncake.targets.mooncake.master_cluster.ha_processes import MooncakeMasterCluster
 from pytest_mooncake.targets.mooncake.option_rules import ENGINE_OPTIONS, MASTER_OPTIONS
 from pytest_mooncake.targets.mooncake.store_clients import start_store_client
@@ -40,8 +48,31 @@ class ProcessPlacement:
     ctx: TargetContext | None = None
     cache_knobs: CacheKnobs | None = None
     """The cache settings the build reads (set by the capability probe; None: none known)."""
+    profile: DeploymentProfile = PROFILES[DEFAULT_PROFILE]
+    """How its masters are deployed (``MooncakeFamilyTarget.use_profile`` sets it)."""
 
     def launcher(self) -> Launcher:
+        raise NotImplementedError
+
+    def master_flags(self) -> MasterFlags:
+        """The build's master flags (``ProbeFailed``/``TargetError`` where not known)."""
+        return self.launcher().master_flags
+
+    def deployment(self) -> dict[str, Any]:
+        """What this column deploys (``deployment_record``), from the build's probed flags
+        and the cache knobs its engines read."""
+        try:
+            flags, unknown = self.master_flags(), ""
+        except (ProbeFailed, TargetError, OSError) as exc:
+            flags, unknown = None, str(exc)
+        launcher_class = self.launcher_class()
+        knobs = sorted(self.cache_knobs.reads) if self.cache_knobs is not None else None
+        return deployment_record.record(self.profile, flags, launcher_class.bind_host,
+                                        dict(launcher_class.master_rpc), knobs, unknown)
+
+    def launcher_class(self) -> Any:
+        """The launcher's class (its bind host and master RPC settings), without starting
+        anything."""
         raise NotImplementedError
 
     def master_etcd(self) -> list[str]:
@@ -73,7 +104,7 @@ class ProcessPlacement:
         launcher = self.launcher()
         return MooncakeMasterCluster(launcher, self.workdir / f"cluster-{next(_counter)}",
                                      self.master_etcd(), masters=masters, clients=clients,
-                                     **options)
+                                     profile=self.profile, **options)
 
     def store_client(self, master: MasterEndpoint, client_id: str | None) -> StoreClientHandle:
         n = next(_counter)

@@ -29,6 +29,7 @@ from pytest_mooncake.targets.mooncake.install import (
     locate_release,
 )
 from pytest_mooncake.targets.mooncake.launchers import LocalLauncher
+from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     lack as snapshot_means_lack,
 )
@@ -213,6 +214,33 @@ class LocalPlacement(ProcessPlacement):
     def master_etcd(self) -> list[str]:
         return list(self.ctx.etcd_endpoints())
 
+    def master_flags(self) -> MasterFlags:
+        """The flags the build's ``mooncake_master --help`` lists (probed once, cached)."""
+        if self.install.missing:
+            raise ProbeFailed(self.install.missing)
+        return MasterFlags.of(self.release_facts())
+
+    def launcher_class(self) -> type[LocalLauncher]:
+        return LocalLauncher
+
+    def deployment(self) -> dict[str, Any]:
+        """``ProcessPlacement.deployment``; the cache knobs the build reads are probed first."""
+        if self._caps is None and not self.install.missing:
+            try:
+                _ = self.capabilities
+            except (ProbeFailed, OSError):
+                pass
+        record = super().deployment()
+        build = self.install.build
+        if build is not None:
+            master = build.master_binary
+            record["binaries"] = {"mooncake_master": str(master) if master else None,
+                                  "python (drivers of engines and store clients)":
+                                      self.install.python,
+                                  "distribution": f"{self.install.dist_name} "
+                                                  f"{self.install.dist_version}"}
+        return record
+
     # ------------------------------------------------------------------ metadata
 
     def metadata_store(self, kind: str) -> MetadataHandle:
@@ -293,10 +321,10 @@ class MooncakeTarget(MooncakeFamilyTarget):
         return cls(install)
 
     @property
-    def label(self) -> str:
+    def build_label(self) -> str:
         """``mooncake``, ``mooncake:SPEC``, or for a release ``mooncake-FLAVOUR==VERSION``."""
         release = self.placement.install.release
-        return str(release) if release is not None else super().label
+        return str(release) if release is not None else super().build_label
 
     @property
     def notes(self) -> str:
