@@ -52,6 +52,8 @@ class Capability(str, enum.Enum):
     """Read refresh/replacement/retire/exhaustion counters of an engine."""
     METADATA_ETCD = "metadata_etcd"
     METADATA_HTTP = "metadata_http"
+    METADATA_REDIS = "metadata_redis"
+    """Engines on ``redis://HOST:PORT`` metadata (Mooncake's Redis plugin)."""
     METADATA_FAULTS = "metadata_faults"
     """Route an engine's metadata traffic through a fault proxy."""
     RDMA_CONTROL = "rdma_control"
@@ -442,6 +444,11 @@ def dedicated_poller_env(value: bool | str) -> dict[str, str]:
 # ---------------------------------------------------------------------------------- target
 
 
+METADATA_CAPABILITIES = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP,
+                         "redis": Capability.METADATA_REDIS}
+"""The capability a metadata store of each kind needs."""
+
+
 @dataclass
 class TargetContext:
     """What the plugin hands a target when the session opens it."""
@@ -450,6 +457,8 @@ class TargetContext:
     workdir: Path
     etcd_endpoints: Any = None
     """A callable returning ``list[str]`` of ``host:port``; starts etcd on first use."""
+    redis_address: Any = None
+    """A callable returning the ``host:port`` of the session Redis; starts it on first use."""
     supervisor: Any = None
     options: dict[str, Any] = field(default_factory=dict)
     bind_host: str = "127.0.0.1"
@@ -517,9 +526,16 @@ class Target:
     # Component factories. Targets override what they support.
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
         raise TargetLacks(
-            Capability.METADATA_HTTP if kind == "http" else Capability.METADATA_ETCD,
+            METADATA_CAPABILITIES.get(kind, Capability.METADATA_ETCD),
             f"target {self.label} provides no {kind} metadata store",
         )
+
+    def deployment_backends(self) -> dict[str, str]:
+        """The backends this session deploys the target on (``--mc-metadata``, ``--mc-ha``):
+        ``{"metadata": "etcd"|"redis"|"http", "ha": "etcd"|"redis"}``; a field of the report
+        column's deployment record."""
+        options = getattr(getattr(self, "ctx", None), "options", None) or {}
+        return {"metadata": options.get("metadata") or "etcd", "ha": options.get("ha") or "etcd"}
 
     def start_engine(
         self, segment: str, metadata: MetadataHandle, **options: Any
