@@ -65,6 +65,9 @@ class Capability(str, enum.Enum):
     and retire causes, rail error/pause state, queued slices, completion tokens."""
     MASTER_CLUSTER = "master_cluster"
     """Start, kill and observe HA masters and store clients."""
+    HA_REDIS = "ha_redis"
+    """HA masters that elect their leader (and keep their OpLog, where the build keeps one)
+    in Redis: ``mooncake_master --ha_backend_type=redis`` (``--mc-ha=redis``)."""
     MASTER_SNAPSHOT = "master_snapshot"
     """Masters that write and restore snapshots."""
     MASTER_FAULT_PLANTING = "master_fault_planting"

@@ -75,6 +75,14 @@ class ReferenceTarget(Target):
         """HA masters + store-client processes on mc_etcd; options: see ReferenceMasterCluster."""
         from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster
 
+        ha = self.deployment_backends()["ha"]
+        if ha != "etcd":
+            from pytest_mooncake.targets.base import TargetLacks
+
+            raise TargetLacks(Capability.HA_REDIS, (
+                f"the reference engine's masters elect their leader and keep their OpLog in "
+                f"etcd only; --mc-ha={ha} asks for {ha} (not implemented in the reference yet)"))
+
         workdir = self.ctx.workdir / "masters"
         workdir.mkdir(parents=True, exist_ok=True)
         import tempfile

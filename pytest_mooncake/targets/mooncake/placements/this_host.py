@@ -18,8 +18,19 @@ from pytest_mooncake.releases import ProbeFailed, ReleaseFacts
 from pytest_mooncake.releases import mooncake_family as family
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import Supervisor, port_open
-from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetContext, TargetError
+from pytest_mooncake.targets.base import (
+    Capability,
+    MetadataHandle,
+    TargetContext,
+    TargetError,
+    TargetLacks,
+)
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
+from pytest_mooncake.targets.mooncake.backend_probes import (
+    BackendAnswer,
+    engine_accepts,
+    master_accepts,
+)
 from pytest_mooncake.targets.mooncake.cache_knobs import NO_CACHE_ENV, REFRESH_ENV, CacheKnobs
 from pytest_mooncake.targets.mooncake.emulated_rdma import MooncakeRdma
 from pytest_mooncake.targets.mooncake.install import (
@@ -32,7 +43,11 @@ from pytest_mooncake.targets.mooncake.launchers import LocalLauncher
 from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     lack as snapshot_means_lack,
 )
-from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
+from pytest_mooncake.targets.mooncake.metadata_stores import (
+    EtcdMetadata,
+    HttpMetadata,
+    RedisMetadata,
+)
 from pytest_mooncake.targets.mooncake.option_rules import MOONCAKE_ETCD_ROUTING
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 from pytest_mooncake.targets.mooncake.verbs_layers import VerbsLayer, verbs_layer
@@ -118,7 +133,7 @@ class LocalPlacement(ProcessPlacement):
             why = engine_error or f"TransferEngine lacks {', '.join(missing_engine)}"
             for cap in (Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
                         Capability.METADATA_ETCD, Capability.METADATA_HTTP,
-                        Capability.METADATA_FAULTS, Capability.REGISTER_MEMORY):
+                        Capability.METADATA_REDIS, Capability.METADATA_FAULTS, Capability.REGISTER_MEMORY):
                 lacks[cap] = f"mooncake.engine of {ver} is unusable: {why}"
         if Capability.ENGINE in lacks:
             lacks[Capability.CACHE_CONTROL] = lacks[Capability.ENGINE]
@@ -217,7 +232,27 @@ class LocalPlacement(ProcessPlacement):
     def metadata_store(self, kind: str) -> MetadataHandle:
         if kind == "http":
             return self.start_http_metadata()
+        if kind == "redis":
+            return self.redis_metadata()
         return EtcdMetadata(self.master_etcd())
+
+    def ha_backend_answer(self, backend: str) -> BackendAnswer:
+        """What the build's ``mooncake_master --enable_ha --ha_backend_type=BACKEND`` does on
+        the session's server of that backend (``backend_probes.master_accepts``)."""
+        if backend == "redis":
+            connstring = f"redis://{self.ctx.redis_address()}"
+        else:
+            connstring = ";".join(self.master_etcd())
+        return master_accepts(self.install, backend, connstring, self.workdir)
+
+    def redis_metadata(self) -> RedisMetadata:
+        """The session Redis, once the build showed its engine initialises on ``redis://``
+        (``backend_probes.engine_accepts``); else n/a with what the build answered."""
+        address = self.ctx.redis_address()
+        answer = engine_accepts(self.install, f"redis://{address}", self.workdir)
+        if not answer.accepted:
+            raise TargetLacks(Capability.METADATA_REDIS, answer.answer)
+        return RedisMetadata(address)
 
     def start_http_metadata(self) -> HttpMetadata:
         """The wheel's own HTTP metadata server on a free loopback port."""
