@@ -487,11 +487,26 @@ class Target:
 
     def __init__(self, variant: str | None = None):
         self.variant = variant
+        self.backends: dict[str, str] = {}
+        """Backends of this column (``with_backends``), over the session's options."""
 
     @property
     def label(self) -> str:
-        """The matrix column name: ``kind`` or ``kind:variant``."""
+        """The matrix column name: ``plain_label``, with ``+metadata=B``/``+ha=B`` for a column
+        deployed on backends other than etcd (``with_backends``)."""
+        return self.plain_label + "".join(f"+{k}={v}" for k, v in sorted(self.backends.items())
+                                          if v != "etcd")
+
+    @property
+    def plain_label(self) -> str:
+        """The target as ``--mc-target`` spells it: ``kind`` or ``kind:variant``."""
         return f"{self.kind}:{self.variant}" if self.variant else self.kind
+
+    def with_backends(self, **backends: str | None) -> Target:
+        """Deploy this target on these backends (``metadata``, ``ha``) whatever the session's
+        ``--mc-metadata``/``--mc-ha`` say: a matrix column's own choice."""
+        self.backends.update({k: v for k, v in backends.items() if v})
+        return self
 
     @property
     def version(self) -> str:
@@ -538,7 +553,9 @@ class Target:
         ``{"metadata": "etcd"|"redis"|"http", "ha": "etcd"|"redis"}``; a field of the report
         column's deployment record."""
         options = getattr(getattr(self, "ctx", None), "options", None) or {}
-        return {"metadata": options.get("metadata") or "etcd", "ha": options.get("ha") or "etcd"}
+        chosen = {key: options.get(key) or "etcd" for key in ("metadata", "ha")}
+        chosen.update(getattr(self, "backends", {}))
+        return chosen
 
     def start_engine(
         self, segment: str, metadata: MetadataHandle, **options: Any

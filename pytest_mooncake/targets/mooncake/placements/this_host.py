@@ -327,10 +327,10 @@ class MooncakeTarget(MooncakeFamilyTarget):
         return cls(install)
 
     @property
-    def label(self) -> str:
+    def plain_label(self) -> str:
         """``mooncake``, ``mooncake:SPEC``, or for a release ``mooncake-FLAVOUR==VERSION``."""
         release = self.placement.install.release
-        return str(release) if release is not None else super().label
+        return str(release) if release is not None else super().plain_label
 
     @property
     def notes(self) -> str:
