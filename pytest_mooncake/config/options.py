@@ -42,9 +42,11 @@ OPTIONS: tuple[Option, ...] = (
            "password, database 0). Default: start one redis-server per xdist worker when a "
            "test asks for Redis.", "HOST:PORT"),
     Option("metadata", "etcd", "the transfer-engine metadata backend of the deployment: etcd, "
-           "redis (redis://HOST:PORT, Mooncake's Redis plugin) or http (an HTTP metadata "
-           "server: the reference's, or for real builds the wheel's own). Tests that name "
-           "their store keep it. Default: etcd.", "etcd|redis|http"),
+           "redis (redis://HOST:PORT, Mooncake's Redis plugin), http (the target's own HTTP "
+           "metadata server: for real builds the wheel's mooncake.http_metadata_server) or "
+           "http:reference (the reference engine's HTTP metadata server, for any target). "
+           "Tests that name their store keep it. Default: etcd.",
+           "etcd|redis|http|http:reference"),
     Option("ha", "etcd", "the backend of master HA (leader election, OpLog where the release "
            "keeps it there): etcd or redis (mooncake_master --ha_backend_type). Default: etcd.",
            "etcd|redis"),
@@ -133,7 +135,7 @@ def _positive_int(name: str, value: str) -> int:
     return n
 
 
-METADATA_BACKENDS = ("etcd", "redis", "http")
+METADATA_BACKENDS = ("etcd", "redis", "http", "http:reference")
 HA_BACKENDS = ("etcd", "redis")
 
 

@@ -448,6 +448,7 @@ def dedicated_poller_env(value: bool | str) -> dict[str, str]:
 
 
 METADATA_CAPABILITIES = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP,
+                         "http:reference": Capability.METADATA_HTTP,
                          "redis": Capability.METADATA_REDIS}
 """The capability a metadata store of each kind needs."""
 
@@ -494,8 +495,8 @@ class Target:
     def label(self) -> str:
         """The matrix column name: ``plain_label``, with ``+metadata=B``/``+ha=B`` for a column
         deployed on backends other than etcd (``with_backends``)."""
-        return self.plain_label + "".join(f"+{k}={v}" for k, v in sorted(self.backends.items())
-                                          if v != "etcd")
+        return self.plain_label + "".join(
+            f"+{k}={v.replace(':', '-')}" for k, v in sorted(self.backends.items()) if v != "etcd")
 
     @property
     def plain_label(self) -> str:

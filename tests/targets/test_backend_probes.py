@@ -60,3 +60,22 @@ def test_masters_on_redis_ha_are_na_with_what_the_master_answered(release_target
         release_target.master_cluster(masters=2, clients=0)
     assert lack.value.capability == Capability.HA_REDIS
     assert "UNAVAILABLE_IN_CURRENT_MODE" in str(lack.value)
+
+
+@pytest.mark.parametrize("kind", ["http", "http:reference"])
+def test_a_build_publishes_to_and_reads_from_either_http_server(release_target, kind):
+    """The build's engines on the wheel's own HTTP metadata server and on the reference's (the
+    same API, another implementation): each publishes, and one writes into the other."""
+    store = release_target.metadata_store(kind)
+    engines = []
+    try:
+        for name in ("a", "b"):
+            engines.append(release_target.start_engine(f"http-{name}", store))
+        a, b = engines
+        assert store.get(store.segment_key(a.segment)), f"A published nothing on {store.uri}"
+        result = b.write(a.segment, 0, b"over-http")
+        assert result.ok, result.error
+    finally:
+        for engine in engines:
+            engine.kill()
+        store.close()

@@ -74,7 +74,7 @@ class Placement(Protocol):
 
 
 METADATA_KINDS = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP,
-                  "redis": Capability.METADATA_REDIS}
+                  "http:reference": Capability.METADATA_HTTP, "redis": Capability.METADATA_REDIS}
 _probes = itertools.count(1)
 
 
@@ -138,8 +138,8 @@ class MooncakeFamilyTarget(Target):
 
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
         if kind not in METADATA_KINDS:
-            raise ValueError(f"metadata kind {kind!r}: Mooncake targets offer etcd, redis "
-                             f"and http")
+            raise ValueError(f"metadata kind {kind!r}: Mooncake targets offer etcd, redis, "
+                             f"http and http:reference")
         self._require(METADATA_KINDS[kind])
         return self.placement.metadata_store(kind)
 

@@ -387,9 +387,10 @@ class ReferenceEngines:
             if self._redis_address is None:
                 raise TargetError("no Redis available to the reference target")
             return RedisMetadataHandle(self._redis_address())
-        if kind == "http":
+        if kind in ("http", "http:reference"):
             return HttpMetadataHandle.start(self.supervisor, self._log_path("metadata-server"))
-        raise TargetError(f"unknown metadata kind {kind!r}; use etcd, redis or http")
+        raise TargetError(f"unknown metadata kind {kind!r}; use etcd, redis, http or "
+                          f"http:reference")
 
     def start_engine(self, segment: str, metadata: Any, **options: Any) -> ReferenceEngineHandle:
         unknown = set(options) - ENGINE_OPTIONS

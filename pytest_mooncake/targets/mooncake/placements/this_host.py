@@ -10,8 +10,10 @@ reason naming what is missing.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.releases import ProbeFailed, ReleaseFacts
@@ -232,6 +234,8 @@ class LocalPlacement(ProcessPlacement):
     def metadata_store(self, kind: str) -> MetadataHandle:
         if kind == "http":
             return self.start_http_metadata()
+        if kind == "http:reference":
+            return self.start_reference_http_metadata()
         if kind == "redis":
             return self.redis_metadata()
         return EtcdMetadata(self.master_etcd())
@@ -254,15 +258,21 @@ class LocalPlacement(ProcessPlacement):
             raise TargetLacks(Capability.METADATA_REDIS, answer.answer)
         return RedisMetadata(address)
 
-    def start_http_metadata(self) -> HttpMetadata:
-        """The wheel's own HTTP metadata server on a free loopback port."""
+    def start_reference_http_metadata(self) -> HttpMetadata:
+        """The reference engine's HTTP metadata server (``python -m reference_engine
+        metadata-server``, the same API as the wheel's) on a free loopback port: the build's
+        engines against another implementation of the HTTP metadata API."""
         port = free_port()
+        root = str(Path(__file__).resolve().parents[4])  # the checkout: importable uninstalled
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         proc = self.supervisor().start(
-            f"mooncake-http-metadata-{port}",
-            [self.install.python, "-m", "mooncake.http_metadata_server", "--host", "127.0.0.1",
-             "--port", str(port)],
-            env=self.install.env(), ready=port_open(port), ready_timeout=30)
-        handle = HttpMetadata(f"127.0.0.1:{port}", process=proc)
+            f"reference-http-metadata-{port}",
+            [sys.executable, "-m", "reference_engine", "metadata-server", "--listen",
+             f"127.0.0.1:{port}"],
+            env=dict(os.environ, PYTHONPATH=path), ready=port_open(port), ready_timeout=30)
+        return self._releasing(HttpMetadata(f"127.0.0.1:{port}", process=proc), port)
+
+    def _releasing(self, handle: HttpMetadata, port: int) -> HttpMetadata:
         close = handle.close
 
         def close_and_release() -> None:
@@ -271,6 +281,16 @@ class LocalPlacement(ProcessPlacement):
 
         handle.close = close_and_release  # type: ignore[method-assign]
         return handle
+
+    def start_http_metadata(self) -> HttpMetadata:
+        """The wheel's own HTTP metadata server on a free loopback port."""
+        port = free_port()
+        proc = self.supervisor().start(
+            f"mooncake-http-metadata-{port}",
+            [self.install.python, "-m", "mooncake.http_metadata_server", "--host", "127.0.0.1",
+             "--port", str(port)],
+            env=self.install.env(), ready=port_open(port), ready_timeout=30)
+        return self._releasing(HttpMetadata(f"127.0.0.1:{port}", process=proc), port)
 
 
 def _say(message: str) -> None:
