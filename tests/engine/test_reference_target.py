@@ -81,6 +81,21 @@ def test_the_metadata_axis_picks_the_default_store(pytester):
     bad.stderr.fnmatch_lines(["*--mc-metadata must be one of etcd, redis, http, http:reference (got 'zookeeper')*"])
 
 
+def test_a_tests_planted_values_do_not_outlive_it(pytester):
+    """``mc_engine`` deletes what is left under its engines' segment keys when the test ends:
+    the store is shared by every test and matrix column of a worker, and a real build's engine
+    will not start on a malformed value under its own name."""
+    pytester.makepyfile("""
+        def test_plants(mc_engine, mc_metadata):
+            mc_engine("seg-left")
+            mc_metadata.put(mc_metadata.segment_key("seg-left"), b"[1, 2]")
+        def test_sees_nothing(mc_metadata):
+            assert mc_metadata.get(mc_metadata.segment_key("seg-left")) is None
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "--mc-metadata=redis")
+    result.assert_outcomes(passed=2)
+
+
 def test_unknown_engine_options_are_named(mc_engine):
     from pytest_mooncake.targets.base import TargetError
 
