@@ -323,12 +323,20 @@ def test_malformed_values_never_replace_a_valid_snapshot(mc_engine, mc_metadata)
     b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
     good = published(mc_metadata, "seg-a")
     assert shows(b.lookup("seg-a"), good), described(b.lookup("seg-a"))
+    held = 0
     for bad in malformed_values(good):
-        plant(mc_metadata, "seg-a", bad.raw)
+        try:
+            plant(mc_metadata, "seg-a", bad.raw)
+        except (OSError, RuntimeError):
+            # the store itself refuses the value (0.3.14's HTTP server answers 413 to the
+            # 1.4 MB one): no engine can ever read it from there, so there is nothing to judge
+            continue
+        held += 1
         keeps_serving(b, "seg-a", good, 2 * ttl_s(b, SHORT_TTL_MS),
                   f"B keeping A's valid descriptor after {bad.why} ({bad.name}) was planted "
                   f"(MR-4: a malformed refresh never overwrites a valid snapshot)")
         assert b.alive(), f"B crashed on a malformed descriptor: {bad.why}"
+    assert held, f"{mc_metadata.uri} refused every malformed value the test planted"
 
 
 @pytest.mark.mc_req("MR-3", "MR-4")
