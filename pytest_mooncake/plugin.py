@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,15 @@ from pytest_mooncake.report.allure_run_files import (
     write_run_files,
 )
 from pytest_mooncake.report.catalogue import load_catalogue
+from pytest_mooncake.report.confirmation_runs import ConfirmationRuns
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
+from pytest_mooncake.report.expectation_gate import ExpectationGate
 from pytest_mooncake.report.failure_logs import attach_passing_logs, show_failure_logs, tail
 from pytest_mooncake.report.json_report import RunFacts
 from pytest_mooncake.report.junit_properties import add_run_properties
 from pytest_mooncake.report.matrix_recorder import MatrixRecorder, label_report, matrix_labels
 from pytest_mooncake.report.process_leaks import owned_before, reap_leaks
+from pytest_mooncake.report.replay_commands import PytestCommand
 from pytest_mooncake.runtime.die_with_parent import die_with
 from pytest_mooncake.runtime.etcd_process import sweep_abandoned_data_dirs
 from pytest_mooncake.runtime.ports import sweep_stale_claims
@@ -80,23 +84,56 @@ def pytest_configure(config: pytest.Config) -> None:
         target.use_verbs(mc_config.verbs)
     config.stash[MC_TARGETS] = targets
     config.stash[MC_TARGET] = next(iter(targets.values()))
-    matrix = ConformanceMatrix(load_catalogue())
+    matrix = ConformanceMatrix(load_catalogue(), seed=mc_config.seed)
     for label in targets:
         matrix.add_column(label)
     config.stash[MC_MATRIX] = matrix
     ci_contract.check_ids(mc_config.fail_on, matrix.catalogue)
     recorder = None
     if not hasattr(config, "workerinput"):
+        gate = None
+        if mc_config.expect:
+            gate = ExpectationGate.from_options(mc_config.expect, Path(config.rootpath),
+                                                mc_config.expect_strict,
+                                                mc_config.expect_update, matrix.catalogue)
+            gate.check_columns(list(targets))
+        command = PytestCommand.of(config)
+        matrix.replay = command.replay
         recorder = MatrixRecorder(matrix, config.stash[MC_TARGET].label,
                                   lambda: _matrix_header(config), mc_config.report,
-                                  RunFacts(mc_config.seed, matrix=mc_config.matrix),
-                                  mc_config.fail_on, lambda: _column_facts(config))
+                                  RunFacts(mc_config.seed, matrix=mc_config.matrix,
+                                           confirm=mc_config.confirm),
+                                  mc_config.fail_on, lambda: _column_facts(config),
+                                  ConfirmationRuns(command, mc_config.confirm,
+                                                   lambda: _rerun_dir(config),
+                                                   lambda d: _rerun_outputs(config, d)),
+                                  gate)
         config.pluginmanager.register(recorder, "mooncake-matrix")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(recorder), "mooncake-xdist")
 
 
 CONTROLLER_PID_KEY = "mc_controller_pid"
+
+
+def _rerun_dir(config: pytest.Config) -> Path:
+    """Where the re-runs of failed tests keep their output: a directory of the session's base
+    temporary directory (pytest keeps the last three), or a fresh temporary one."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None:
+        return factory.mktemp("mc-confirm", numbered=True)
+    return Path(tempfile.mkdtemp(prefix="mc-confirm-"))
+
+
+def _rerun_outputs(config: pytest.Config, directory: Path) -> dict[str, str]:
+    """A re-run writes its JUnit XML and Allure results (when the run writes them, also through
+    ini ``addopts``) into its own directory, not over the run's."""
+    out = {}
+    if config.getoption("xmlpath", None):
+        out["--junitxml"] = str(directory / "junit.xml")
+    if allure_results_dir(config):
+        out["--alluredir"] = str(directory / "allure")
+    return out
 
 
 def _resolve_targets(mc_config: mc_options.McConfig, rootpath: Path) -> dict[str, Target]:

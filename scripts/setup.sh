@@ -12,6 +12,8 @@
 #    0.3.11.post1 and 0.3.12.post1, the emulated-RDMA tests 0.3.10.post2 (a fortified build)
 #    and 0.3.14 (one linking libmlx5); empty to skip), reused offline once there
 #  - the emulated libibverbs.so.1 (pytest_mooncake/verbs), built once into the plugin's cache
+#  - headless Chromium, which screenshots the dashboard in tests/docs (MC_SETUP_CHROMIUM=0 skips
+#    it; the screenshot test is then skipped, saying so)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MC_VENV:-.venv}
@@ -37,6 +39,8 @@ done
 if [ ! -f /usr/include/infiniband/verbs.h ]; then missing+=(libibverbs-dev); fi
 # rdma-core's pyverbs for the reference engine's pyverbs backend, run on an emulated device
 if [ ! -d /usr/lib/python3/dist-packages/pyverbs ]; then missing+=(python3-pyverbs); fi
+# headless Chromium for the dashboard's screenshots (tests/docs/test_dashboard_screenshots.py)
+if [ "${MC_SETUP_CHROMIUM:-1}" != 0 ] && ! command -v chromium >/dev/null 2>&1; then missing+=(chromium); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: apt-get install ${missing[*]}"

@@ -23,6 +23,8 @@ class Option:
     default: str
     help: str
     metavar: str = "VALUE"
+    switch: bool = False
+    """A flag without a value (``--mc-expect-strict``); its ini key takes true/false."""
 
     @property
     def flag(self) -> str:
@@ -77,10 +79,25 @@ OPTIONS: tuple[Option, ...] = (
            "IDs, e.g. MR-3,CO-4); the others are deselected. Default: all.", "ID,..."),
     Option("chaos_seconds", "10", "length of each nemesis (chaos) run in seconds. Default: 10.",
            "SECONDS"),
-    Option("fail_on", "never", "exit with status 6 when the run judged too little: nothing (a "
-           "target judged no requirement), na (any requirement n/a) or na:ID,... (one of these "
-           "n/a or not run); e.g. --mc-fail-on=na. Default: never.",
-           "nothing|na|na:ID,..."),
+    Option("fail_on", "never", "exit with status 6 when the run judged too little or "
+           "unstably: nothing (a target judged no requirement), na (any requirement n/a), "
+           "na:ID,... (one of these n/a or not run) or intermittent (any requirement "
+           "intermittent); several joined with +, e.g. --mc-fail-on=na+intermittent. "
+           "Default: never.", "nothing|na|na:ID,...|intermittent"),
+    Option("confirm", "2", "re-run each failed requirement test up to N times before its "
+           "requirement stays FAIL: first with the run's seed, then with seeds drawn from it, "
+           "each in a fresh pytest session; a test seen both failing and passing makes its "
+           "requirement intermittent (k/N). 0: no re-runs. Default: 2.", "N"),
+    Option("expect", "", "compare the verdicts with an expectations file (TOML; a path, or the "
+           "name of a shipped one such as mooncake-0.3.13.post1@ha-oplog or of the project's "
+           "fixtures/expectations/NAME.toml): exit 0 when every result is as expected, 1 on a "
+           "regression or other change (docs/ci.md). Default: none (pytest's exit status).",
+           "FILE.toml|NAME"),
+    Option("expect_strict", "false", "with --mc-expect, an unexpected pass (a FAIL fixed) also "
+           "fails the run. Default: false.", switch=True),
+    Option("expect_update", "false", "with --mc-expect, write the run's verdicts into the "
+           "expectations file(s), keeping reasons (a shipped file is written to the project's "
+           "fixtures/expectations/). Default: false.", switch=True),
 )
 
 
@@ -106,14 +123,23 @@ class McConfig:
     only: tuple[str, ...] = ()
     fail_on: FailOn = field(default_factory=FailOn)
     """What the run must have judged (``report/ci_contract.py``)."""
+    confirm: int = 2
+    """Re-runs of each failed requirement test (``report/confirmation_runs.py``); 0: none."""
+    expect: str | None = None
+    expect_strict: bool = False
+    expect_update: bool = False
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("mooncake", "Mooncake conformance and chaos testing")
     for opt in OPTIONS:
-        group.addoption(opt.flag, dest="mc_" + opt.name, default=None, metavar=opt.metavar,
-                        help=opt.help)
+        if opt.switch:
+            group.addoption(opt.flag, dest="mc_" + opt.name, default=None, action="store_true",
+                            help=opt.help)
+        else:
+            group.addoption(opt.flag, dest="mc_" + opt.name, default=None, metavar=opt.metavar,
+                            help=opt.help)
         parser.addini(opt.ini, help=opt.help, default=opt.default)
 
 
@@ -123,6 +149,15 @@ def raw_values(config: pytest.Config) -> dict[str, str]:
         cli = config.getoption("mc_" + opt.name)
         values[opt.name] = str(cli if cli is not None else config.getini(opt.ini) or opt.default)
     return values
+
+
+def _switch(name: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise pytest.UsageError(f"mc_{name} must be true or false (got {value!r})")
 
 
 def _positive_int(name: str, value: str) -> int:
@@ -156,6 +191,17 @@ def _hostport(name: str, value: str) -> str | None:
         raise pytest.UsageError(
             f"--mc-{name} takes host:port (got {value!r}); e.g. --mc-{name}=127.0.0.1:6379")
     return value
+
+
+def _non_negative_int(name: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise pytest.UsageError(f"--mc-{name} must be an integer >= 0 (got {value!r}); 0 "
+                                f"turns it off")
+    return n
 
 
 def _hostports(value: str) -> tuple[str, ...]:
@@ -224,6 +270,10 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         raise pytest.UsageError(
             f"--mc-toxiproxy must be a URL like http://127.0.0.1:8474 (got {toxi!r})"
         )
+    expect = raw.get("expect", "").strip() or None
+    for name in ("expect_strict", "expect_update"):
+        if not expect and _switch(name, raw.get(name, "false")):
+            raise pytest.UsageError(f"--mc-{name.replace('_', '-')} needs --mc-expect=FILE|NAME")
     return McConfig(
         target=raw["target"].strip() or "reference",
         etcd=_hostports(raw["etcd"]),
@@ -242,5 +292,9 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         ha=_choice("ha", raw.get("ha", ""), HA_BACKENDS),
         only=tuple(x.strip().upper() for x in raw["only"].split(",") if x.strip()),
         fail_on=parse_fail_on(raw.get("fail_on", "never")),
+        confirm=_non_negative_int("confirm", raw.get("confirm", "2").strip()),
+        expect=expect,
+        expect_strict=_switch("expect_strict", raw.get("expect_strict", "false")),
+        expect_update=_switch("expect_update", raw.get("expect_update", "false")),
         raw=dict(raw),
     )

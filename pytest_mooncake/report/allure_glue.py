@@ -38,16 +38,25 @@ def attach_text(config: pytest.Config, title: str, text: str) -> None:
         pass
 
 
-def target_parameter(config: pytest.Config, target: Any, seed: int) -> None:
+NODEID_LABEL = "mc_nodeid"
+"""The label that names a requirement test's nodeid, so the controller can find its result
+again once its re-runs are known (``allure_reruns``)."""
+
+
+def target_parameter(config: pytest.Config, target: Any, seed: int,
+                     nodeid: str | None = None) -> None:
     """Allure groups results by parameters: give a requirement test its target, and show the
     target's version and the run's seed (excluded from the history id, so a new seed or build
-    continues the same test's history rather than starting another)."""
+    continues the same test's history rather than starting another); label it with its
+    ``nodeid``."""
     allure = allure_if_active(config)
     if allure is None:
         return
     allure.dynamic.parameter("target", target.label)
     allure.dynamic.parameter("target version", target.version, excluded=True)
     allure.dynamic.parameter("seed", str(seed), excluded=True)
+    if nodeid:
+        allure.dynamic.label(NODEID_LABEL, nodeid)
 
 
 def step(title: str) -> contextlib.AbstractContextManager[Any]:

@@ -1,7 +1,7 @@
 """The files Allure reads beside the test results, written by the controller at session end
 into ``--alluredir``: ``environment.properties`` (target, version, seed, etcd, verbs layer),
 ``executor.json`` (what ran the tests, a CI build where one is named) and ``categories.json``
-(FAIL, error and n/a as their own defect categories). The shipped ``allurerc.json``
+(intermittent, FAIL, error and n/a as their own defect categories). The shipped ``allurerc.json``
 (``pytest_mooncake/data/allure/``) makes Allure 3 group by RFC (epic) then requirement (feature).
 """
 
@@ -22,6 +22,8 @@ ALLURERC = Path(str(resources.files("pytest_mooncake").joinpath("data", "allure"
 """Allure 3's configuration: ``npx allure generate DIR --config ALLURERC``."""
 
 CATEGORIES = [
+    {"name": "intermittent: failed and passed on re-runs with other seeds (--mc-confirm)",
+     "matchedStatuses": ["failed", "broken"], "flaky": True},
     {"name": "FAIL: the target violates the requirement", "matchedStatuses": ["failed"]},
     {"name": "error: not judged (setup, teardown or a component that never started)",
      "matchedStatuses": ["broken"]},

@@ -1,10 +1,16 @@
-"""The conformance matrix as JSON (``--mc-report``): the shape the README documents,
+"""The conformance matrix as JSON (``--mc-report``): the shape docs/reference/report-schema.md documents,
 ``pytest_mooncake/data/report.schema.json`` declares and ``scripts/judge_mooncake.py`` reads.
 
 One target: the flat form (``target``, ``target_version``, ``requirements``). A matrix
 (``--mc-matrix``): ``matrix`` and ``columns``, one entry per target with its version; no flat
 form, so no reader takes the first column for the run. Both carry ``schema_version``, the start
 time, the duration, the seed, summary counts and each test's duration.
+
+Schema version 2 added the verdict ``intermittent`` (in ``verdict`` and the summary's counts),
+each re-run test's ``runs`` (seed, outcome and replay command of every run of it), each re-run
+requirement's ``confirmation`` (k/N, the verdict per run) and the run's ``reruns`` (the bound
+``--mc-confirm`` and each re-run's seed, exit status and log). Readers of version 1 reports
+find none of these and no ``intermittent``.
 """
 
 from __future__ import annotations
@@ -14,13 +20,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_mooncake.report.conformance_matrix import ConformanceMatrix, pair_label
+from pytest_mooncake.report.conformance_matrix import (
+    ConformanceMatrix,
+    RunTally,
+    TestOutcome,
+    pair_label,
+)
 from pytest_mooncake.report.verdict_rule import VERDICTS
 
-SCHEMA_VERSION = 1
-"""Bumped when a key is removed or changes meaning (adding a key keeps the version)."""
+if TYPE_CHECKING:
+    from pytest_mooncake.report.confirmation_runs import RerunRecord
+
+SCHEMA_VERSION = 2
+"""Bumped when a key is removed or changes meaning, or a value a reader switches on (a verdict)
+is added; adding a key keeps the version."""
 
 
 @dataclass
@@ -37,6 +52,9 @@ class RunFacts:
     """Per column label: ``version`` and ``notes`` (libraries supplied here, e.g. stand-ins)."""
     fail_on: str = "never"
     fail_on_problems: list[str] = field(default_factory=list)
+    confirm: int = 0
+    """The re-run bound (``--mc-confirm``)."""
+    reruns: list[RerunRecord] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -57,9 +75,38 @@ def column_document(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
                 entry["capability"] = t.not_applicable.capability
             if t.message:
                 entry["message"] = t.message
+            if t.reruns:
+                entry["runs"] = _runs(matrix, t)
+            if t.artifacts:
+                entry["artifacts"] = list(t.artifacts)
             tests.append(entry)
         out[req] = {"verdict": verdict, "tests": tests}
+        tally = matrix.tally(req, column)
+        if tally is not None:
+            out[req]["confirmation"] = _confirmation(tally)
     return out
+
+
+def _runs(matrix: ConformanceMatrix, test: TestOutcome) -> list[dict[str, Any]]:
+    """Every run of a re-run test, the run itself first."""
+    out = []
+    first = {"seed": matrix.seed, "outcome": test.outcome,
+             "duration_s": round(test.duration, 3), "message": test.message}
+    for run in [first, *({"seed": r.seed, "outcome": r.outcome, "duration_s": round(r.duration, 3),
+                          "message": r.message} for r in test.reruns)]:
+        if not run["message"]:
+            del run["message"]
+        if matrix.replay is not None:
+            run["replay"] = matrix.replay(run["seed"], test.nodeid)
+        out.append(run)
+    return out
+
+
+def _confirmation(tally: RunTally) -> dict[str, Any]:
+    """k/N of a re-run requirement and its verdict in each run."""
+    return {"failed": tally.failed, "judged": tally.judged, "ratio": tally.ratio,
+            "runs": [{"seed": seed, "verdict": v} for seed, v in tally.runs],
+            "summary": tally.describe()}
 
 
 def summary(requirements: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +152,7 @@ def to_json(matrix: ConformanceMatrix, run: RunFacts) -> dict[str, Any]:
             doc["target_notes"] = facts["notes"]
         doc.update(_column(matrix, first))
     doc["fail_on"] = {"rule": run.fail_on, "problems": list(run.fail_on_problems)}
+    doc["reruns"] = {"bound": run.confirm, "runs": [r.as_json() for r in run.reruns]}
     doc.update(run.extra)
     return doc
 

@@ -1,5 +1,6 @@
 """The run's seed and each target's version as properties of the JUnit XML test suite
-(``--junitxml``), so a CI system that keeps only the XML can still replay and name the build.
+(``--junitxml``), so a CI system that keeps only the XML can still replay and name the build;
+after re-runs (``--mc-confirm``), the verdict of each re-run cell with its k/N and seeds.
 
 pytest's public ``record_testsuite_property`` fixture does not work under xdist; the plugin
 adds the same global properties on the controller, through the junitxml plugin's own object.
@@ -8,6 +9,8 @@ adds the same global properties on the controller, through the junitxml plugin's
 from __future__ import annotations
 
 import pytest
+
+from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 
 
 def _logxml(config: pytest.Config):  # noqa: ANN202 (pytest's private LogXML)
@@ -37,3 +40,21 @@ def add_run_properties(config: pytest.Config, seed: int, matrix: str | None,
             xml.add_global_property("mooncake_target_version", facts["version"])
         if facts.get("notes"):
             xml.add_global_property(f"mooncake_target_notes[{label}]", facts["notes"])
+
+
+def add_rerun_properties(config: pytest.Config, matrix: ConformanceMatrix) -> None:
+    """Per cell whose failed tests were re-run (``--mc-confirm``):
+    ``mooncake_verdict[CELL][REQ]`` = its verdict, k/N, the seeds of each outcome and the replay
+    command of each failing test (the testcases were written before the re-runs)."""
+    xml = _logxml(config)
+    if xml is None:
+        return
+    for req, key in matrix.cells():
+        tally = matrix.tally(req, key)
+        if tally is None:
+            continue
+        value = f"{matrix.verdict(req, key)} {tally.ratio}: {tally.describe()}"
+        replays = matrix.replays(req, key)
+        if replays:
+            value += "; replay: " + " ; ".join(replays)
+        xml.add_global_property(f"mooncake_verdict[{key}][{req}]", value)

@@ -3,15 +3,21 @@
 Per requirement and column: FAIL if any test naming the ID failed; error if none failed but
 one could not be judged (a setup or teardown error, or its xdist worker crashed); n/a if every test was skipped (the target
 lacked the means); pass if every test that ran passed and at least one ran.
+
+With re-runs (``--mc-confirm``, ``confirmation_runs``) a test has an outcome per run of it, the
+first from the run itself: a test that failed and never passed keeps FAIL; a test seen both
+failing and passing makes its requirement **intermittent** (unless another test of it FAILs
+every time); a test never re-run counts with its one outcome.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
 VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR = "pass", "FAIL", "n/a", "error"
-VERDICTS = (VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR)
+VERDICT_INTERMITTENT = "intermittent"
+VERDICTS = (VERDICT_PASS, VERDICT_FAIL, VERDICT_INTERMITTENT, VERDICT_NA, VERDICT_ERROR)
 
 
 def verdict(outcomes: Iterable[str]) -> str | None:
@@ -26,6 +32,19 @@ def verdict(outcomes: Iterable[str]) -> str | None:
     if all(o == SKIPPED for o in outcomes):
         return VERDICT_NA
     return VERDICT_PASS
+
+
+def verdict_of_runs(runs: Iterable[Sequence[str]]) -> str | None:
+    """The verdict of one requirement in one column from each test's outcomes, one per run of
+    the test (the run itself first, then its re-runs); None when no test named it."""
+    runs = [list(r) for r in runs if r]
+    if not runs:
+        return None
+    if any(FAILED in r and PASSED not in r for r in runs):
+        return VERDICT_FAIL
+    if any(FAILED in r and PASSED in r for r in runs):
+        return VERDICT_INTERMITTENT
+    return verdict(r[0] for r in runs)
 
 
 def fold_phase(prev: str | None, phase: str, outcome: str) -> str | None:

@@ -17,6 +17,7 @@ KINDS = {
     "skew": "version-skew matrices (@pytest.mark.mc_skew)",
     "clusters": "cluster files (--mc-target=cluster:FILE)",
     "verdicts": "expected verdicts of the suites per target",
+    "expectations": "expectations files (--mc-expect)",
 }
 
 

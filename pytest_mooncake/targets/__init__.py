@@ -23,12 +23,13 @@ from pytest_mooncake.targets.base import (
     TargetError,
     TargetLacks,
     TransferResult,
+    WireClientHandle,
 )
 
 __all__ = [
     "Capability", "ComponentStartError", "EngineHandle", "LookupResult", "MasterClusterHandle",
     "MasterEndpoint", "MetadataHandle", "ObservationFailed", "RdmaHandle", "Target",
-    "TargetContext", "TargetError", "TargetLacks", "TransferResult",
+    "TargetContext", "TargetError", "TargetLacks", "TransferResult", "WireClientHandle",
     "KNOWN_TARGETS", "UnknownTarget", "names_release", "resolve_target", "target_identity",
 ]
 

@@ -2,7 +2,7 @@
 
 A suite never touches an implementation directly. It asks the session's ``Target`` for
 handles (engines, metadata stores, master clusters, RDMA worker pools) and drives them
-through the protocols below. The verdict rule (REQUIREMENTS.md, README "Reading the matrix"):
+through the protocols below. The verdict rule (REQUIREMENTS.md, docs/explanation/verdict-rule.md):
 
 - ``TargetLacks`` (n/a) only where a probe run in this session shows the target has no
   *means* to drive or observe the test (no RDMA device it lets the test control, an admin
@@ -80,6 +80,10 @@ class Capability(str, enum.Enum):
     PROMOTABILITY = "promotability"
     """A standby's promotability predicate on its admin endpoint (``promotable(i)``): MP-3
     demands it; elsewhere it is a means for sub-checks."""
+    MASTER_WIRE = "master_wire"
+    """Speak the masters' own RPC with a client the test controls (``MasterClusterHandle.
+    wire_client``): its per-call deadline, the protocol revision (release family) it speaks,
+    and the version it offers the master: MP-7 and MP-8 judged on the wire."""
     FOREIGN_MASTER = "foreign_master"
     """Attach this target's store clients to a master cluster another target started
     (``Target.store_client(cluster.endpoint())``): mixed master/client pairs of ``mc_skew``."""
@@ -266,6 +270,34 @@ class StoreClientHandle(Protocol):
     def alive(self) -> bool: ...
 
 
+@runtime_checkable
+class WireClientHandle(Protocol):
+    """A client of the masters' own RPC that the test drives call by call (no retries, no
+    reattach): each call ends within ``timeout`` s and answers ``{ok, error, result}`` like a
+    store client, with ``timed_out`` True when the master did not answer in time and
+    ``refused`` True when it would not take the call's arguments (another protocol revision).
+    Writes are metadata only (the master's allocate and commit); no bytes move."""
+
+    speaks: str
+    """The protocol revision (release family) this client speaks."""
+    own: str
+    """The revision the master speaks, as the probe found it."""
+    offered_version: str | None
+    """The version this client offered the master, or None where the protocol has no place
+    for one (``version_channel`` says what the probe saw)."""
+    version_channel: str
+    """How a client's version reaches the master, as probed in this run."""
+    master_version: str
+    """The version the master announced to this client."""
+
+    def put(self, key: str, size: int = 64, timeout: float | None = None) -> Mapping[str, Any]: ...
+    def get(self, key: str, timeout: float | None = None) -> Mapping[str, Any]: ...
+    def exists(self, key: str, timeout: float | None = None) -> Mapping[str, Any]: ...
+    def remove(self, key: str, timeout: float | None = None) -> Mapping[str, Any]: ...
+    def ping(self, timeout: float | None = None) -> Mapping[str, Any]: ...
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class MasterEndpoint:
     """Where store clients find a master cluster: what a client of *another* target needs to
@@ -372,6 +404,17 @@ class MasterClusterHandle(Protocol):
     def start_client(self, client_id: str | None = None, version: str | None = None,
                      wait_attached: bool = True) -> StoreClientHandle: ...
     def client(self, index: int = 0) -> StoreClientHandle: ...
+    def wire_client(self, master: int | None = None, speaks: str | None = None,
+                    version: str | None = None, timeout: float = 5.0) -> WireClientHandle:
+        """A client of master ``master``'s own RPC (default: the leader), speaking revision
+        ``speaks`` (default: the master's own, as probed) and offering ``version``; needs
+        ``master_wire``. ``TargetLacks`` where the probe finds no revision it can speak."""
+        ...
+
+    def wire_revisions(self) -> list[str]:
+        """The protocol revisions ``wire_client(speaks=)`` can speak, oldest first."""
+        ...
+
     def endpoint(self) -> MasterEndpoint:
         """Where store clients of another target find these masters (mixed master/client
         pairs); ``TargetLacks`` (foreign_master) where other clients may not attach."""

@@ -155,7 +155,7 @@ REAL_ATTEMPTS = 3
 real_crashes: list[str] = []
 """Runs of the real initiator that died without a result; the round is run again, up to
 REAL_ATTEMPTS times, and the count printed. (With grpcio 1.80+ in this process, a child forked
-while the etcd3 channel was busy could abort before exec: see README "gRPC and fork".)"""
+while the etcd3 channel was busy could abort before exec: see docs/reference/real-components.md, "gRPC and fork".)"""
 
 
 def run_real(children: Children, exe: Path, etcd: str, target: str, op: str, block: int,

@@ -61,3 +61,17 @@ def test_fault_injections_are_allure_steps(pytester: pytest.Pytester) -> None:
     assert attached["image/png"]["name"] == "chaos run 1: latency and throughput"
     html = (pytester.path / "allure" / attached["text/html"]["source"]).read_text()
     assert "bounded-recovery" in html and "blink:thing" in html
+
+
+def test_the_json_report_names_the_runs_timeline_and_plot(pytester: pytest.Pytester) -> None:
+    """The report lists a chaos test's timeline and plot with the test (the dashboard links
+    them), on a failing test and on a passing one alike."""
+    pytester.makepyfile(SUITE.replace("def test_run(", "@pytest.mark.mc_req('MR-16')\ndef test_run(")
+                        .replace("from pytest_mooncake", "import pytest\nfrom pytest_mooncake", 1)
+                        .replace("FAIL", "False"))
+    result = pytester.runpytest("--mc-chaos-seconds=0.3", "--mc-report=report.json",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    [test] = json.loads((pytester.path / "report.json").read_text())["requirements"]["MR-16"]["tests"]
+    assert [Path(a).name for a in test["artifacts"]] == ["history-1.timeline.html", "history-1.plot.png"]
+    assert all(Path(a).is_file() for a in test["artifacts"])

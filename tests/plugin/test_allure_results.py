@@ -75,7 +75,9 @@ def test_labels_parameters_run_files_and_passing_logs(pytester: pytest.Pytester)
     assert env["mooncake.verbs"] == "auto" and env["mooncake.etcd"].startswith("3.")
     assert json.loads((allure / "executor.json").read_text())["name"].startswith("pytest-mooncake")
     categories = json.loads((allure / "categories.json").read_text())
-    assert [c["matchedStatuses"] for c in categories] == [["failed"], ["broken"], ["skipped"]]
+    assert [c["matchedStatuses"] for c in categories] == [["failed", "broken"], ["failed"],
+                                                          ["broken"], ["skipped"]]
+    assert [c.get("flaky") for c in categories] == [True, None, None, None]
 
 
 def test_the_shipped_allure3_config_groups_by_rfc_then_requirement() -> None:

@@ -108,7 +108,9 @@ def test_collect_only_lists_requirements_and_xdist_keeps_the_rule(pytester: pyte
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("sometimes", "*--mc-fail-on must be never, nothing, na or na:ID,ID (got 'sometimes')*"),
+    ("sometimes", "*--mc-fail-on must be never, nothing, na, na:ID,ID or intermittent (several "
+                  "joined with +) (got 'sometimes')*"),
+    ("na+often", "*--mc-fail-on must be never*(got 'na+often'); e.g. --mc-fail-on=na+intermittent*"),
     ("na:", "*--mc-fail-on must be never*(got 'na:')*"),
     ("na:MR-99", "*--mc-fail-on: unknown requirement(s) MR-99 (MR IDs run MR-1..*"),
 ])
@@ -135,7 +137,8 @@ def test_matrix_report_has_a_version_per_column_and_no_flat_target(
         "reference": "reference-engine 0.1.0 (rfc)",
         "reference:legacy": "reference-engine 0.1.0 (legacy)"}
     assert doc["columns"]["reference:legacy"]["summary"]["verdicts"]["FAIL"] == 1
-    assert doc["summary"]["verdicts"] == {"pass": 1, "FAIL": 1, "n/a": 0, "error": 0}
+    assert doc["summary"]["verdicts"] == {"pass": 1, "FAIL": 1, "intermittent": 0, "n/a": 0,
+                                          "error": 0}
 
 
 def test_skew_pairs_validate(pytester: pytest.Pytester) -> None:
@@ -154,16 +157,25 @@ def test_skew_pairs_validate(pytester: pytest.Pytester) -> None:
 def test_the_schema_refuses_what_it_must() -> None:
     """The schema is no rubber stamp: each of these mutations of a valid report is refused."""
     test = {"nodeid": "t.py::t", "outcome": "passed", "duration_s": 0.1}
-    summary = {"requirements": 1, "verdicts": {"pass": 1, "FAIL": 0, "n/a": 0, "error": 0},
+    summary = {"requirements": 1, "verdicts": {"pass": 1, "FAIL": 0, "intermittent": 0,
+                                               "n/a": 0, "error": 0},
                "tests": {"passed": 1, "failed": 0, "skipped": 0, "error": 0}}
-    good = {"schema_version": 1, "started": "2026-12-01T18:00:00+00:00", "duration_s": 1.0,
+    good = {"schema_version": 2, "started": "2026-12-01T18:00:00+00:00", "duration_s": 1.0,
             "seed": 1, "target": "reference", "target_version": "x", "summary": summary,
             "requirements": {"MR-1": {"verdict": "pass", "tests": [test]}},
             "fail_on": {"rule": "never", "problems": []}}
     _valid(good)
     bad = [
         {k: v for k, v in good.items() if k != "schema_version"},
-        {**good, "schema_version": 2},
+        {**good, "schema_version": 1},
+        {**good, "requirements": {"MR-1": {"verdict": "flaky", "tests": [test]}}},
+        {**good, "requirements": {"MR-1": {"verdict": "intermittent", "tests": [
+            {**test, "runs": [{"seed": 1, "outcome": "passed", "duration_s": 0.1}]}]}}},
+        {**good, "requirements": {"MR-1": {"verdict": "intermittent", "tests": [test],
+                                           "confirmation": {"failed": 1, "judged": 2}}}},
+        {**good, "summary": {**summary, "verdicts": {"pass": 1, "FAIL": 0, "n/a": 0,
+                                                     "error": 0}}},
+        {**good, "reruns": {"bound": -1, "runs": []}},
         {**good, "started": "yesterday"},
         {**good, "requirements": {"MR-1": {"verdict": "ok", "tests": [test]}}},
         {**good, "requirements": {"mr1": {"verdict": "pass", "tests": [test]}}},

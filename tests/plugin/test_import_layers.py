@@ -5,7 +5,7 @@ hides or causes a problem):
   TYPE_CHECKING:`` imports count: a circle closed inside a function or only for the type checker
   is still two modules that cannot be understood one without the other);
 - no module of pytest_mooncake imports from a layer above its own (``LAYERS``, documented in the
-  README's Layout section), nor from a package beside it in the same row;
+  docs/reference/layout.md), nor from a package beside it in the same row;
 - runtime/ and schemas/ never import pytest (the standalone packages build on them);
 - reference_engine never imports pytest or pytest_mooncake; only targets/reference/ imports
   reference_engine; suites/ never do;
@@ -25,7 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime", "schemas"),                   # processes, ports, deadlines, servers; TOML schemas
     ("report",),                              # catalogue, verdict rule, matrix, n/a, logs, allure
     ("verbs", "releases", "nodes"),           # standalone packages: see ONLY_RUNTIME
-    ("toxiproxy", "chaos", "lab"),            # fault server; Jepsen-style runs; netns lab
+    ("toxiproxy", "chaos", "lab", "master_rpc"),  # fault server; Jepsen runs; netns lab;
+                                              # mooncake_master's own RPC (client, probe)
     ("targets", "cluster"),                   # the Target API and implementations; cluster CLI
     ("config",),                              # options, markers, stash keys, run matrices
     ("fixtures", "planting", "waits", "raw_peers", "tcp_wire"),  # fixtures, helpers suites import
@@ -157,7 +158,7 @@ def test_every_package_of_the_plugin_has_a_layer() -> None:
     keys = {layer_key(m) for m in MODULES if m.startswith("pytest_mooncake")}
     missing = sorted(k for k in keys if k not in ROW)
     assert not missing, (f"no row in LAYERS for {missing}: add each name to the row of what it "
-                         f"may import (tests/plugin/test_import_layers.py and the README's Layout)")
+                         f"may import (tests/plugin/test_import_layers.py and docs/reference/layout.md)")
 
 
 def test_no_module_imports_from_a_layer_above_or_beside_it() -> None:

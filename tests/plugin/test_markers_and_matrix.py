@@ -56,7 +56,7 @@ def test_json_report_shape(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--mc-seed=123", "--mc-report=report.json")
     doc = json.loads((pytester.path / "report.json").read_text())
     assert set(doc) == {"schema_version", "started", "duration_s", "seed", "target",
-                        "target_version", "summary", "requirements", "fail_on"}
+                        "target_version", "summary", "requirements", "fail_on", "reruns"}
     assert doc["target"] == "reference"
     assert doc["target_version"].startswith("reference-engine ")
     assert doc["seed"] == 123
@@ -66,7 +66,8 @@ def test_json_report_shape(pytester: pytest.Pytester) -> None:
     assert test["nodeid"] == "test_json_report_shape.py::test_pass"
     assert test["outcome"] == "passed" and test["duration_s"] >= 0
     assert doc["summary"] == {"requirements": 5,
-                              "verdicts": {"pass": 3, "FAIL": 1, "n/a": 1, "error": 0},
+                              "verdicts": {"pass": 3, "FAIL": 1, "intermittent": 0, "n/a": 1,
+                                           "error": 0},
                               "tests": {"passed": 3, "failed": 1, "skipped": 1, "error": 0}}
     mr2 = doc["requirements"]["MR-2"]
     assert mr2["verdict"] == "FAIL"
@@ -174,11 +175,17 @@ def test_xdist_matrix_matches_serial(pytester: pytest.Pytester) -> None:
 
 
 def _stable(doc: dict) -> dict:
-    """The report without what differs between any two runs: times and durations."""
+    """The report without what differs between any two runs: times, durations and where the
+    re-runs of failed tests left their output."""
     doc = {k: v for k, v in doc.items() if k not in ("started", "duration_s")}
     for entry in doc.get("requirements", {}).values():
         for test in entry["tests"]:
             test.pop("duration_s")
+            for run in test.get("runs", []):
+                run.pop("duration_s")
+    for rerun in doc.get("reruns", {}).get("runs", []):
+        rerun.pop("duration_s")
+        rerun.pop("log")
     return doc
 
 

@@ -26,6 +26,8 @@ def test_shipped_files_live_in_the_package() -> None:
     assert {"rolling-upgrade", "mixed-engines", "master-client"} <= set(shipped_names("skew"))
     assert {"example", "nodes-example"} <= set(shipped_names("clusters"))
     assert {"reference", "mooncake"} <= set(shipped_names("verdicts"))
+    assert {"mooncake-0.3.13.post1@ha-oplog", "reference-rfc@ha-oplog", "releases",
+            "release"} <= set(shipped_names("expectations"))
     assert shipped("clusters", "example") == package / "clusters" / "example.toml"
     assert not list((ROOT / "fixtures").glob("skew/*.toml")), "skew matrices belong in the package"
 

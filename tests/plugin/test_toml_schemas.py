@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_mooncake.schemas.cluster_manifest import ClusterFile
+from pytest_mooncake.schemas.expectation_file import ExpectationFile
 from pytest_mooncake.schemas.run_matrix import RunMatrixFile
 from pytest_mooncake.schemas.skew_matrix import SkewMatrixFile
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
@@ -16,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "pytest_mooncake" / "data"
 SHIPPED = [(SkewMatrixFile, p) for p in sorted((DATA / "skew").glob("*.toml"))] + \
     [(RunMatrixFile, p) for p in sorted((DATA / "matrices").glob("*.toml"))] + \
-    [(ClusterFile, p) for p in sorted((DATA / "clusters").glob("*.toml"))]
+    [(ClusterFile, p) for p in sorted((DATA / "clusters").glob("*.toml"))] + \
+    [(ExpectationFile, p) for p in sorted((DATA / "expectations").glob("*.toml"))]
 
 SKEW = """
 roles = ["writer", "reader"]

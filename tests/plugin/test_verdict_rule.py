@@ -1,4 +1,4 @@
-"""The verdict rule of README "Reading the matrix", end to end through pytester: n/a only for a
+"""The verdict rule (docs/explanation/verdict-rule.md), end to end through pytester: n/a only for a
 means the target lacks (``mc_requires``, or a ``TargetLacks`` from a live probe); a missing
 interface a requirement demands (``mc_demands``) is FAIL; a broken observation (refused
 connection, 5xx, an answer of the wrong shape) is FAIL with what was seen, never n/a.

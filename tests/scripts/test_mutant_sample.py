@@ -1,6 +1,6 @@
 """CI's share of the mutant catalogue: a rotating sample of mutants must all die.
 
-The whole catalogue takes about half an hour (README, "Detection power"); CI draws a few mutants
+The whole catalogue takes about half an hour (docs/reference/mutants.md); CI draws a few mutants
 each day (a new draw every day), each judged against the suites as they are then. The
 seed is the UTC day number unless ``MC_MUTANTS_SEED`` names one; it is printed, and the failure
 message says how to replay the sample.

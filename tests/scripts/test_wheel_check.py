@@ -32,6 +32,7 @@ def test_the_wheel_works_from_a_project_outside_the_repo(tmp_path: Path) -> None
     site = next((work / "venv" / "lib").glob("python3*/site-packages"))
     shipped = site / "pytest_mooncake" / "data"
     for name in ("skew/rolling-upgrade.toml", "matrices/release.toml", "clusters/example.toml",
-                 "verdicts/mooncake.toml", "report.schema.json", "allure/allurerc.json"):
+                 "verdicts/mooncake.toml", "report.schema.json", "allure/allurerc.json",
+                 "expectations/mooncake-0.3.13.post1@ha-oplog.toml", "expectations/releases.toml"):
         assert (shipped / name).is_file(), f"the wheel lacks pytest_mooncake/data/{name}"
     assert not (site / "fixtures").exists()

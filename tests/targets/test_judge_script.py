@@ -1,4 +1,4 @@
-"""scripts/judge_mooncake.py renders the README's judging section from a JSON report alone and
+"""scripts/judge_mooncake.py renders the docs' judging section (docs/reference/release-matrix.md) from a JSON report alone and
 touches nothing outside its markers (no suite run here)."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ REPORT = {
     },
 }
 TITLES = {"MR-1": "remote descriptor cached at most TTL", "MR-7": "instance_id per process"}
-README = f"""# Project
+PAGE = f"""# Project
 
 Text above, with a code span `{judge.START}`-like words but not the marker line.
 
@@ -112,6 +112,23 @@ def test_a_passing_build_has_no_fail_section_and_a_flat_report_renders():
     assert "| requirement | title | mooncake |" in text and "**FAIL** (1/2)" in text
 
 
+def test_a_version_2_report_renders_intermittent_cells_and_explains_them():
+    """Schema version 2 adds the intermittent verdict; a version 1 report (``REPORT``, the
+    stored ones) renders without it and without its explanation."""
+    assert "intermittent" not in judge.render(REPORT, TITLES)
+    doc = copy.deepcopy(REPORT)
+    doc["schema_version"] = 2
+    doc["columns"]["mooncake"]["requirements"]["MR-7"] = {
+        "verdict": "intermittent",
+        "confirmation": {"failed": 1, "judged": 3, "ratio": "1/3", "runs": [], "summary": ""},
+        "tests": [{"nodeid": "t.py::test_id[mooncake]", "outcome": "failed", "message": "late"}]}
+    text = judge.render(doc, TITLES)
+    assert "| MR-7 | instance_id per process | pass (1) | **FAIL** (1/1) | **intermittent** 1/3 |" \
+        in text
+    assert "- **intermittent k/N**: a test of it failed and, re-run" in text
+    assert "1 intermittent, 1 n/a of 2 requirements" in text
+
+
 def test_failure_lines_drop_exception_types_and_introspection():
     assert judge.what_it_did("Failed: B could not write. MR-16 requires recovery") == \
         "B could not write"
@@ -124,40 +141,40 @@ def test_failure_lines_drop_exception_types_and_introspection():
 
 def test_only_the_marked_region_changes_and_rewriting_is_idempotent():
     region = judge.render(REPORT, TITLES)
-    once = judge.replace_region(README, region)
-    head = README[: README.index(f"\n{judge.START}\n") + len(judge.START) + 2]
-    tail = README[README.index(f"\n{judge.END}\n") + 1:]
+    once = judge.replace_region(PAGE, region)
+    head = PAGE[: PAGE.index(f"\n{judge.START}\n") + len(judge.START) + 2]
+    tail = PAGE[PAGE.index(f"\n{judge.END}\n") + 1:]
     assert once.startswith(head) and once.endswith(tail)
     assert "(old generated text)" not in once and region in once
     assert judge.replace_region(once, region) == once
-    with pytest.raises(judge.StaleReadme):
-        judge.replace_region(README.replace(judge.END, ""), region)
-    with pytest.raises(judge.StaleReadme):
-        judge.replace_region(README + judge.START + "\n", region)
+    with pytest.raises(judge.StalePage):
+        judge.replace_region(PAGE.replace(judge.END, ""), region)
+    with pytest.raises(judge.StalePage):
+        judge.replace_region(PAGE + judge.START + "\n", region)
 
 
 def test_check_and_no_run_modes(tmp_path, capsys):
-    readme, report = tmp_path / "README.md", tmp_path / "report.json"
-    readme.write_text(README)
+    page, report = tmp_path / "page.md", tmp_path / "report.json"
+    page.write_text(PAGE)
     report.write_text(json.dumps(REPORT))
-    args = ["--readme", str(readme), "--report", str(report)]
+    args = ["--page", str(page), "--report", str(report)]
     assert judge.main(["--check", *args]) == 1
-    assert readme.read_text() == README
+    assert page.read_text() == PAGE
     assert judge.main(["--no-run", *args]) == 0
-    written = readme.read_text()
-    assert written.split(f"\n{judge.START}\n")[0] == README.split(f"\n{judge.START}\n")[0]
-    assert written.split(f"\n{judge.END}\n")[1] == README.split(f"\n{judge.END}\n")[1]
+    written = page.read_text()
+    assert written.split(f"\n{judge.START}\n")[0] == PAGE.split(f"\n{judge.START}\n")[0]
+    assert written.split(f"\n{judge.END}\n")[1] == PAGE.split(f"\n{judge.END}\n")[1]
     assert judge.main(["--check", *args]) == 0
-    assert judge.main(["--check", "--readme", str(readme), "--report",
+    assert judge.main(["--check", "--page", str(page), "--report",
                        str(tmp_path / "absent.json")]) == 2
     capsys.readouterr()
 
 
-def test_the_committed_readme_matches_the_committed_report():
-    """The README region names the stored report it was rendered from, and is that report's
+def test_the_committed_page_matches_the_committed_report():
+    """The page's region names the stored report it was rendered from, and is that report's
     rendering (``--check`` without a mode reads the report the region names)."""
-    source = judge.rendered_from(judge.README.read_text())
-    assert source is not None and source.exists(), f"the README region names no stored report: {source}"
+    source = judge.rendered_from(judge.PAGE.read_text())
+    assert source is not None and source.exists(), f"the page's region names no stored report: {source}"
     assert judge.main(["--check"]) == 0, "run scripts/judge_mooncake.py --no-run"
 
 
@@ -167,13 +184,13 @@ def test_check_and_no_run_read_the_report_the_region_names(tmp_path, monkeypatch
     (reports / "release.json").write_text(json.dumps(REPORT))
     monkeypatch.setattr(judge, "ROOT", tmp_path)
     monkeypatch.setattr(judge, "RELEASES_REPORT", reports / "releases.json")
-    readme = tmp_path / "README.md"
-    readme.write_text(README)
-    assert judge.main(["--no-run", "--readme", str(readme), "--target", "mooncake",
+    page = tmp_path / "page.md"
+    page.write_text(PAGE)
+    assert judge.main(["--no-run", "--page", str(page), "--target", "mooncake",
                        "--report", str(reports / "release.json")]) == 0
-    assert "from fixtures/reports/release.json;" in readme.read_text()
-    assert judge.main(["--check", "--readme", str(readme)]) == 0
-    assert judge.main(["--no-run", "--readme", str(readme)]) == 0
+    assert "from fixtures/reports/release.json;" in page.read_text()
+    assert judge.main(["--check", "--page", str(page)]) == 0
+    assert judge.main(["--no-run", "--page", str(page)]) == 0
     (reports / "release.json").write_text(json.dumps({**REPORT, "seed": 1}))
-    assert judge.main(["--check", "--readme", str(readme)]) == 1
+    assert judge.main(["--check", "--page", str(page)]) == 1
     capsys.readouterr()

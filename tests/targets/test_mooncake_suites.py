@@ -3,8 +3,9 @@
 A child pytest runs the ``[fast]`` paths of pytest_mooncake/data/verdicts/mooncake.toml with
 ``--mc-target=mooncake`` (real TransferEngine driver processes, real ``mooncake_master`` HA
 masters and ``mooncake.store`` clients on a real etcd) and writes ``--mc-report``; its verdicts
-are checked against that file, which is itself checked against the full run stored in
-fixtures/reports/release.json. Without a usable wheel this is n/a, except under ``CI=true``:
+are checked against the shipped expectations file of 0.3.13
+(pytest_mooncake/data/expectations/mooncake-0.3.13.post1@ha-oplog.toml, what ``--mc-expect``
+reads), which is itself checked against the full run stored in fixtures/reports/release.json. Without a usable wheel this is n/a, except under ``CI=true``:
 CI installs the wheel (scripts/setup.sh: ``pip install -e ".[dev,mooncake]"``), so there its
 absence is a failure, not a skip.
 """
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_mooncake.report.catalogue import load_catalogue, tomllib
+from pytest_mooncake.report.expectations import load_expectations
 from pytest_mooncake.targets import resolve_target
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +30,8 @@ VERDICTS = ROOT / "pytest_mooncake" / "data" / "verdicts" / "mooncake.toml"
 RELEASE_REPORT = ROOT / "fixtures" / "reports" / "release.json"
 EXPECTED = tomllib.loads(VERDICTS.read_text())
 TABLE = EXPECTED["mooncake"]
+EXPECTATIONS_NAME = "mooncake-0.3.13.post1@ha-oplog"
+EXPECTATIONS = load_expectations(EXPECTATIONS_NAME).single
 FAST_PATHS = EXPECTED["fast"]["paths"]
 FAST_REQUIREMENTS = EXPECTED["fast"]["requirements"]
 FAMILIES = ("MR", "CO", "MP")
@@ -50,7 +54,10 @@ run_suites, verdict_mismatches = _helpers.run_suites, _helpers.verdict_mismatche
 
 
 def expected_verdict(req: str) -> str:
-    return TABLE.get(req, TABLE["default"])
+    """The one verdict the shipped expectations file gives ``req`` (it lists every requirement
+    of the stored run, each with a single verdict)."""
+    (verdict,) = EXPECTATIONS.of(req).verdicts
+    return verdict
 
 
 def require_wheel(reason: str | None, environ: Mapping[str, str]) -> None:
@@ -102,13 +109,14 @@ def test_wheel_gate_skips_locally_and_fails_under_ci():
 
 
 def test_expected_verdicts_are_those_of_the_stored_release_run():
-    """pytest_mooncake/data/verdicts/mooncake.toml is the stored full run's mooncake column, requirement by
-    requirement, and its n/a means cover every n/a reason of that run."""
+    """The shipped expectations of 0.3.13 are the stored full run's mooncake column, requirement
+    by requirement, and the n/a means of pytest_mooncake/data/verdicts/mooncake.toml cover every
+    n/a reason of that run."""
     doc = json.loads(RELEASE_REPORT.read_text())
     column = doc["columns"]["mooncake"]["requirements"]
     reqs = [r for r in load_catalogue().requirements if r.split("-")[0] in FAMILIES]
     wrong = verdict_mismatches(column, expected_verdict, reqs)
-    assert not wrong, ("pytest_mooncake/data/verdicts/mooncake.toml disagrees with the mooncake column of "
+    assert not wrong, (f"{EXPECTATIONS.path} disagrees with the mooncake column of "
                        "fixtures/reports/release.json:\n  " + "\n  ".join(wrong))
     version = doc["judged"]["versions"]["mooncake"]
     problems = column_problems(column, version)
@@ -139,7 +147,7 @@ def test_fast_suites_give_the_expected_verdicts(fast_report):
     judged = [*FAST_REQUIREMENTS, *(r for r in observed if r not in FAST_REQUIREMENTS)]
     wrong = verdict_mismatches(observed, expected_verdict, judged)
     assert not wrong, (f"{len(wrong)} verdict(s) of the fast suites against {fast_report['_version']} "
-                       f"differ from pytest_mooncake/data/verdicts/mooncake.toml:\n  " + "\n  ".join(wrong)
+                       f"differ from {EXPECTATIONS_NAME}:\n  " + "\n  ".join(wrong)
                        + _context(fast_report))
 
 

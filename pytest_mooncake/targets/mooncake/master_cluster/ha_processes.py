@@ -30,6 +30,7 @@ from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     means_for,
     refuse_oplog,
 )
+from pytest_mooncake.targets.mooncake.master_cluster.wire_clients import MasterWireClients
 from pytest_mooncake.targets.mooncake.option_rules import (
     MOONCAKE_ETCD_ROUTING,
     check_master_options,
@@ -63,7 +64,7 @@ class _Master:
         return address.rpartition(":")[2] == str(self.rpc_port)
 
 
-class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
+class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
     """N ``mooncake_master --enable_ha`` processes (OpLog on by default) and M store clients.
 
     Every flag is spelled as the build's ``mooncake_master --help`` lists it (``master_cluster/flags``);
@@ -314,6 +315,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters):
         return "\n".join(parts)
 
     def close(self) -> None:
+        self.close_wire_clients()
         for c in self.clients:
             c.control.close()
             c.process.terminate(timeout=3)

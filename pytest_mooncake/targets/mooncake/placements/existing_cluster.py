@@ -213,6 +213,8 @@ class DeploymentPlacement:
                                             f"build's version")
         lacks[Capability.FOREIGN_MASTER] = (f"{where} does not let store clients of another "
                                             f"target attach to its masters")
+        lacks[Capability.MASTER_WIRE] = (f"{where}: the cluster target does not hand out "
+                                         f"clients of its masters' RPC")
         rdma = f"{where} offers no hook to hold, reorder or replay RDMA completions"
         lacks[Capability.RDMA_CONTROL] = rdma
         lacks[Capability.RDMA_STATE] = (f"{where} offers no view of its engines' RDMA transport "

@@ -191,6 +191,7 @@ class LocalPlacement(ProcessPlacement):
             f"version another build would (no client option sets it)")
         if Capability.MASTER_CLUSTER in lacks:
             lacks[Capability.FOREIGN_MASTER] = lacks[Capability.MASTER_CLUSTER]
+            lacks[Capability.MASTER_WIRE] = lacks[Capability.MASTER_CLUSTER]
             lacks[Capability.PROMOTABILITY] = lacks[Capability.MASTER_CLUSTER]
             lacks[Capability.MASTER_FAULT_PLANTING] = lacks[Capability.MASTER_CLUSTER]
         # planting is probed live too: plant_bad_descriptor reads the OpLog the running masters
