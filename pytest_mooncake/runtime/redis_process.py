@@ -51,9 +51,9 @@ def redis_client(address: str, timeout: float = 5.0, db: int = 0,
                        socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
 
 
-def redis_answers(address: str, timeout: float = 0.5) -> bool:
+def redis_answers(address: str, timeout: float = 0.5, password: str | None = None) -> bool:
     """Whether ``PING`` at ``address`` answers ``PONG`` within ``timeout``."""
-    client = redis_client(address, timeout=timeout)
+    client = redis_client(address, timeout=timeout, password=password)
     try:
         return bool(client.ping())
     except Exception:  # redis-py raises ConnectionError, TimeoutError, ResponseError, ...
@@ -96,7 +96,8 @@ class _RedisAddressMixin:
 
     def client(self, timeout: float = 5.0, db: int = 0) -> Any:
         """A ``redis-py`` client on this server."""
-        return redis_client(self.address, timeout=timeout, db=db)
+        return redis_client(self.address, timeout=timeout, db=db,
+                            password=getattr(self, "password", None))
 
     @property
     def uri(self) -> str:
@@ -117,7 +118,9 @@ class RedisServer(_RedisAddressMixin):
     owned = True
 
     def __init__(self, workdir: Path, log_path: Path, binary: str | None = None,
-                 ready_timeout: float | None = None):
+                 ready_timeout: float | None = None, password: str | None = None):
+        """``password``: the server requires it (``--requirepass``), as a deployment's may."""
+        self.password = password
         self.binary = binary or find_redis()
         self.ready_timeout = ready_timeout if ready_timeout is not None else ready_timeout_from_env()
         self.workdir = Path(workdir)
@@ -129,9 +132,10 @@ class RedisServer(_RedisAddressMixin):
             "--dir", str(self.workdir), "--save", "", "--appendonly", "no",
             "--daemonize", "no", "--protected-mode", "yes", "--logfile", "",
             "--loglevel", "warning", "--databases", "16",
-        ]
+        ] + (["--requirepass", password] if password else [])
         self.process = ManagedProcess(
-            "redis", argv, log_path, ready=lambda _: self.healthy(),
+            "redis", argv, log_path,
+            ready=lambda _: redis_answers(self.address, password=self.password),
             ready_timeout=self.ready_timeout,
         )
         self.process.ready.__doc__ = f"PING at {self.address} answers PONG"

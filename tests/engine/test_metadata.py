@@ -197,6 +197,26 @@ def test_redis_database_comes_from_mc_redis_db_index_as_mooncake_reads_it(mc_red
             c.close()
 
 
+def test_redis_account_comes_from_mc_redis_password_as_mooncake_reads_it(tmp_path):
+    """A Redis that requires a password: the store authenticates with ``MC_REDIS_PASSWORD``
+    (and ``MC_REDIS_USERNAME``, here the default user), and without it every operation is a
+    MetadataError naming the key and Redis' refusal."""
+    from pytest_mooncake.runtime.redis_process import RedisServer
+
+    server = RedisServer(tmp_path / "dir", tmp_path / "redis.log", password="s3cret").start()
+    host, port = server.address.rsplit(":", 1)
+    try:
+        good = RedisStore(host, int(port), environ={"MC_REDIS_PASSWORD": "s3cret",
+                                                    "MC_REDIS_USERNAME": "default"})
+        good.put("mooncake/ram/auth", b"v")
+        assert good.get("mooncake/ram/auth") == b"v"
+        with pytest.raises(MetadataError, match="mooncake/ram/auth.*(?i:auth)"):
+            RedisStore(host, int(port), environ={}).get("mooncake/ram/auth")
+        good.close()
+    finally:
+        server.close()
+
+
 # ----------------------------------------------------------------------- HTTP server API
 
 
