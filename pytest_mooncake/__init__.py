@@ -21,6 +21,7 @@ pytest_plugins = [
     "pytest_mooncake.plugin",
     "pytest_mooncake.fixtures.target_session",
     "pytest_mooncake.fixtures.etcd_store",
+    "pytest_mooncake.fixtures.redis_store",
     "pytest_mooncake.fixtures.network_faults",
     "pytest_mooncake.fixtures.engine_factories",
     "pytest_mooncake.fixtures.master_clusters",

@@ -21,7 +21,7 @@ from pytest_mooncake.config.item_facts import (
     skew_pair_involves_target,
     target_for,
 )
-from pytest_mooncake.config.run_matrices import load_matrix_columns
+from pytest_mooncake.config.run_matrices import load_matrix
 from pytest_mooncake.config.stash_keys import (
     MC_CONFIG,
     MC_MATRIX,
@@ -140,14 +140,15 @@ def _rerun_outputs(config: pytest.Config, directory: Path) -> dict[str, str]:
 def _resolve_targets(mc_config: mc_options.McConfig, rootpath: Path) -> dict[str, Target]:
     """The session's targets by label: ``--mc-target``, or a ``--mc-matrix``'s columns."""
     if mc_config.matrix:
-        specs = load_matrix_columns(mc_config.matrix, rootpath)
+        columns = [(c.target, {"metadata": c.metadata, "ha": c.ha})
+                   for c in load_matrix(mc_config.matrix, rootpath)]
         where = f"--mc-matrix={mc_config.matrix}"
     else:
-        specs, where = [mc_config.target], "--mc-target"
+        columns, where = [(mc_config.target, {})], "--mc-target"
     targets: dict[str, Target] = {}
-    for spec in specs:
+    for spec, backends in columns:
         try:
-            target = resolve_target(spec)
+            target = resolve_target(spec).with_backends(**backends)
         except UnknownTarget as exc:
             raise pytest.UsageError(f"{where}: {exc}") from None
         targets.setdefault(target.label, target)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the README's commands need on a fresh machine; cheap to run again.
-#  - as root on Debian/Ubuntu: etcd-server, a C compiler (the CUDA driver stand-in is built with
+#  - as root on Debian/Ubuntu: etcd-server, redis-server, a C compiler (the CUDA driver stand-in is built with
 #    it), the lab's sshd/nft/iptables and the RDMA/NUMA libraries the Mooncake wheel links, only
 #    those that are missing, waiting for a dpkg lock another apt run holds
 #  - gcc + rdma-core's headers (libibverbs-dev) for the emulated libibverbs the plugin builds,
@@ -25,6 +25,8 @@ source scripts/apt-helpers.sh
 
 missing=()
 if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then missing+=(etcd-server); fi
+# Redis for the redis:// metadata backend and Redis-backed master HA (mc_redis, --mc-metadata=redis)
+if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then missing+=(redis-server); fi
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then missing+=(gcc); fi
 # the network-namespace lab (pytest_mooncake/lab): an sshd per node, the nodes' firewall tools
 for pair in /usr/sbin/sshd:openssh-server /usr/sbin/nft:nftables /usr/sbin/iptables:iptables; do

@@ -40,6 +40,18 @@ OPTIONS: tuple[Option, ...] = (
            + known_targets_text() + ".", "NAME[:VARIANT]"),
     Option("etcd", "", "comma-separated host:port of an existing etcd cluster to use (never "
            "stopped by the plugin). Default: start one etcd per xdist worker.", "HOST:PORT,..."),
+    Option("redis", "", "host:port of an existing Redis to use (never stopped by the plugin; no "
+           "password, database 0). Default: start one redis-server per xdist worker when a "
+           "test asks for Redis.", "HOST:PORT"),
+    Option("metadata", "etcd", "the transfer-engine metadata backend of the deployment: etcd, "
+           "redis (redis://HOST:PORT, Mooncake's Redis plugin), http (the target's own HTTP "
+           "metadata server: for real builds the wheel's mooncake.http_metadata_server) or "
+           "http:reference (the reference engine's HTTP metadata server, for any target). "
+           "Tests that name their store keep it. Default: etcd.",
+           "etcd|redis|http|http:reference"),
+    Option("ha", "etcd", "the backend of master HA (leader election, OpLog where the release "
+           "keeps it there): etcd or redis (mooncake_master --ha_backend_type). Default: etcd.",
+           "etcd|redis"),
     Option("toxiproxy", "", "base URL of a real Toxiproxy server for network faults. Default: "
            "start the plugin's embedded Toxiproxy-compatible server.", "URL"),
     Option("seed", "", "integer seed driving every random choice (workloads, faults, "
@@ -103,6 +115,11 @@ class McConfig:
     replay: str | None
     chaos_seconds: float
     matrix: str | None = None
+    redis: str | None = None
+    metadata: str = "etcd"
+    """The deployment's metadata backend (``--mc-metadata``)."""
+    ha: str = "etcd"
+    """The deployment's master HA backend (``--mc-ha``)."""
     only: tuple[str, ...] = ()
     fail_on: FailOn = field(default_factory=FailOn)
     """What the run must have judged (``report/ci_contract.py``)."""
@@ -151,6 +168,29 @@ def _positive_int(name: str, value: str) -> int:
     if n <= 0:
         raise pytest.UsageError(f"--mc-{name} must be a positive integer (got {value!r})")
     return n
+
+
+METADATA_BACKENDS = ("etcd", "redis", "http", "http:reference")
+HA_BACKENDS = ("etcd", "redis")
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    chosen = value.strip().lower() or allowed[0]
+    if chosen not in allowed:
+        raise pytest.UsageError(
+            f"--mc-{name} must be one of {', '.join(allowed)} (got {value!r})")
+    return chosen
+
+
+def _hostport(name: str, value: str) -> str | None:
+    value = value.strip()
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise pytest.UsageError(
+            f"--mc-{name} takes host:port (got {value!r}); e.g. --mc-{name}=127.0.0.1:6379")
+    return value
 
 
 def _non_negative_int(name: str, value: str) -> int:
@@ -247,6 +287,9 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         replay=raw["replay"].strip() or None,
         chaos_seconds=chaos,
         matrix=raw["matrix"].strip() or None,
+        redis=_hostport("redis", raw.get("redis", "")),
+        metadata=_choice("metadata", raw.get("metadata", ""), METADATA_BACKENDS),
+        ha=_choice("ha", raw.get("ha", ""), HA_BACKENDS),
         only=tuple(x.strip().upper() for x in raw["only"].split(",") if x.strip()),
         fail_on=parse_fail_on(raw.get("fail_on", "never")),
         confirm=_non_negative_int("confirm", raw.get("confirm", "2").strip()),

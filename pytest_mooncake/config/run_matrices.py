@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.schemas.run_matrix import RunMatrixFile
+from pytest_mooncake.schemas.run_matrix import RunColumn, RunMatrixFile
 from pytest_mooncake.schemas.shipped_files import NotShipped, find
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
 
 
-def load_matrix_columns(spec: str, rootdir: Path) -> list[str]:
-    """Target specs of a matrix file (``schemas/run_matrix.py``). ``spec`` is a path, or the
-    name of a shipped matrix (``reference-profiles``, ``release``) or of one in the project's
-    own ``fixtures/matrices/``."""
+def load_matrix(spec: str, rootdir: Path) -> list[RunColumn]:
+    """The columns of a matrix file (``schemas/run_matrix.py``): target spec and the backends
+    each is deployed on. ``spec`` is a path, or the name of a shipped matrix
+    (``reference-profiles``, ``release``, ``backends``) or of one in the project's own
+    ``fixtures/matrices/``."""
     try:
         path = find("matrices", spec, [rootdir])
     except NotShipped as exc:
@@ -23,4 +24,4 @@ def load_matrix_columns(spec: str, rootdir: Path) -> list[str]:
         doc = load(RunMatrixFile, path)
     except SchemaError as exc:
         raise pytest.UsageError(f"--mc-matrix={exc}") from None
-    return [column.target for column in doc.column]
+    return list(doc.column)

@@ -3,9 +3,13 @@ targets, a matrix column each.
 
     [[column]]
     target = "reference:legacy"         # as --mc-target spells it
+    metadata = "redis"                  # optional: the column's --mc-metadata (etcd|redis|http|http:reference)
+    ha = "etcd"                         # optional: the column's --mc-ha (etcd|redis)
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -15,6 +19,11 @@ from pytest_mooncake.schemas.toml_documents import StrictTable, TargetSpec
 class RunColumn(StrictTable):
     target: TargetSpec = Field(
         description='the target of this column, as --mc-target spells it ("NAME[:VARIANT]")')
+    metadata: Literal["etcd", "redis", "http", "http:reference"] | None = Field(
+        None, description="the column's transfer-engine metadata backend (as --mc-metadata); "
+                          "default: the session's")
+    ha: Literal["etcd", "redis"] | None = Field(
+        None, description="the column's master HA backend (as --mc-ha); default: the session's")
 
 
 class RunMatrixFile(StrictTable):

@@ -52,6 +52,8 @@ class Capability(str, enum.Enum):
     """Read refresh/replacement/retire/exhaustion counters of an engine."""
     METADATA_ETCD = "metadata_etcd"
     METADATA_HTTP = "metadata_http"
+    METADATA_REDIS = "metadata_redis"
+    """Engines on ``redis://HOST:PORT`` metadata (Mooncake's Redis plugin)."""
     METADATA_FAULTS = "metadata_faults"
     """Route an engine's metadata traffic through a fault proxy."""
     RDMA_CONTROL = "rdma_control"
@@ -63,6 +65,9 @@ class Capability(str, enum.Enum):
     and retire causes, rail error/pause state, queued slices, completion tokens."""
     MASTER_CLUSTER = "master_cluster"
     """Start, kill and observe HA masters and store clients."""
+    HA_REDIS = "ha_redis"
+    """HA masters that elect their leader (and keep their OpLog, where the build keeps one)
+    in Redis: ``mooncake_master --ha_backend_type=redis`` (``--mc-ha=redis``)."""
     MASTER_SNAPSHOT = "master_snapshot"
     """Masters that write and restore snapshots."""
     MASTER_FAULT_PLANTING = "master_fault_planting"
@@ -485,6 +490,12 @@ def dedicated_poller_env(value: bool | str) -> dict[str, str]:
 # ---------------------------------------------------------------------------------- target
 
 
+METADATA_CAPABILITIES = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP,
+                         "http:reference": Capability.METADATA_HTTP,
+                         "redis": Capability.METADATA_REDIS}
+"""The capability a metadata store of each kind needs."""
+
+
 @dataclass
 class TargetContext:
     """What the plugin hands a target when the session opens it."""
@@ -493,6 +504,8 @@ class TargetContext:
     workdir: Path
     etcd_endpoints: Any = None
     """A callable returning ``list[str]`` of ``host:port``; starts etcd on first use."""
+    redis_address: Any = None
+    """A callable returning the ``host:port`` of the session Redis; starts it on first use."""
     supervisor: Any = None
     options: dict[str, Any] = field(default_factory=dict)
     bind_host: str = "127.0.0.1"
@@ -518,11 +531,26 @@ class Target:
 
     def __init__(self, variant: str | None = None):
         self.variant = variant
+        self.backends: dict[str, str] = {}
+        """Backends of this column (``with_backends``), over the session's options."""
 
     @property
     def label(self) -> str:
-        """The matrix column name: ``kind`` or ``kind:variant``."""
+        """The matrix column name: ``plain_label``, with ``+metadata=B``/``+ha=B`` for a column
+        deployed on backends other than etcd (``with_backends``)."""
+        return self.plain_label + "".join(
+            f"+{k}={v.replace(':', '-')}" for k, v in sorted(self.backends.items()) if v != "etcd")
+
+    @property
+    def plain_label(self) -> str:
+        """The target as ``--mc-target`` spells it: ``kind`` or ``kind:variant``."""
         return f"{self.kind}:{self.variant}" if self.variant else self.kind
+
+    def with_backends(self, **backends: str | None) -> Target:
+        """Deploy this target on these backends (``metadata``, ``ha``) whatever the session's
+        ``--mc-metadata``/``--mc-ha`` say: a matrix column's own choice."""
+        self.backends.update({k: v for k, v in backends.items() if v})
+        return self
 
     @property
     def version(self) -> str:
@@ -560,9 +588,18 @@ class Target:
     # Component factories. Targets override what they support.
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
         raise TargetLacks(
-            Capability.METADATA_HTTP if kind == "http" else Capability.METADATA_ETCD,
+            METADATA_CAPABILITIES.get(kind, Capability.METADATA_ETCD),
             f"target {self.label} provides no {kind} metadata store",
         )
+
+    def deployment_backends(self) -> dict[str, str]:
+        """The backends this session deploys the target on (``--mc-metadata``, ``--mc-ha``):
+        ``{"metadata": "etcd"|"redis"|"http", "ha": "etcd"|"redis"}``; a field of the report
+        column's deployment record."""
+        options = getattr(getattr(self, "ctx", None), "options", None) or {}
+        chosen = {key: options.get(key) or "etcd" for key in ("metadata", "ha")}
+        chosen.update(getattr(self, "backends", {}))
+        return chosen
 
     def start_engine(
         self, segment: str, metadata: MetadataHandle, **options: Any

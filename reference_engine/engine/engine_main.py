@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
                "--metadata 127.0.0.1:2379 --ttl-ms 200")
     p.add_argument("--name", required=True, help="segment name")
     p.add_argument("--metadata", required=True,
-                   help="etcd://h:p[;h:p], h:p (etcd) or http://h:p/metadata")
+                   help="etcd://h:p[;h:p], h:p (etcd), redis://h:p or http://h:p/metadata")
     p.add_argument("--protocol", default="tcp", choices=["tcp"],
                    help="transport of the data path (tcp; RDMA runs in the simulator)")
     p.add_argument("--profile", default="rfc", choices=sorted(PROFILES),

@@ -1,7 +1,7 @@
 """Metadata backends behind one small interface, and Mooncake's key layout.
 
 ``open_store(uri)`` takes a connection string as Mooncake spells it (``etcd://h:p[;h:p]``, a
-bare ``h:p`` meaning etcd, ``http://h:p/metadata``) and returns a ``MetadataStore``.
+bare ``h:p`` meaning etcd, ``redis://h:p``, ``http://h:p/metadata``) and returns a ``MetadataStore``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ def open_store(uri: str, timeout: float = 3.0) -> MetadataStore:
         from reference_engine.metadata.etcd_store import EtcdStore
 
         return EtcdStore(parsed.endpoints, timeout=timeout)
+    if parsed.kind == "redis":
+        from reference_engine.metadata.redis_store import RedisStore
+
+        (host, port), = parsed.endpoints
+        return RedisStore(host, port, timeout=timeout)
     if parsed.kind == "http":
         from reference_engine.metadata.http_store import HttpStore
 

@@ -13,7 +13,7 @@ class MetadataUriError(ValueError):
 @dataclass(frozen=True)
 class MetadataUri:
     kind: str
-    """``etcd``, ``http`` or ``memory`` (tests only)."""
+    """``etcd``, ``redis``, ``http`` or ``memory`` (tests only)."""
     endpoints: tuple[tuple[str, int], ...] = ()
     url: str = ""
     name: str = ""
@@ -31,7 +31,8 @@ def _host_port(text: str, uri: str) -> tuple[str, int]:
 
 
 def parse_uri(uri: str) -> MetadataUri:
-    """``etcd://h:p[;h:p]``, bare ``h:p[;h:p]`` (= etcd), ``http(s)://h:p/path``, ``memory://n``."""
+    """``etcd://h:p[;h:p]``, bare ``h:p[;h:p]`` (= etcd), ``redis://h:p``, ``http(s)://h:p/path``,
+    ``memory://n``."""
     if not isinstance(uri, str) or not uri.strip():
         raise MetadataUriError("metadata URI is empty")
     uri = uri.strip()
@@ -59,10 +60,14 @@ def parse_uri(uri: str) -> MetadataUri:
     if scheme == "memory":
         return MetadataUri("memory", name=rest)
     if scheme == "redis":
-        raise MetadataUriError(f"metadata URI {uri!r}: redis is not supported by this engine")
+        parts = [p for p in rest.split(";") if p.strip()]
+        if len(parts) != 1:
+            raise MetadataUriError(
+                f"metadata URI {uri!r}: redis takes one host:port, e.g. redis://127.0.0.1:6379")
+        return MetadataUri("redis", endpoints=(_host_port(parts[0], uri),))
     if uri == "P2PHANDSHAKE":
         raise MetadataUriError("P2PHANDSHAKE mode has no metadata store; not supported here")
     raise MetadataUriError(
-        f"metadata URI {uri!r}: unknown scheme {scheme!r}; use etcd://h:p, h:p or "
-        f"http://h:p/metadata"
+        f"metadata URI {uri!r}: unknown scheme {scheme!r}; use etcd://h:p, h:p, "
+        f"redis://h:p or http://h:p/metadata"
     )

@@ -107,7 +107,7 @@ def test_remote_descriptor_is_not_cached_for_ever_by_default(mc_engine, mc_metad
 
 @pytest.mark.mc_req("MR-1", "MR-3")
 @pytest.mark.mc_demands("cache_ttl")
-@pytest.mark.parametrize("mc_metadata", ["etcd", "http"], indirect=True)
+@pytest.mark.parametrize("mc_metadata", ["etcd", "redis", "http"], indirect=True)
 def test_remote_descriptor_is_refetched_after_the_ttl(mc_engine, mc_metadata):
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
@@ -242,15 +242,16 @@ LOOKUPS = 20
 
 
 @pytest.mark.mc_req("MR-2")
-@pytest.mark.parametrize("mc_metadata", ["http"], indirect=True)
+@pytest.mark.parametrize("mc_metadata", ["redis", "http"], indirect=True)
 def test_lookups_within_the_ttl_send_nothing_to_the_store(mc_engine, mc_metadata,
                                                           proxied_metadata, mc_faults):
     """MR-2 judged on the wire. Lookups alone cannot tell a cache that quietly re-reads the
     value on every hit (keeping its snapshot while the read agrees or fails) from one that does
     no I/O: both serve the cached descriptor. The proxy B alone reaches the store through can:
     its byte counters (Toxiproxy's ``toxiproxy_proxy_received_bytes_total``) say whether B sent
-    anything. HTTP metadata only: each request is bytes on a connection and an idle HTTP client
-    sends nothing (a gRPC channel to etcd may send keepalive pings of its own accord)."""
+    anything. HTTP and Redis metadata only: each request is bytes on a connection and an idle
+    HTTP or Redis client sends nothing (a gRPC channel to etcd may send keepalive pings of its
+    own accord)."""
     b, first = caching_through(proxied_metadata, mc_engine, mc_metadata)
     plant(mc_metadata, "seg-a", with_probe_buffer(first, "probe-v2", first=True))
     name = proxied_metadata[0].name
@@ -316,18 +317,26 @@ def test_failed_refresh_keeps_the_previous_snapshot(mc_engine, mc_metadata, prox
 
 @pytest.mark.mc_req("MR-4")
 @pytest.mark.mc_demands("cache_ttl")
-@pytest.mark.parametrize("mc_metadata", ["etcd", "http"], indirect=True)
+@pytest.mark.parametrize("mc_metadata", ["etcd", "redis", "http"], indirect=True)
 def test_malformed_values_never_replace_a_valid_snapshot(mc_engine, mc_metadata):
     mc_engine("seg-a")
     b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
     good = published(mc_metadata, "seg-a")
     assert shows(b.lookup("seg-a"), good), described(b.lookup("seg-a"))
+    held = 0
     for bad in malformed_values(good):
-        plant(mc_metadata, "seg-a", bad.raw)
+        try:
+            plant(mc_metadata, "seg-a", bad.raw)
+        except (OSError, RuntimeError):
+            # the store itself refuses the value (0.3.14's HTTP server answers 413 to the
+            # 1.4 MB one): no engine can ever read it from there, so there is nothing to judge
+            continue
+        held += 1
         keeps_serving(b, "seg-a", good, 2 * ttl_s(b, SHORT_TTL_MS),
                   f"B keeping A's valid descriptor after {bad.why} ({bad.name}) was planted "
                   f"(MR-4: a malformed refresh never overwrites a valid snapshot)")
         assert b.alive(), f"B crashed on a malformed descriptor: {bad.why}"
+    assert held, f"{mc_metadata.uri} refused every malformed value the test planted"
 
 
 @pytest.mark.mc_req("MR-3", "MR-4")

@@ -20,6 +20,7 @@ from reference_engine.metadata.etcd_store import EtcdStore
 from reference_engine.metadata.http_server import MetadataHttpServer
 from reference_engine.metadata.http_store import HttpStore
 from reference_engine.metadata.memory_store import MemoryStore
+from reference_engine.metadata.redis_store import RedisStore, db_index_from_env
 
 
 @pytest.mark.parametrize("uri, kind, detail", [
@@ -28,11 +29,12 @@ from reference_engine.metadata.memory_store import MemoryStore
     ("etcd://127.0.0.1:1;127.0.0.1:2", "etcd", (("127.0.0.1", 1), ("127.0.0.1", 2))),
     ("etcd://[::1]:2379", "etcd", (("::1", 2379),)),
     ("http://127.0.0.1:8080/metadata", "http", "http://127.0.0.1:8080/metadata"),
+    ("redis://127.0.0.1:6379", "redis", (("127.0.0.1", 6379),)),
 ])
 def test_uris_as_mooncake_spells_them(uri, kind, detail):
     parsed = parse_uri(uri)
     assert parsed.kind == kind
-    assert (parsed.endpoints if kind == "etcd" else parsed.url) == detail
+    assert (parsed.url if kind == "http" else parsed.endpoints) == detail
 
 
 @pytest.mark.parametrize("uri, words", [
@@ -41,7 +43,8 @@ def test_uris_as_mooncake_spells_them(uri, kind, detail):
     ("etcd://localhost", "not host:port"),
     ("etcd://h:99999", "bad port"),
     ("http://127.0.0.1:8080", "needs the path"),
-    ("redis://127.0.0.1:6379", "redis is not supported"),
+    ("redis://127.0.0.1", "not host:port"),
+    ("redis://a:1;b:2", "redis takes one host:port"),
     ("P2PHANDSHAKE", "P2PHANDSHAKE"),
     ("ftp://x:1/y", "unknown scheme 'ftp'"),
 ])
@@ -67,7 +70,7 @@ def http_server():
     server.stop()
 
 
-@pytest.fixture(params=["memory", "etcd", "http"])
+@pytest.fixture(params=["memory", "etcd", "redis", "http"])
 def store(request, tmp_path):
     if request.param == "memory":
         yield MemoryStore()
@@ -75,6 +78,15 @@ def store(request, tmp_path):
     if request.param == "etcd":
         etcd = request.getfixturevalue("mc_etcd")
         s = open_store(etcd.uri)
+        prefix = f"test/{tmp_path.name}/"
+        yield _Prefixed(s, prefix)
+        for key in s.keys(prefix):
+            s.delete(key)
+        s.close()
+        return
+    if request.param == "redis":
+        redis = request.getfixturevalue("mc_redis")
+        s = open_store(redis.uri)
         prefix = f"test/{tmp_path.name}/"
         yield _Prefixed(s, prefix)
         for key in s.keys(prefix):
@@ -145,9 +157,64 @@ def test_unreachable_stores_raise_metadata_error_naming_the_key():
 
     port = free_port()
     for s in (EtcdStore([("127.0.0.1", port)], timeout=1),
+              RedisStore("127.0.0.1", port, timeout=1),
               HttpStore(f"http://127.0.0.1:{port}/metadata", timeout=1)):
         with pytest.raises(MetadataError, match="mooncake/ram/x"):
             s.get("mooncake/ram/x")
+
+
+def test_redis_keys_are_mooncakes_plain_strings_with_glob_characters_kept_literal(mc_redis):
+    """Mooncake's plugin stores each key as a plain Redis string (GET/SET/DEL); a key prefix
+    with SCAN's glob characters must list only its own keys."""
+    s = open_store(mc_redis.uri)
+    raw = mc_redis.client()
+    try:
+        s.put("test/glob/mooncake/ram/[::1]:1", b'{"a":1}\n')
+        s.put("test/glob/mooncake/ram/x1", b"other")
+        assert raw.type("test/glob/mooncake/ram/[::1]:1") == b"string"
+        assert raw.get("test/glob/mooncake/ram/[::1]:1") == b'{"a":1}\n'
+        assert s.keys("test/glob/mooncake/ram/[") == ["test/glob/mooncake/ram/[::1]:1"]
+    finally:
+        for key in s.keys("test/glob/"):
+            s.delete(key)
+        s.close()
+        raw.close()
+
+
+def test_redis_database_comes_from_mc_redis_db_index_as_mooncake_reads_it(mc_redis):
+    assert [db_index_from_env({"MC_REDIS_DB_INDEX": v}) for v in ("3", "255", "256", "-1",
+                                                                   "x", "")] == [3, 255, 0, 0, 0, 0]
+    host, port = mc_redis.address.rsplit(":", 1)
+    s = RedisStore(host, int(port), environ={"MC_REDIS_DB_INDEX": "5"})
+    db5, db0 = mc_redis.client(db=5), mc_redis.client(db=0)
+    try:
+        s.put("test/db-index", b"5")
+        assert db5.get("test/db-index") == b"5"
+        assert db0.get("test/db-index") is None
+    finally:
+        s.delete("test/db-index")
+        for c in (s, db5, db0):
+            c.close()
+
+
+def test_redis_account_comes_from_mc_redis_password_as_mooncake_reads_it(tmp_path):
+    """A Redis that requires a password: the store authenticates with ``MC_REDIS_PASSWORD``
+    (and ``MC_REDIS_USERNAME``, here the default user), and without it every operation is a
+    MetadataError naming the key and Redis' refusal."""
+    from pytest_mooncake.runtime.redis_process import RedisServer
+
+    server = RedisServer(tmp_path / "dir", tmp_path / "redis.log", password="s3cret").start()
+    host, port = server.address.rsplit(":", 1)
+    try:
+        good = RedisStore(host, int(port), environ={"MC_REDIS_PASSWORD": "s3cret",
+                                                    "MC_REDIS_USERNAME": "default"})
+        good.put("mooncake/ram/auth", b"v")
+        assert good.get("mooncake/ram/auth") == b"v"
+        with pytest.raises(MetadataError, match="mooncake/ram/auth.*(?i:auth)"):
+            RedisStore(host, int(port), environ={}).get("mooncake/ram/auth")
+        good.close()
+    finally:
+        server.close()
 
 
 # ----------------------------------------------------------------------- HTTP server API

@@ -17,11 +17,11 @@ def _reference_only(mc_target):
 def test_reference_target_declares_its_engine_capabilities(mc_target):
     for cap in (Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
                 Capability.CACHE_CONTROL, Capability.ENGINE_COUNTERS,
-                Capability.METADATA_ETCD, Capability.METADATA_HTTP):
+                Capability.METADATA_ETCD, Capability.METADATA_HTTP, Capability.METADATA_REDIS):
         assert mc_target.missing(cap) is None
 
 
-@pytest.mark.parametrize("mc_metadata", ["etcd", "http"], indirect=True)
+@pytest.mark.parametrize("mc_metadata", ["etcd", "redis", "http"], indirect=True)
 def test_mc_engine_starts_reference_engines(mc_engine, mc_metadata, tmp_path):
     assert isinstance(mc_metadata, MetadataHandle)
     a = mc_engine(f"{tmp_path.name}-a", buffer_size=1 << 16)
@@ -39,6 +39,63 @@ def test_mc_engine_starts_reference_engines(mc_engine, mc_metadata, tmp_path):
     assert "published" in a.logs()
 
 
+def test_a_redis_engine_publishes_mooncakes_json_as_a_plain_string(mc_engine, mc_redis,
+                                                                   tmp_path):
+    """On ``redis://`` the engine's descriptor is one Redis string under the etcd key name,
+    holding the descriptor's JSON text, as Mooncake's Redis plugin writes it."""
+    import json
+
+    from pytest_mooncake.targets.reference.engines import RedisMetadataHandle
+
+    store = RedisMetadataHandle(mc_redis.address)
+    a = mc_engine(f"{tmp_path.name}-a", metadata=store)
+    raw = mc_redis.client()
+    key = store.segment_key(a.segment)
+    assert key == f"mooncake/ram/{a.segment}"
+    assert raw.type(key) == b"string"
+    assert json.loads(raw.get(key))["name"] == a.segment
+    a.stop()
+    assert raw.get(key) is None, "a stopped engine left its descriptor in Redis"
+    store.close()
+
+
+def test_the_metadata_axis_picks_the_default_store(pytester):
+    """``--mc-metadata`` (or the ini key) sets the store a test gets when it names none, and the
+    target reports it among its deployment backends; a test that names its store keeps it."""
+    pytester.makepyfile("""
+        import pytest
+        def test_default(mc_metadata, mc_target):
+            print("KIND", mc_metadata.kind, mc_target.deployment_backends())
+        @pytest.mark.parametrize("mc_metadata", ["etcd"], indirect=True)
+        def test_named(mc_metadata):
+            assert mc_metadata.kind == "etcd"
+    """)
+    result = pytester.runpytest_subprocess("-s", "--mc-metadata=redis", "--mc-ha=redis")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*KIND redis {'metadata': 'redis', 'ha': 'redis'}*"])
+    pytester.makeini("[pytest]\nmc_metadata = http\n")
+    result = pytester.runpytest_subprocess("-s")
+    result.stdout.fnmatch_lines(["*KIND http {'metadata': 'http', 'ha': 'etcd'}*"])
+    bad = pytester.runpytest_subprocess("--mc-metadata=zookeeper")
+    assert bad.ret != 0
+    bad.stderr.fnmatch_lines(["*--mc-metadata must be one of etcd, redis, http, http:reference (got 'zookeeper')*"])
+
+
+def test_a_tests_planted_values_do_not_outlive_it(pytester):
+    """``mc_engine`` deletes what is left under its engines' segment keys when the test ends:
+    the store is shared by every test and matrix column of a worker, and a real build's engine
+    will not start on a malformed value under its own name."""
+    pytester.makepyfile("""
+        def test_plants(mc_engine, mc_metadata):
+            mc_engine("seg-left")
+            mc_metadata.put(mc_metadata.segment_key("seg-left"), b"[1, 2]")
+        def test_sees_nothing(mc_metadata):
+            assert mc_metadata.get(mc_metadata.segment_key("seg-left")) is None
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "--mc-metadata=redis")
+    result.assert_outcomes(passed=2)
+
+
 def test_unknown_engine_options_are_named(mc_engine):
     from pytest_mooncake.targets.base import TargetError
 
@@ -46,7 +103,7 @@ def test_unknown_engine_options_are_named(mc_engine):
         mc_engine("x", warp_speed=9)
 
 
-@pytest.mark.parametrize("mc_metadata", ["etcd", "http"], indirect=True)
+@pytest.mark.parametrize("mc_metadata", ["etcd", "redis", "http"], indirect=True)
 def test_metadata_through_a_proxy_address_keeps_raw_access_on_the_store(mc_metadata):
     from pytest_mooncake.runtime.ports import free_port
 

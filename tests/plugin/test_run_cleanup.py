@@ -1,5 +1,5 @@
-"""A run leaves nothing behind: no process, no etcd data directory, no port claim, also when a
-test fails, on Ctrl-C and when pytest itself is SIGKILLed; a crashed xdist worker is an error
+"""A run leaves nothing behind: no process (etcd, redis-server, children), no etcd data
+directory, no port claim, also when a test fails, on Ctrl-C and when pytest itself is SIGKILLed; a crashed xdist worker is an error
 verdict of the requirements its test names.
 
 Each inner run is a real pytest process with a private ``TMPDIR`` (its port claims live there)
@@ -28,8 +28,9 @@ HOLDING_SUITE = """
 import os, pathlib, sys, time, pytest
 
 @pytest.mark.parametrize("outcome", [{outcome!r}])
-def test_holds(mc_etcd, mc_processes, outcome):
+def test_holds(mc_etcd, mc_redis, mc_processes, outcome):
     mc_etcd.client().put("/k", "v")
+    mc_redis.client().set("k", "v")
     mc_processes.start("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"])
     pathlib.Path(os.environ["READY_FILE"]).write_text(str(os.getpid()))
     if outcome == "wait":

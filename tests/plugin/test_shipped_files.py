@@ -68,6 +68,6 @@ def test_shipped_names_work_from_a_project_that_is_not_this_repo(pytester: pytes
     result = pytester.runpytest("-p", "no:cacheprovider", "--mc-matrix=no-such-matrix")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--mc-matrix=no-such-matrix: no such file*shipped run matrices (--mc-matrix): "
-                                 "reference-profiles, release*"])
+                                 "backends, reference-profiles, release*"])
     result = pytester.runpytest("-p", "no:cacheprovider", "--mc-target=cluster:example", "--co")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()

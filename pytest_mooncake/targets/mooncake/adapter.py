@@ -26,6 +26,7 @@ from pytest_mooncake.targets.base import (
     StoreClientHandle,
     Target,
     TargetContext,
+    TargetError,
     TargetLacks,
 )
 from pytest_mooncake.targets.mooncake.deployment_profiles import (
@@ -80,7 +81,8 @@ class Placement(Protocol):
 
 
 
-METADATA_KINDS = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP}
+METADATA_KINDS = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP,
+                  "http:reference": Capability.METADATA_HTTP, "redis": Capability.METADATA_REDIS}
 _probes = itertools.count(1)
 
 
@@ -108,12 +110,13 @@ class MooncakeFamilyTarget(Target):
 
     @property
     def build_label(self) -> str:
-        """The build this column judges, without its profile."""
-        return super().label
+        """The build this column judges, without its profile or backends."""
+        return super().plain_label
 
     @property
-    def label(self) -> str:
-        """``build_label``, then ``@PROFILE`` unless the profile is the default one."""
+    def plain_label(self) -> str:
+        """``build_label``, then ``@PROFILE`` unless the profile is the default one (the column's
+        ``label`` adds its backends, ``Target.label``)."""
         return self.build_label + label_suffix(self.profile)
 
     def deployment(self) -> dict[str, Any]:
@@ -174,7 +177,8 @@ class MooncakeFamilyTarget(Target):
 
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
         if kind not in METADATA_KINDS:
-            raise ValueError(f"metadata kind {kind!r}: Mooncake targets offer etcd and http")
+            raise ValueError(f"metadata kind {kind!r}: Mooncake targets offer etcd, redis, "
+                             f"http and http:reference")
         self._require(METADATA_KINDS[kind])
         return self.placement.metadata_store(kind)
 
@@ -232,7 +236,27 @@ class MooncakeFamilyTarget(Target):
         self._require(Capability.MASTER_CLUSTER)
         self._refuse_unhonoured("master_cluster", options, self.placement.master_options,
                                 Capability.MASTER_CLUSTER)
+        self._require_ha_backend()
         return self.placement.master_cluster(masters, clients, options)
+
+    def _require_ha_backend(self) -> None:
+        """Masters on the deployment's HA backend (``--mc-ha``): etcd as ever; another one only
+        where the build's master, started on it in this session, runs (else n/a with what it
+        answered: ``backend_probes.master_accepts``)."""
+        backend = self.deployment_backends()["ha"]
+        if backend == "etcd":
+            return
+        ask = getattr(self.placement, "ha_backend_answer", None)
+        if ask is None:
+            raise TargetLacks(Capability.HA_REDIS, f"{self.label} deploys its masters on etcd "
+                                                   f"only; --mc-ha={backend} asks for {backend}")
+        answer = ask(backend)
+        if not answer.accepted:
+            raise TargetLacks(Capability.HA_REDIS, answer.answer)
+        raise TargetError(
+            f"{self.version}'s mooncake_master runs on --ha_backend_type={backend} ({answer.answer}) "
+            f"but the mooncake target does not yet start master clusters on it: a harness gap, "
+            f"not a verdict")
 
     def rdma(self, **options: Any) -> Any:
         """The build's engines on a verbs layer the test controls (``emulated_rdma.py``);

@@ -1,5 +1,6 @@
-"""Metadata stores real Mooncake engines publish to: the session etcd, or the wheel's own HTTP
-metadata server (``python -m mooncake.http_metadata_server``) on loopback."""
+"""Metadata stores real Mooncake engines publish to: the session etcd, the session Redis (for a
+build that takes ``redis://``), or the wheel's own HTTP metadata server
+(``python -m mooncake.http_metadata_server``) on loopback."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from pytest_mooncake.runtime.etcd_process import etcd_client
 from pytest_mooncake.runtime.loopback_http import http_request
 from pytest_mooncake.runtime.processes import ManagedProcess
+from pytest_mooncake.runtime.redis_process import redis_client
 
 KEY_PREFIX = "mooncake/"
 
@@ -62,6 +64,55 @@ class EtcdMetadata:
 
     def through(self, address: str) -> EtcdMetadata:
         return EtcdMetadata([address], origin=self._origin)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class RedisMetadata:
+    """A Redis reached at ``address`` (possibly a fault proxy in front), with Mooncake's Redis
+    layout: the etcd key names, each a plain string holding the descriptor's JSON."""
+
+    kind = "redis"
+
+    def __init__(self, address: str, origin: str | None = None):
+        self.endpoints = [address]
+        self._origin = origin or address
+        self._client: Any = None
+
+    @property
+    def uri(self) -> str:
+        return "redis://" + self.endpoints[0]
+
+    @property
+    def address(self) -> str:
+        return self._origin
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            self._client = redis_client(self._origin, timeout=5)
+        return self._client
+
+    def get(self, key: str) -> bytes | None:
+        return self._redis().get(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self._redis().set(key, bytes(value))
+
+    def delete(self, key: str) -> bool:
+        return bool(self._redis().delete(key))
+
+    def keys(self, prefix: str = "") -> list[str]:
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+        return sorted(k.decode() for k in self._redis().scan_iter(match=pattern, count=500))
+
+    def segment_key(self, segment: str) -> str:
+        return segment_key(segment)
+
+    def through(self, address: str) -> RedisMetadata:
+        return RedisMetadata(address, origin=self._origin)
 
     def close(self) -> None:
         if self._client is not None:

@@ -25,7 +25,7 @@ ENGINE_CAPABILITIES = frozenset({
     Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
     Capability.CACHE_CONTROL, Capability.CACHE_TTL, Capability.FORCED_REFRESH,
     Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD, Capability.METADATA_HTTP,
-    Capability.REGISTER_MEMORY,
+    Capability.METADATA_REDIS, Capability.REGISTER_MEMORY,
 })
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
@@ -59,7 +59,8 @@ class ReferenceTarget(Target):
             from pytest_mooncake.targets.reference.engines import ReferenceEngines
 
             self._engines = ReferenceEngines(self.ctx.workdir / "engines", self.profile,
-                                             self.ctx.etcd_endpoints, self.ctx.bind_host)
+                                             self.ctx.etcd_endpoints, self.ctx.bind_host,
+                                             self.ctx.redis_address)
         return self._engines
 
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
@@ -73,6 +74,14 @@ class ReferenceTarget(Target):
     def master_cluster(self, masters: int = 2, clients: int = 1, **options: Any) -> Any:
         """HA masters + store-client processes on mc_etcd; options: see ReferenceMasterCluster."""
         from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster
+
+        ha = self.deployment_backends()["ha"]
+        if ha != "etcd":
+            from pytest_mooncake.targets.base import TargetLacks
+
+            raise TargetLacks(Capability.HA_REDIS, (
+                f"the reference engine's masters elect their leader and keep their OpLog in "
+                f"etcd only; --mc-ha={ha} asks for {ha} (not implemented in the reference yet)"))
 
         workdir = self.ctx.workdir / "masters"
         workdir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 An engine is ``python -m reference_engine engine ...`` started through the plugin's process
 supervisor; the handle reads the ready line from its log and drives it over its control channel
-(JSON lines on loopback). Metadata is the session etcd, or a
+(JSON lines on loopback). Metadata is the session etcd, the session Redis, or a
 ``python -m reference_engine metadata-server`` process per handle.
 """
 
@@ -112,6 +112,20 @@ class EtcdMetadataHandle(_StoreHandle):
 
     def through(self, address: str) -> EtcdMetadataHandle:
         return EtcdMetadataHandle([address], origin=self._origin_endpoints)
+
+
+class RedisMetadataHandle(_StoreHandle):
+    """The session Redis (shared: ``close`` only drops the client)."""
+
+    kind = "redis"
+
+    def __init__(self, address: str, origin: str | None = None):
+        self.endpoints = [address]
+        origin = origin or address
+        super().__init__("redis://" + address, "redis://" + origin, origin)
+
+    def through(self, address: str) -> RedisMetadataHandle:
+        return RedisMetadataHandle(address, origin=self._address)
 
 
 class HttpMetadataHandle(_StoreHandle):
@@ -352,25 +366,31 @@ class ReferenceEngines:
     """What the reference target starts: engines and metadata stores, all reaped on close."""
 
     def __init__(self, workdir: Path, profile: str, etcd_endpoints: Any,
-                 bind_host: str = "127.0.0.1"):
+                 bind_host: str = "127.0.0.1", redis_address: Any = None):
         self.workdir = Path(workdir)
         self.profile = profile
         self.bind_host = bind_host
         self._etcd_endpoints = etcd_endpoints
+        self._redis_address = redis_address
         self.supervisor = Supervisor(self.workdir / "logs", name=f"reference-{profile}")
         self._serial = itertools.count(1)
 
     def _log_path(self, name: str) -> Path:
         return self.workdir / "logs" / f"{_safe(name)}-{next(self._serial)}.log"
 
-    def metadata_store(self, kind: str = "etcd") -> EtcdMetadataHandle | HttpMetadataHandle:
+    def metadata_store(self, kind: str = "etcd") -> _StoreHandle:
         if kind == "etcd":
             if self._etcd_endpoints is None:
                 raise TargetError("no etcd available to the reference target")
             return EtcdMetadataHandle(list(self._etcd_endpoints()))
-        if kind == "http":
+        if kind == "redis":
+            if self._redis_address is None:
+                raise TargetError("no Redis available to the reference target")
+            return RedisMetadataHandle(self._redis_address())
+        if kind in ("http", "http:reference"):
             return HttpMetadataHandle.start(self.supervisor, self._log_path("metadata-server"))
-        raise TargetError(f"unknown metadata kind {kind!r}; use etcd or http")
+        raise TargetError(f"unknown metadata kind {kind!r}; use etcd, redis, http or "
+                          f"http:reference")
 
     def start_engine(self, segment: str, metadata: Any, **options: Any) -> ReferenceEngineHandle:
         unknown = set(options) - ENGINE_OPTIONS
@@ -386,5 +406,6 @@ class ReferenceEngines:
         self.supervisor.stop_all()
 
 
-__all__ = ["EtcdMetadataHandle", "HttpMetadataHandle", "ReferenceEngineHandle",
+__all__ = ["EtcdMetadataHandle", "HttpMetadataHandle", "RedisMetadataHandle",
+           "ReferenceEngineHandle",
            "ReferenceEngines", "MetadataError"]

@@ -187,6 +187,8 @@ class DeploymentPlacement:
         if not f.etcd.endpoints:
             lacks[Capability.METADATA_ETCD] = f"{where} lists no [etcd].endpoints"
         lacks[Capability.METADATA_HTTP] = f"{where} describes an etcd deployment"
+        lacks[Capability.METADATA_REDIS] = f"{where} describes an etcd deployment"
+        lacks[Capability.HA_REDIS] = f"{where} describes an etcd deployment"
         # an engine listed without control is still one the run observes (its descriptor;
         # with a component its process, sockets and log): a suite gets its handle, and what
         # needs driving it is n/a at the call (DeploymentEngine._driven)

@@ -10,16 +10,29 @@ reason naming what is missing.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.releases import ProbeFailed, ReleaseFacts
 from pytest_mooncake.releases import mooncake_family as family
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import Supervisor, port_open
-from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetContext, TargetError
+from pytest_mooncake.targets.base import (
+    Capability,
+    MetadataHandle,
+    TargetContext,
+    TargetError,
+    TargetLacks,
+)
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
+from pytest_mooncake.targets.mooncake.backend_probes import (
+    BackendAnswer,
+    engine_accepts,
+    master_accepts,
+)
 from pytest_mooncake.targets.mooncake.cache_knobs import NO_CACHE_ENV, REFRESH_ENV, CacheKnobs
 from pytest_mooncake.targets.mooncake.emulated_rdma import MooncakeRdma
 from pytest_mooncake.targets.mooncake.install import (
@@ -33,7 +46,11 @@ from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     lack as snapshot_means_lack,
 )
-from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
+from pytest_mooncake.targets.mooncake.metadata_stores import (
+    EtcdMetadata,
+    HttpMetadata,
+    RedisMetadata,
+)
 from pytest_mooncake.targets.mooncake.option_rules import MOONCAKE_ETCD_ROUTING
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 from pytest_mooncake.targets.mooncake.verbs_layers import VerbsLayer, verbs_layer
@@ -119,7 +136,7 @@ class LocalPlacement(ProcessPlacement):
             why = engine_error or f"TransferEngine lacks {', '.join(missing_engine)}"
             for cap in (Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
                         Capability.METADATA_ETCD, Capability.METADATA_HTTP,
-                        Capability.METADATA_FAULTS, Capability.REGISTER_MEMORY):
+                        Capability.METADATA_REDIS, Capability.METADATA_FAULTS, Capability.REGISTER_MEMORY):
                 lacks[cap] = f"mooncake.engine of {ver} is unusable: {why}"
         if Capability.ENGINE in lacks:
             lacks[Capability.CACHE_CONTROL] = lacks[Capability.ENGINE]
@@ -246,7 +263,53 @@ class LocalPlacement(ProcessPlacement):
     def metadata_store(self, kind: str) -> MetadataHandle:
         if kind == "http":
             return self.start_http_metadata()
+        if kind == "http:reference":
+            return self.start_reference_http_metadata()
+        if kind == "redis":
+            return self.redis_metadata()
         return EtcdMetadata(self.master_etcd())
+
+    def ha_backend_answer(self, backend: str) -> BackendAnswer:
+        """What the build's ``mooncake_master --enable_ha --ha_backend_type=BACKEND`` does on
+        the session's server of that backend (``backend_probes.master_accepts``)."""
+        if backend == "redis":
+            connstring = f"redis://{self.ctx.redis_address()}"
+        else:
+            connstring = ";".join(self.master_etcd())
+        return master_accepts(self.install, backend, connstring, self.workdir)
+
+    def redis_metadata(self) -> RedisMetadata:
+        """The session Redis, once the build showed its engine initialises on ``redis://``
+        (``backend_probes.engine_accepts``); else n/a with what the build answered."""
+        address = self.ctx.redis_address()
+        answer = engine_accepts(self.install, f"redis://{address}", self.workdir)
+        if not answer.accepted:
+            raise TargetLacks(Capability.METADATA_REDIS, answer.answer)
+        return RedisMetadata(address)
+
+    def start_reference_http_metadata(self) -> HttpMetadata:
+        """The reference engine's HTTP metadata server (``python -m reference_engine
+        metadata-server``, the same API as the wheel's) on a free loopback port: the build's
+        engines against another implementation of the HTTP metadata API."""
+        port = free_port()
+        root = str(Path(__file__).resolve().parents[4])  # the checkout: importable uninstalled
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        proc = self.supervisor().start(
+            f"reference-http-metadata-{port}",
+            [sys.executable, "-m", "reference_engine", "metadata-server", "--listen",
+             f"127.0.0.1:{port}"],
+            env=dict(os.environ, PYTHONPATH=path), ready=port_open(port), ready_timeout=30)
+        return self._releasing(HttpMetadata(f"127.0.0.1:{port}", process=proc), port)
+
+    def _releasing(self, handle: HttpMetadata, port: int) -> HttpMetadata:
+        close = handle.close
+
+        def close_and_release() -> None:
+            close()
+            release_port(port)
+
+        handle.close = close_and_release  # type: ignore[method-assign]
+        return handle
 
     def start_http_metadata(self) -> HttpMetadata:
         """The wheel's own HTTP metadata server on a free loopback port."""
@@ -256,15 +319,7 @@ class LocalPlacement(ProcessPlacement):
             [self.install.python, "-m", "mooncake.http_metadata_server", "--host", "127.0.0.1",
              "--port", str(port)],
             env=self.install.env(), ready=port_open(port), ready_timeout=30)
-        handle = HttpMetadata(f"127.0.0.1:{port}", process=proc)
-        close = handle.close
-
-        def close_and_release() -> None:
-            close()
-            release_port(port)
-
-        handle.close = close_and_release  # type: ignore[method-assign]
-        return handle
+        return self._releasing(HttpMetadata(f"127.0.0.1:{port}", process=proc), port)
 
 
 def _say(message: str) -> None:

@@ -1,0 +1,50 @@
+"""The backend axis: a matrix column deployed on its own metadata/HA backend is a column of its
+own, and its tests get that backend's store."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_mooncake.schemas.run_matrix import RunMatrixFile
+from pytest_mooncake.schemas.shipped_files import shipped_dir
+from pytest_mooncake.schemas.toml_documents import SchemaError, load
+from pytest_mooncake.targets import resolve_target
+
+
+def test_a_column_on_other_backends_is_labelled_by_them() -> None:
+    plain = resolve_target("reference:legacy")
+    assert plain.label == "reference:legacy"
+    assert plain.deployment_backends() == {"metadata": "etcd", "ha": "etcd"}
+    on_redis = resolve_target("reference:legacy").with_backends(metadata="redis", ha=None)
+    assert on_redis.label == "reference:legacy+metadata=redis"
+    assert on_redis.plain_label == "reference:legacy"
+    assert on_redis.deployment_backends() == {"metadata": "redis", "ha": "etcd"}
+
+
+def test_the_shipped_backends_matrix_has_each_backend_of_each_judged_target() -> None:
+    columns = load(RunMatrixFile, shipped_dir("matrices") / "backends.toml").column
+    seen = {(c.target, c.metadata or "etcd") for c in columns}
+    for target in ("reference", "reference:legacy", "mooncake==0.3.13.post1",
+                   "mooncake==0.3.14"):
+        assert {(target, b) for b in ("etcd", "redis", "http")} <= seen, target
+    assert any(c.ha == "redis" for c in columns)
+
+
+def test_a_bad_backend_in_a_matrix_names_the_field(tmp_path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text('[[column]]\ntarget = "reference"\nmetadata = "zookeeper"\n')
+    with pytest.raises(SchemaError, match="metadata"):
+        load(RunMatrixFile, path)
+
+
+def test_matrix_columns_on_two_backends_each_get_their_store(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", m='[[column]]\ntarget = "reference"\n\n'
+                                 '[[column]]\ntarget = "reference"\nmetadata = "redis"\n')
+    pytester.makepyfile("""
+        def test_store(mc_metadata, mc_target):
+            print("COLUMN", mc_target.label, mc_metadata.kind, mc_metadata.uri.split(":")[0])
+    """)
+    result = pytester.runpytest_subprocess("-s", "--mc-matrix=m.toml")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines_random(["*COLUMN reference etcd etcd*",
+                                        "*COLUMN reference+metadata=redis redis redis*"])
