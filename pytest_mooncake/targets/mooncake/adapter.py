@@ -123,7 +123,8 @@ class MooncakeFamilyTarget(Target):
         """The deployment this column judges, as the report records it (the placement's
         ``deployment`` where it has one)."""
         record = getattr(self.placement, "deployment", None)
-        out: dict[str, Any] = {"build": self.build_label, "version": self.version}
+        out: dict[str, Any] = {"build": self.build_label, "version": self.version,
+                               "backends": self.deployment_backends()}
         if record is None:
             return {**out, "profile": self.profile.describe(None)}
         return {**out, **record()}
