@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "hold.h"
+#include "points.h"
 
 const char *const stage_names[] = {"completion", "execution", "post"};
 pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -118,6 +119,8 @@ int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e) {
             h->auto_due_ns = emu_now_ns() + 1 + next_random() % span;
         }
     }
+    if (!h && emu_sched_holds_completions()) /* the scheduler delivers every completion */
+        h = new_held(qp, STAGE_COMPLETION, 0, e->seq, e->wc.wr_id, e->opcode);
     if (h) {
         h->cqe = *e;
         h->laddr = e->laddr;
@@ -125,7 +128,7 @@ int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e) {
         h->cq_id = qp->scq->id;
     }
     pthread_mutex_unlock(&hold_lock);
-    if (h) emu_control_kick();
+    if (h) emu_sched_touch(), emu_control_kick();
     return h != NULL;
 }
 
@@ -241,6 +244,7 @@ const char *release_one(struct held *h, int status, int keep_qp) {
     }
     pthread_mutex_unlock(&g.objects);
     free(h);
+    emu_sched_touch(); /* a poller may now park at its poll: the next quiet window waits for it */
     return problem;
 }
 
