@@ -19,7 +19,7 @@ each replay step waits (bounded) for the action its label names.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reference_engine.rdma.sim.scheduler import Actor
@@ -123,9 +123,12 @@ class BoundaryScheduler:
             actions += labeller.actions(proc, state)
         return actions
 
-    def _apply(self, action: Action) -> str:
-        """Grant or deliver; what went wrong instead (a call that went on alone at its park
-        timeout, a completion whose CQ is gone, a process that exited), or ""."""
+    def _apply(self, action: Action, faults: dict[str, Callable[[], None]]) -> str:
+        """Grant, deliver or inject; what went wrong instead (a call that went on alone at
+        its park timeout, a completion whose CQ is gone, a process that exited), or ""."""
+        if action.proc < 0:
+            faults.pop(action.label.split(":", 1)[1])()
+            return ""
         pts = self.points[action.proc]
         try:
             if action.grant:
@@ -137,11 +140,15 @@ class BoundaryScheduler:
         return ""
 
     def run(self, strategy, finished: Callable[[], bool],
-            replay: Sequence[str] | None = None) -> ScheduleRun:
+            replay: Sequence[str] | None = None,
+            faults: Mapping[str, Callable[[], None]] | None = None) -> ScheduleRun:
         """One schedule: ``strategy`` (a reference strategy object) picks, or ``replay`` (a
         label sequence) dictates; it ends when ``finished()`` and nothing is runnable, at
-        ``max_steps``, or after ``stall_s`` of nothing runnable. The points are turned off at
-        the end (everyone goes on, everything held is delivered)."""
+        ``max_steps``, or after ``stall_s`` of nothing runnable. ``faults``: one-shot actions
+        (a QP-fatal, a device event) that are candidates at every step until chosen once, so
+        the strategy places them among the verbs calls. The points are turned off at the end
+        (everyone goes on, everything held is delivered)."""
+        pending_faults = dict(faults or {})
         slots = [Actor(f"slot{i}", None, bool, i) for i in range(MAX_ACTORS)]
         if strategy is not None:
             strategy.reset(slots)
@@ -152,6 +159,9 @@ class BoundaryScheduler:
         try:
             while run.steps < self.max_steps:
                 actions = self._snapshot(labeller, run)
+                if actions:  # a fault is a choice only beside something that runs anyway
+                    actions += [Action(f"fault:{name}", f"fault:{name}", -1, False, 0,
+                                       f"fault {name}") for name in sorted(pending_faults)]
                 if not actions:
                     if finished():
                         return run
@@ -185,7 +195,7 @@ class BoundaryScheduler:
                                       run.steps)
                 waited = 0
                 action = enabled[i]
-                note = self._apply(action)
+                note = self._apply(action, pending_faults)
                 run.choices.append(min(i, 255))
                 run.labels.append(action.label)
                 run.trace.append(f"{run.steps:4d} {action.label:<28} {action.text} "

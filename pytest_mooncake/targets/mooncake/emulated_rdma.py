@@ -48,6 +48,8 @@ from pytest_mooncake.targets.base import (
     dedicated_poller_env,
 )
 from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
+from pytest_mooncake.targets.mooncake.explored_rdma import SCENARIOS as EXPLORED_SCENARIOS
+from pytest_mooncake.targets.mooncake.explored_rdma import BoundaryExplorer
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 from pytest_mooncake.verbs import EmulatedFabric, ProcessGone, VerbsControl, VerbsControlError
 from pytest_mooncake.verbs.control import PostedWr
@@ -111,28 +113,47 @@ class MooncakeRdma:
     """The RDMA handle of the mooncake target on an emulated verbs layer."""
 
     def __init__(self, placement: Any, layer: Any, lacks: Mapping[Capability, str], seed: int,
-                 package_dir: str | None = None, **_: Any):
+                 package_dir: str | None = None, schedules: int | None = None,
+                 strategy: str | None = None, replay: str | None = None, **_: Any):
         self.placement = placement
         self.layer = layer
         self.lacks = dict(lacks)
         self.seed = seed
         self.package_dir = package_dir
         self._clusters: list[EmulatedRdmaCluster] = []
+        self.explorer = BoundaryExplorer(self, schedules, strategy, replay, seed)
 
     def _lack(self, capability: Capability) -> TargetLacks:
         return TargetLacks(capability, self.lacks.get(capability, "not offered by this build"))
 
+    def _scheduler(self) -> None:
+        if Capability.SCHEDULER in self.lacks:
+            raise self._lack(Capability.SCHEDULER)
+
     def scenarios(self) -> list[str]:
-        raise self._lack(Capability.SCHEDULER)
+        self._scheduler()
+        return list(EXPLORED_SCENARIOS)
 
     def run_interleaving(self, name: str, dedicated_poller: bool = False) -> Any:
-        raise self._lack(Capability.SCHEDULER)
+        self._scheduler()
+        raise TargetLacks(Capability.SCHEDULER, (
+            f"{self.placement.version}: its threads' interleavings are explored at their verbs "
+            f"calls (explore), not pinned by name: no script names the steps of a real build's "
+            f"threads"))
 
-    def explore(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        raise self._lack(Capability.SCHEDULER)
+    def explore(self, name: str, dedicated_poller: bool = False, **_: Any) -> Any:
+        """Schedules of scenario ``name`` at the verbs boundary (explored_rdma.py)."""
+        self._scheduler()
+        return self.explorer.explore(name, dedicated_poller)
 
     def replay(self, token: str) -> Any:
-        raise self._lack(Capability.SCHEDULER)
+        self._scheduler()
+        raise TargetLacks(Capability.SCHEDULER, (
+            f"{self.placement.version}: a verbs-boundary token replays through explore() of "
+            f"its scenario (--mc-replay=TOKEN), which builds the engine pair it ran on"))
+
+    def schedule_trace(self, token: str) -> str:
+        return self.explorer.schedule_trace(token)
 
     def cluster(self, controlled: bool = True, dedicated_poller: bool | str = False,
                 **config: Any) -> EmulatedRdmaCluster:

@@ -1,0 +1,255 @@
+"""The CO RFC's failure stories explored on a real build at its verbs calls (issue #25).
+
+One engine pair (A with two NICs, B with two) per exploration; each schedule is one transfer
+from A to B with the scenario's fault armed, run with A's scheduling points on
+(``pytest_mooncake.verbs.boundary_scheduler``): every post, poll of a non-empty CQ, QP state
+change, QP destruction and async event of A's threads waits for the strategy, and so does
+every completion. What a schedule is judged on is what the build shows from outside: the
+transfer's end (it must end; COMPLETED means its bytes landed), the process alive, and the
+cluster's ``check()`` (completions never polled, WRs posted to a QP the build retired itself,
+a QP destroyed with work outstanding, a retired QP never destroyed).
+
+Scenarios (the names of the reference's RFC scenarios):
+
+- ``stale_completion_after_retry``: slice 0's first attempt fails (retry exceeded), so its QP
+  goes to ERR and the slice is retried while slice 1's completion (or flush) of the old QP is
+  still to be delivered;
+- ``completion_error_retire_while_posting``: four slices, two workers per context: slice 0's
+  error retires the endpoint while the other slices are being posted to it;
+- ``qp_fatal_races_completion`` / ``reclaim_with_pending_completions``: a QP-fatal on A's QPs
+  to B is one more choice of the strategy, among the posts and completions (reclaim: with
+  completions still held, which ``check()`` then waits to see reclaimed);
+- ``partial_post_bad_wr``: ``ibv_post_send`` returns slice 1 as bad_wr;
+- ``handoff_while_flush_drains``: slice 0 fails, and a device-fatal on A's first NIC is a
+  choice of the strategy (the build hands the slice to the other NIC).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_mooncake.runtime.deadlines import Timeout, wait_until
+from pytest_mooncake.targets.base import Capability, RdmaViolation, TargetLacks
+from pytest_mooncake.verbs.boundary_exploration import (
+    DEFAULT_SCHEDULES,
+    BoundaryExploration,
+    ScheduleOutcome,
+    explore,
+    replay,
+)
+from pytest_mooncake.verbs.boundary_scheduler import BoundaryScheduler
+from pytest_mooncake.verbs.points import SchedulingPoints
+from pytest_mooncake.verbs.stale_completions import stale_polls
+
+SLICE = 4096
+TRANSFER_TIMEOUT = 60.0
+SCENARIOS = (
+    "stale_completion_after_retry",
+    "completion_error_retire_while_posting",
+    "qp_fatal_races_completion",
+    "reclaim_with_pending_completions",
+    "partial_post_bad_wr",
+    "handoff_while_flush_drains",
+)
+
+
+@dataclass
+class ExploredRun:
+    """One schedule as the suites read a run: violations (kind, detail), tokens, the trace."""
+
+    scenario: str
+    violations: list[RdmaViolation]
+    token: str
+    report: str
+    schedules: int = 1
+
+    @property
+    def exact_token(self) -> str:
+        return self.token
+
+
+@dataclass
+class ExploredResult:
+    scenario: str
+    schedules_run: int
+    distinct: int
+    seconds: float
+    failure: ExploredRun | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return self.failure is not None
+
+    def summary(self) -> str:
+        return (f"{self.scenario}: {self.schedules_run} schedule(s) at the verbs boundary "
+                f"({self.distinct} distinct) in {self.seconds:.1f} s, "
+                + ("violation" if self.failure else "no violation"))
+
+
+class ClusterScenario:
+    """A ``BoundaryScenario`` over one emulated cluster of real engines."""
+
+    def __init__(self, name: str, cluster: Any, build: str, quiet_us: int = 5000,
+                 max_steps: int = 300):
+        if name not in SCENARIOS:
+            raise ValueError(f"no scenario {name!r} on a real build (one of "
+                             f"{', '.join(SCENARIOS)})")
+        self.name = name
+        self.cluster = cluster
+        self.build = build
+        self.quiet_us = quiet_us
+        self.max_steps = max_steps
+        self.index = 0
+        self.slices = 4 if name in ("completion_error_retire_while_posting",
+                                    "partial_post_bad_wr") else 2
+
+    # ------------------------------------------------------------------ one schedule
+
+    def _arm(self, t: int) -> dict[str, Callable[[], None]]:
+        c = self.cluster
+        if self.name in ("stale_completion_after_retry", "completion_error_retire_while_posting",
+                         "handoff_while_flush_drains"):
+            c.inject_error(t, 0, "RETRY_EXC_ERR")
+        if self.name == "partial_post_bad_wr":
+            c.fail_post(t, 1)
+        if self.name in ("qp_fatal_races_completion", "reclaim_with_pending_completions"):
+            return {"qp_fatal": lambda: c.qp_fatal("A", "B")}
+        if self.name == "handoff_while_flush_drains":
+            return {"device_fatal": lambda: c.device_fatal("A", "mlx5_0")}
+        return {}
+
+    def run_schedule(self, strategy, labels: Sequence[str] | None) -> ScheduleOutcome:
+        c = self.cluster
+        self.index += 1
+        length = self.slices * SLICE
+        offset = (self.index % 64) * length
+        data = (f"s{self.index}-".encode() * length)[:length]
+        c.write_local("A", offset, data)
+        t = c.submit("A", "B", length, src_offset=offset, dst_offset=offset)
+        faults = self._arm(t)
+        a = c.nodes["A"]
+        points = SchedulingPoints(a.ctl)
+        polls_before = len(points.polls())
+        posts_before = len(a.ctl.posts())
+        ended = threading.Event()
+        errors: list[str] = []
+
+        def drive() -> None:
+            try:
+                c._flush()
+                wait_until(lambda: c.status(t) != "WAITING", TRANSFER_TIMEOUT,
+                           f"transfer {t} to end", interval=0.005, max_interval=0.02)
+            except Timeout:
+                pass
+            except Exception as exc:  # noqa: BLE001 (reported as what was observed)
+                errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                ended.set()
+
+        points.on()
+        driver = threading.Thread(target=drive, name=f"transfer-{t}", daemon=True)
+        driver.start()
+        try:
+            run = BoundaryScheduler([points], quiet_us=self.quiet_us,
+                                    max_steps=self.max_steps).run(
+                strategy, ended.is_set, labels, faults)
+        finally:
+            driver.join(TRANSFER_TIMEOUT + 10)
+        status = c.status(t)
+        violations = [f"{v.kind}: {v.detail}" for v in self._judge(t, status, data, offset)]
+        violations += [f"harness: {e}" for e in errors]
+        posts = a.ctl.posts()[posts_before:] if a.engine.alive() else []
+        polls = points.polls()[polls_before:] if a.engine.alive() else []
+        stale = stale_polls(posts, polls)
+        observed = "\n".join(
+            [f"  transfer {t}: {status}", *(f"  hazard: {s}" for s in stale)]
+            + [f"  post #{p.n} qp={p.qp} wr_id={p.wr_id:#x} laddr={p.laddr:#x} state={p.qp_state}"
+               f"{' refused' if p.refused else ''}" for p in posts]
+            + [f"  poll #{x.n} qp={x.qp} wr_id={x.wr_id:#x} {x.status} after post #{x.after_post}"
+               for x in polls])
+        return ScheduleOutcome(run, violations, observed)
+
+    def _judge(self, t: int, status: str, data: bytes, offset: int) -> list[RdmaViolation]:
+        c = self.cluster
+        out = list(c.check())
+        if status == "COMPLETED" and c.nodes["B"].engine.alive():
+            landed = c.read("B", offset, len(data))
+            if landed != data:
+                bad = next(i for i in range(len(data)) if landed[i] != data[i])
+                out.append(RdmaViolation("success_and_failed", (
+                    f"transfer {t} ended COMPLETED but B's bytes differ from byte {bad} on "
+                    f"(slice {bad // SLICE})")))
+        return out
+
+
+def _lacks_scenario(version: str, name: str) -> TargetLacks:
+    return TargetLacks(Capability.SCHEDULER, (
+        f"{version}: no scenario {name!r} is explored at the verbs boundary of a real build "
+        f"(explored: {', '.join(SCENARIOS)})"))
+
+
+class BoundaryExplorer:
+    """``explore``/``replay`` of the mooncake target's RDMA handle on emulated devices."""
+
+    def __init__(self, handle: Any, schedules: int | None, strategy: str | None,
+                 replay_token: str | None, seed: int):
+        self.handle = handle
+        self.schedules = schedules or DEFAULT_SCHEDULES
+        self.strategy = strategy or "mix"
+        self.replay_token = replay_token
+        self.seed = seed
+        self.reports: dict[str, str] = {}
+
+    def _scenario(self, name: str, dedicated_poller: bool) -> ClusterScenario:
+        if name not in SCENARIOS:
+            raise _lacks_scenario(self.handle.placement.version, name)
+        config = {}
+        if name == "completion_error_retire_while_posting":
+            config["workers_per_ctx"] = 2
+        try:
+            cluster = self.handle.cluster(dedicated_poller=dedicated_poller, **config)
+        except TargetLacks:
+            if not config:
+                raise
+            cluster = self.handle.cluster(dedicated_poller=dedicated_poller)
+        cluster.add_node("A", ("mlx5_0", "mlx5_1"))
+        cluster.add_node("B", ("mlx5_0", "mlx5_1"))
+        build = f"mooncake {self.handle.placement.version}" + (
+            " dedicated-poller" if dedicated_poller else "")
+        return ClusterScenario(name, cluster, build)
+
+    def _run(self, scenario: ClusterScenario, outcome: ScheduleOutcome,
+             schedules: int) -> ExploredRun:
+        command = (f"--mc-replay={outcome.token} (same build: "
+                   f"{scenario.build})")
+        report = outcome.report(command)
+        self.reports[outcome.token] = report
+        violations = [RdmaViolation(v.split(":", 1)[0] if ":" in v else "violation",
+                                    v.split(":", 1)[-1].strip()) for v in outcome.violations]
+        violations[0] = RdmaViolation(violations[0].kind, violations[0].detail + "\n" + report)
+        return ExploredRun(scenario.name, violations, outcome.token, report, schedules)
+
+    def explore(self, name: str, dedicated_poller: bool = False) -> ExploredResult:
+        scenario = self._scenario(name, dedicated_poller)
+        start = time.monotonic()
+        try:
+            if self.replay_token:
+                outcome = replay(scenario, self.replay_token)
+                failure = self._run(scenario, outcome, 1) if outcome.violations else None
+                return ExploredResult(name, 1, 1, time.monotonic() - start, failure)
+            result: BoundaryExploration = explore(scenario, self.schedules, self.strategy,
+                                                  self.seed)
+        finally:
+            scenario.cluster.close()
+            self.handle._clusters.remove(scenario.cluster)
+        failure = (self._run(scenario, result.failure, result.schedules)
+                   if result.failure else None)
+        return ExploredResult(name, result.schedules, result.distinct, result.seconds, failure)
+
+    def schedule_trace(self, token: str) -> str:
+        return self.reports.get(token, f"(no trace kept for {token[:40]}...)")
