@@ -26,14 +26,17 @@ Scenarios (the names of the reference's RFC scenarios):
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
 from pytest_mooncake.targets.base import Capability, RdmaViolation, TargetLacks
+from pytest_mooncake.targets.mooncake.memcheck import MemcheckLauncher, engine_errors
 from pytest_mooncake.verbs.boundary_exploration import (
     DEFAULT_SCHEDULES,
     BoundaryExploration,
@@ -46,7 +49,13 @@ from pytest_mooncake.verbs.points import SchedulingPoints
 from pytest_mooncake.verbs.stale_completions import stale_polls
 
 SLICE = 4096
+MEMCHECK_ENV = "MC_RDMA_MEMCHECK"
+"""A directory: explorations run A's and B's engine processes under valgrind memcheck, with its
+XML reports there; an invalid read/write/free in the build's own code FAILs the schedule."""
 TRANSFER_TIMEOUT = 60.0
+OPTION_DEFAULT = 200
+"""--mc-schedules' default: on a real build it means the verbs boundary's own default (40:
+one transfer per schedule, about a second each where a retry retires an endpoint)."""
 SCENARIOS = (
     "stale_completion_after_retry",
     "completion_error_retire_while_posting",
@@ -105,6 +114,9 @@ class ClusterScenario:
         self.quiet_us = quiet_us
         self.max_steps = max_steps
         self.index = 0
+        self.last: ScheduleOutcome | None = None
+        self.memcheck: Path | None = None
+        self.memory_errors = 0
         self.slices = 4 if name in ("completion_error_retire_while_posting",
                                     "partial_post_bad_wr") else 2
 
@@ -163,6 +175,10 @@ class ClusterScenario:
         status = c.status(t)
         violations = [f"{v.kind}: {v.detail}" for v in self._judge(t, status, data, offset)]
         violations += [f"harness: {e}" for e in errors]
+        if self.memcheck is not None:
+            found = engine_errors(self.memcheck)
+            violations += [f"memory_error: {f}" for f in found[self.memory_errors:]]
+            self.memory_errors = len(found)
         posts = a.ctl.posts()[posts_before:] if a.engine.alive() else []
         polls = points.polls()[polls_before:] if a.engine.alive() else []
         stale = stale_polls(posts, polls)
@@ -172,11 +188,12 @@ class ClusterScenario:
                f"{' refused' if p.refused else ''}" for p in posts]
             + [f"  poll #{x.n} qp={x.qp} wr_id={x.wr_id:#x} {x.status} after post #{x.after_post}"
                for x in polls])
-        return ScheduleOutcome(run, violations, observed)
+        self.last = ScheduleOutcome(run, violations, observed)
+        return self.last
 
     def _judge(self, t: int, status: str, data: bytes, offset: int) -> list[RdmaViolation]:
         c = self.cluster
-        out = list(c.check())
+        out = list(c.check(reclaim=False))
         if status == "COMPLETED" and c.nodes["B"].engine.alive():
             landed = c.read("B", offset, len(data))
             if landed != data:
@@ -199,7 +216,8 @@ class BoundaryExplorer:
     def __init__(self, handle: Any, schedules: int | None, strategy: str | None,
                  replay_token: str | None, seed: int):
         self.handle = handle
-        self.schedules = schedules or DEFAULT_SCHEDULES
+        self.schedules = (DEFAULT_SCHEDULES if not schedules or schedules == OPTION_DEFAULT
+                          else schedules)
         self.strategy = strategy or "mix"
         self.replay_token = replay_token
         self.seed = seed
@@ -217,11 +235,17 @@ class BoundaryExplorer:
             if not config:
                 raise
             cluster = self.handle.cluster(dedicated_poller=dedicated_poller)
+        memcheck = os.environ.get(MEMCHECK_ENV)
+        if memcheck:
+            where = Path(memcheck) / f"{name}-{os.getpid()}-{len(self.handle._clusters)}"
+            cluster.wrap_launcher = lambda launcher: MemcheckLauncher(launcher, where)
         cluster.add_node("A", ("mlx5_0", "mlx5_1"))
         cluster.add_node("B", ("mlx5_0", "mlx5_1"))
         build = f"mooncake {self.handle.placement.version}" + (
             " dedicated-poller" if dedicated_poller else "")
-        return ClusterScenario(name, cluster, build)
+        scenario = ClusterScenario(name, cluster, build)
+        scenario.memcheck = where if memcheck else None
+        return scenario
 
     def _run(self, scenario: ClusterScenario, outcome: ScheduleOutcome,
              schedules: int) -> ExploredRun:
@@ -244,6 +268,12 @@ class BoundaryExplorer:
                 return ExploredResult(name, 1, 1, time.monotonic() - start, failure)
             result: BoundaryExploration = explore(scenario, self.schedules, self.strategy,
                                                   self.seed)
+            if result.failure is None:  # retired QPs destroyed in the end (once, not per schedule)
+                late = [f"{v.kind}: {v.detail}" for v in scenario.cluster.check()
+                        if v.kind == "not_reclaimed"]
+                if late:
+                    result.failure = scenario.last
+                    result.failure.violations = late
         finally:
             scenario.cluster.close()
             self.handle._clusters.remove(scenario.cluster)
