@@ -56,6 +56,10 @@ class ScheduleOutcome:
 class BoundaryScenario(Protocol):
     name: str
     build: str  # which build it runs (a release, a program's path and mode): a token's target
+    independent: bool
+    """True: every schedule starts from scratch (a new process). False: schedules share
+    processes (an engine pair), so schedule n starts where n-1 left the build (endpoints made
+    or retired): a replay first runs the exploration's schedules before it again."""
 
     def run_schedule(self, strategy, replay: Sequence[str] | None) -> ScheduleOutcome: ...
 
@@ -88,13 +92,17 @@ def _unpack(text: str) -> list[str]:
     return raw.decode().split("\n") if raw else []
 
 
-def token_for(scenario: BoundaryScenario, outcome: ScheduleOutcome) -> str:
+def token_for(scenario: BoundaryScenario, outcome: ScheduleOutcome,
+              exploration: dict | None = None) -> str:
+    """``exploration``: {"st", "seed", "n"}: the strategy and seed of the exploration and the
+    schedule's number in it (a replay of a scenario whose schedules share processes runs the
+    n-1 before it first)."""
     return encode_token({"v": TOKEN_KIND, "sc": scenario.name, "b": scenario.build,
                          "st": "labels", "l": _pack(outcome.run.labels),
-                         "from": outcome.params})
+                         "from": outcome.params, "x": exploration or {}})
 
 
-def read_token(token: str, scenario: BoundaryScenario) -> list[str]:
+def read_token(token: str, scenario: BoundaryScenario) -> tuple[list[str], dict]:
     """The label sequence of a verbs-boundary token made for ``scenario``'s build; a clear
     error for a token of another kind, scenario or build."""
     fields = decode_token(token)
@@ -107,8 +115,11 @@ def read_token(token: str, scenario: BoundaryScenario) -> list[str]:
     if fields.get("b") != scenario.build:
         raise ScheduleError(f"replay token was recorded against {fields.get('b')!r}; this run "
                             f"is {scenario.build!r} (a schedule replays on the build it ran on)")
+    x = fields.get("x") or {}
+    if not isinstance(x, dict):
+        raise ScheduleError("replay token field 'x' must be an object")
     try:
-        return _unpack(str(fields["l"]))
+        return _unpack(str(fields["l"])), x
     except (KeyError, ValueError, zlib.error) as exc:
         raise ScheduleError(f"replay token's label sequence is corrupt: {exc}") from None
 
@@ -127,7 +138,7 @@ def explore(scenario: BoundaryScenario, schedules: int = DEFAULT_SCHEDULES,
         chosen = strategy_for(strategy, rng.getrandbits(32), index=i)
         outcome = scenario.run_schedule(chosen, None)
         outcome.params = chosen.params()
-        outcome.token = token_for(scenario, outcome)
+        outcome.token = token_for(scenario, outcome, {"st": strategy, "seed": seed, "n": i + 1})
         seen.add(tuple(outcome.run.labels))
         if not outcome.ok:
             return BoundaryExploration(scenario.name, i + 1, len(seen),
@@ -137,7 +148,14 @@ def explore(scenario: BoundaryScenario, schedules: int = DEFAULT_SCHEDULES,
 
 
 def replay(scenario: BoundaryScenario, token: str) -> ScheduleOutcome:
-    labels = read_token(token, scenario)
+    """Run the token's schedule again (after the schedules before it in its exploration, where
+    the scenario's schedules share processes)."""
+    labels, x = read_token(token, scenario)
+    if not scenario.independent and int(x.get("n", 1)) > 1:
+        rng = random.Random(int(x.get("seed", 0)))
+        for i in range(int(x["n"]) - 1):
+            scenario.run_schedule(strategy_for(str(x.get("st", "mix")), rng.getrandbits(32),
+                                               index=i), None)
     outcome = scenario.run_schedule(None, labels)
     outcome.params = {"st": "labels"}
     outcome.token = token

@@ -60,6 +60,8 @@ class _Lines:
 
 
 class ProgramScenario:
+    independent = True  # a new process per schedule
+
     def __init__(self, name: str, argv: Sequence[str], fabric: EmulatedFabric, check: Check, *,
                  quiet_us: int = DEFAULT_QUIET_US, max_steps: int = DEFAULT_MAX_STEPS,
                  timeout: float = 60.0):

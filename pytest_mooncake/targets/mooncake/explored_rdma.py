@@ -103,6 +103,8 @@ class ExploredResult:
 class ClusterScenario:
     """A ``BoundaryScenario`` over one emulated cluster of real engines."""
 
+    independent = False  # one engine pair for all schedules
+
     def __init__(self, name: str, cluster: Any, build: str, quiet_us: int = 5000,
                  max_steps: int = 300):
         if name not in SCENARIOS:

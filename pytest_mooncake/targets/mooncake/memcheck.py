@@ -39,8 +39,8 @@ SUPPRESSIONS = """\
 """
 _OBJECTS = ("*libpython3*", "*/bin/python3*", "*/libibverbs.so.1", "*/libmlx5.so.1",
             "*/ld-linux*", "*/libdl.so*", "*/libetcd_wrapper.so")
-_KINDS = ("Addr1", "Addr2", "Addr4", "Addr8", "Addr16", "Value1", "Value2", "Value4", "Value8",
-          "Value16", "Cond", "Free", "Overlap", "Param")
+_KINDS = ("Addr1", "Addr2", "Addr4", "Addr8", "Addr16", "Addr32", "Value1", "Value2", "Value4", "Value8",
+          "Value16", "Value32", "Cond", "Free", "Overlap", "Param")
 
 
 def suppressions(path: Path) -> Path:
@@ -57,6 +57,7 @@ def suppressions(path: Path) -> Path:
 
 def valgrind_argv(argv: Sequence[str], xml_dir: Path, supp: Path) -> list[str]:
     return ["valgrind", "--tool=memcheck", "--error-limit=no", "--num-callers=40",
+            "--leak-check=no",  # leaks at exit are Python's and out of scope
             "--child-silent-after-fork=yes", f"--suppressions={supp}", "--xml=yes",
             f"--xml-file={xml_dir}/memcheck.%p.xml", "--read-var-info=no", *argv]
 
