@@ -1,0 +1,63 @@
+"""Explorations of a real build at its verbs calls (targets/mooncake/explored_rdma.py).
+
+The installed wheel's engines on emulated devices: an exploration of the stale-completion
+scenario runs the schedules asked for, each a different order of the build's verbs calls and
+completions, and says so; a schedule's token replays, on a fresh engine pair, to the same
+sequence of calls; pinned interleavings stay n/a with the reason that real builds are explored;
+a scenario the real build has no exploration for is n/a by name. Without the wheel: n/a.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_mooncake.targets.base import TargetLacks
+from pytest_mooncake.verbs.boundary_exploration import explore, replay
+
+SCENARIO = "stale_completion_after_retry"
+
+
+@pytest.fixture(scope="module")
+def rdma(mooncake_target):
+    mooncake_target.use_verbs("emulated:mlx5_0,mlx5_1")
+    reason = mooncake_target.missing("scheduler")
+    if reason:
+        pytest.skip(f"n/a: {reason}")
+    handle = mooncake_target.rdma(seed=7, schedules=4, strategy="mix")
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+def test_an_exploration_runs_its_schedules_and_says_how_many(rdma):
+    result = rdma.explore(SCENARIO)
+    assert not result.found, result.failure.report
+    assert result.schedules_run == 4
+    assert "4 schedule(s) at the verbs boundary" in result.summary()
+
+
+def test_a_schedule_token_replays_to_the_same_verbs_calls(rdma):
+    first = rdma.explorer._scenario(SCENARIO, False)
+    try:
+        explore(first, 3, "mix", seed=11)
+        recorded = first.last
+    finally:
+        first.cluster.close()
+    assert recorded.run.steps > 5 and any(":post." in x for x in recorded.run.labels), (
+        recorded.run.trace)
+    again = rdma.explorer._scenario(SCENARIO, False)
+    try:
+        replayed = replay(again, recorded.token)
+    finally:
+        again.cluster.close()
+    assert replayed.run.diverged is None, replayed.report()
+    assert replayed.run.labels == recorded.run.labels, replayed.report()
+
+
+def test_pinned_interleavings_and_unknown_scenarios_are_na_with_the_reason(rdma):
+    with pytest.raises(TargetLacks, match="explored at their verbs calls"):
+        rdma.run_interleaving(SCENARIO)
+    with pytest.raises(TargetLacks, match="no scenario 'no_such'"):
+        rdma.explore("no_such")
+    assert SCENARIO in rdma.scenarios()
