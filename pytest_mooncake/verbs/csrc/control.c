@@ -617,23 +617,14 @@ static void say_polled(const struct trace_polled *p, void *arg) {
         (unsigned long long)p->wr_id, emu_status_name(p->status), (int)p->tid);
 }
 
-/* `polls [since=N] [limit=M]`: the poll log after entry N (the last 8192 are kept). */
-static void cmd_polls(const struct request *r, struct out *o) {
+/* `posts|polls [since=N] [limit=M]`: the post or poll log after entry N (the last 8192 of each
+ * are kept). */
+static void cmd_log(const struct request *r, struct out *o, int polls) {
     uint64_t since = 0, limit = 0;
     if (arg_u64(r, "since", &since, o) < 0 || arg_u64(r, "limit", &limit, o) < 0) return;
     struct out body = {0};
-    uint64_t total = emu_trace_polls(since, limit, say_polled, &body);
-    say(o, "ok total=%llu\n", (unsigned long long)total);
-    if (body.buf) say(o, "%s", body.buf);
-    free(body.buf);
-}
-
-/* `posts [since=N] [limit=M]`: the post log after entry N (the last 8192 are kept). */
-static void cmd_posts(const struct request *r, struct out *o) {
-    uint64_t since = 0, limit = 0;
-    if (arg_u64(r, "since", &since, o) < 0 || arg_u64(r, "limit", &limit, o) < 0) return;
-    struct out body = {0};
-    uint64_t total = emu_trace_posts(since, limit, say_post, &body);
+    uint64_t total = polls ? emu_trace_polls(since, limit, say_polled, &body)
+                           : emu_trace_posts(since, limit, say_post, &body);
     say(o, "ok total=%llu\n", (unsigned long long)total);
     if (body.buf) say(o, "%s", body.buf);
     free(body.buf);
@@ -711,6 +702,11 @@ static void say_sched(struct out *o, int timed_out) {
     pthread_mutex_unlock(&hold_lock);
 }
 
+static int held_by_points(const struct held *h, const void *unused) {
+    (void)unused;
+    return h->rule == 0 && !h->auto_due_ns && h->stage == STAGE_COMPLETION;
+}
+
 /* `sched on [park_ms=]` | `sched off` | `sched state` | `sched grant id=N` |
  * `sched wait quiet_us=Q [timeout_ms=T]`: see points.c. `sched off` lets every parked thread
  * go and delivers every completion the scheduler held. */
@@ -724,28 +720,7 @@ static void cmd_sched(struct client *c, const struct request *r, struct out *o) 
     }
     if (!strcmp(what, "off")) {
         sched_set(0, 0);
-        struct held *take = NULL, **tail = &take;
-        pthread_mutex_lock(&hold_lock);
-        for (struct held **p = &held_list; *p;) {
-            struct held *h = *p;
-            if (h->rule == 0 && !h->auto_due_ns && h->stage == STAGE_COMPLETION) {
-                *p = h->next;
-                h->next = NULL;
-                *tail = h;
-                tail = &h->next;
-                held_now--;
-            } else {
-                p = &h->next;
-            }
-        }
-        pthread_mutex_unlock(&hold_lock);
-        int n = 0;
-        while (take) {
-            struct held *next = take->next;
-            n += release_one(take, -1, 0) == NULL;
-            take = next;
-        }
-        return say(o, "ok sched=off released=%d\n", n);
+        return say(o, "ok sched=off released=%d\n", release_where(held_by_points, NULL, 0));
     }
     if (!strcmp(what, "state")) return say_sched(o, 0);
     if (!strcmp(what, "grant")) {
@@ -781,8 +756,8 @@ static void dispatch(struct client *c, char *line, struct out *o) {
     if (!strcmp(r.cmd, "hello")) cmd_hello(o);
     else if (!strcmp(r.cmd, "hold")) cmd_hold(&r, o);
     else if (!strcmp(r.cmd, "refuse")) cmd_refuse(&r, o);
-    else if (!strcmp(r.cmd, "posts")) cmd_posts(&r, o);
-    else if (!strcmp(r.cmd, "polls")) cmd_polls(&r, o);
+    else if (!strcmp(r.cmd, "posts")) cmd_log(&r, o, 0);
+    else if (!strcmp(r.cmd, "polls")) cmd_log(&r, o, 1);
     else if (!strcmp(r.cmd, "threads")) cmd_threads(o);
     else if (!strcmp(r.cmd, "retired")) cmd_retired(o);
     else if (!strcmp(r.cmd, "unhold")) cmd_unhold(&r, o);

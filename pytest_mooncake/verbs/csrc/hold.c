@@ -248,13 +248,14 @@ const char *release_one(struct held *h, int status, int keep_qp) {
     return problem;
 }
 
-void release_due_chaos(void) {
-    uint64_t now = emu_now_ns();
+/* Releases (own status) every held entry `take` selects, in the order they were taken; keep_qp as
+ * release_one's. Returns how many were delivered. */
+int release_where(int (*take)(const struct held *, const void *), const void *arg, int keep_qp) {
     struct held *due = NULL, **tail = &due;
     pthread_mutex_lock(&hold_lock);
     for (struct held **p = &held_list; *p;) {
         struct held *h = *p;
-        if (h->auto_due_ns && h->auto_due_ns <= now) {
+        if (take(h, arg)) {
             *p = h->next;
             h->next = NULL;
             *tail = h;
@@ -265,11 +266,22 @@ void release_due_chaos(void) {
         }
     }
     pthread_mutex_unlock(&hold_lock);
+    int n = 0;
     while (due) {
         struct held *next = due->next;
-        release_one(due, -1, 1);
+        n += release_one(due, -1, keep_qp) == NULL;
         due = next;
     }
+    return n;
+}
+
+static int chaos_due(const struct held *h, const void *now) {
+    return h->auto_due_ns && h->auto_due_ns <= *(const uint64_t *)now;
+}
+
+void release_due_chaos(void) {
+    uint64_t now = emu_now_ns();
+    release_where(chaos_due, &now, 1);
 }
 
 int chaos_held_waiting(void) {
