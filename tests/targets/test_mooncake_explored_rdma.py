@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_mooncake.targets.base import TargetLacks
+from pytest_mooncake.targets.mooncake.explored_rdma import stale_retires
 from pytest_mooncake.verbs.boundary_exploration import explore, replay
 
 SCENARIO = "stale_completion_after_retry"
@@ -61,3 +62,19 @@ def test_pinned_interleavings_and_unknown_scenarios_are_na_with_the_reason(rdma)
     with pytest.raises(TargetLacks, match="no scenario 'no_such'"):
         rdma.explore("no_such")
     assert SCENARIO in rdma.scenarios()
+
+
+RETRIED = ["p0.t0:post.q0", "p0.c0.0:retry_exc_err", "p0.t1:poll", "p0.t1:modify.q0.s6",
+           "p0.t1:modify.q1.s6", "p0.t0:modify.q2.s0", "p0.t0:modify.q2.s3", "p0.t0:post.q2"]
+
+
+def test_a_new_generation_retired_without_a_newer_error_is_a_stale_retire():
+    """CO-5 from a schedule's labels: q2 was connected after q0's error; retiring q2 with no
+    error delivered since is what a stale completion would cause; after an error of the new
+    generation, or after a fault the test injected, it is not."""
+    assert stale_retires(RETRIED + ["p0.c2.0:success", "p0.t1:poll"]) == []
+    (found,) = stale_retires(RETRIED + ["p0.t1:modify.q2.s6"])
+    assert found.kind == "stale_retire" and "q2" in found.detail
+    assert stale_retires(RETRIED + ["p0.c2.0:retry_exc_err", "p0.t1:modify.q2.s6"]) == []
+    assert stale_retires(RETRIED[:3] + ["fault:qp_fatal"] + RETRIED[3:]
+                         + ["p0.t1:modify.q2.s6"]) == []

@@ -27,6 +27,7 @@ Scenarios (the names of the reference's RFC scenarios):
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -175,7 +176,8 @@ class ClusterScenario:
         finally:
             driver.join(TRANSFER_TIMEOUT + 10)
         status = c.status(t)
-        violations = [f"{v.kind}: {v.detail}" for v in self._judge(t, status, data, offset)]
+        violations = [f"{v.kind}: {v.detail}" for v in
+                      self._judge(t, status, data, offset) + stale_retires(run.labels)]
         violations += [f"harness: {e}" for e in errors]
         if self.memcheck is not None:
             found = engine_errors(self.memcheck)
@@ -204,6 +206,41 @@ class ClusterScenario:
                     f"transfer {t} ended COMPLETED but B's bytes differ from byte {bad} on "
                     f"(slice {bad // SLICE})")))
         return out
+
+
+_LABEL = re.compile(r"^(?:p0\.(?:t\d+:(?P<call>modify|post|destroy)\.q(?P<qp>\d+)(?:\.s(?P<state>\d+))?"
+                    r"|c(?P<cqp>\d+)\.\d+:(?P<status>\w+))|(?P<fault>fault:\w+))$")
+
+
+def stale_retires(labels: list[str]) -> list[RdmaViolation]:
+    """CO-5 from outside, over one schedule's labels: a QP the build connected after an error
+    completion had been delivered (a new generation) must not be moved to ERR by the build
+    unless an error completion was delivered after it was connected (its own, or its
+    endpoint's other QP's); without a fault the test injected, a retirement of it can only
+    come from an older generation's completion or event."""
+    errors: list[int] = []
+    connected: dict[str, int] = {}
+    out = []
+    for step, label in enumerate(labels):
+        m = _LABEL.match(label)
+        if not m:
+            continue
+        if m["fault"]:
+            return out  # a fault may retire any QP: nothing to conclude after it
+        if m["status"]:
+            if m["status"] != "success":
+                errors.append(step)
+            continue
+        qp, state = m["qp"], m["state"]
+        if m["call"] == "modify" and state == "0" and errors:
+            connected.setdefault(qp, step)
+        if (m["call"] == "modify" and state == "6" and qp in connected
+                and not any(e > connected[qp] for e in errors)):
+            out.append(RdmaViolation("stale_retire", (
+                f"step {step}: the build moved QP q{qp} to ERR, connected at step "
+                f"{connected[qp]} after the error completion of step {errors[0]}, though no "
+                f"error completion was delivered since it was connected")))
+    return out
 
 
 def _lacks_scenario(version: str, name: str) -> TargetLacks:
