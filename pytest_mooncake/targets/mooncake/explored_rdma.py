@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -54,6 +56,9 @@ MEMCHECK_ENV = "MC_RDMA_MEMCHECK"
 """A directory: explorations run A's and B's engine processes under valgrind memcheck, with its
 XML reports there; an invalid read/write/free in the build's own code FAILs the schedule."""
 TRANSFER_TIMEOUT = 60.0
+IDLE_BOUND = 10.0
+"""Seconds a schedule's end gives the build to poll what the points released at once (a QP's
+ERR flushes up to 256 posted receives on 0.3.14) before completions left in a CQ count."""
 OPTION_DEFAULT = 200
 """--mc-schedules' default: on a real build it means the verbs boundary's own default (40:
 one transfer per schedule, about a second each where a retry retires an endpoint)."""
@@ -175,6 +180,14 @@ class ClusterScenario:
                 strategy, ended.is_set, labels, faults)
         finally:
             driver.join(TRANSFER_TIMEOUT + 10)
+        stacks = ""
+        if run.stopped and run.stopped.startswith("nothing runnable") and a.engine.alive():
+            stacks = thread_stacks(a.pid)  # who is blocked where, outside the verbs calls
+        try:  # the points went off: what they held reached the CQs just now; let it drain
+            wait_until(c._nics_idle, IDLE_BOUND, "A's NICs to drain", interval=0.01,
+                       max_interval=0.05)
+        except Timeout:
+            pass  # check() reports what stayed
         status = c.status(t)
         violations = [f"{v.kind}: {v.detail}" for v in
                       self._judge(t, status, data, offset) + stale_retires(run.labels)]
@@ -190,8 +203,8 @@ class ClusterScenario:
             [f"  transfer {t}: {status}", *(f"  hazard: {s}" for s in stale)]
             + [f"  post #{p.n} qp={p.qp} wr_id={p.wr_id:#x} laddr={p.laddr:#x} state={p.qp_state}"
                f"{' refused' if p.refused else ''}" for p in posts]
-            + [f"  poll #{x.n} qp={x.qp} wr_id={x.wr_id:#x} {x.status} after post #{x.after_post}"
-               for x in polls])
+            + _poll_lines(polls)
+            + ([f"  threads of A when nothing was runnable:\n{stacks}"] if stacks else []))
         self.last = ScheduleOutcome(run, violations, observed)
         return self.last
 
@@ -241,6 +254,41 @@ def stale_retires(labels: list[str]) -> list[RdmaViolation]:
                 f"{connected[qp]} after the error completion of step {errors[0]}, though no "
                 f"error completion was delivered since it was connected")))
     return out
+
+
+def _poll_lines(polls: list) -> list[str]:
+    """The poll log, runs of one QP and status (a QP's receive flushes) as one line each."""
+    out: list[str] = []
+    i = 0
+    while i < len(polls):
+        j = i
+        while (j + 1 < len(polls) and polls[j + 1].qp == polls[i].qp
+               and polls[j + 1].status == polls[i].status):
+            j += 1
+        x = polls[i]
+        if j - i >= 3:
+            out.append(f"  polls #{x.n}-#{polls[j].n} qp={x.qp} {j - i + 1} x {x.status} "
+                       f"(wr_ids {x.wr_id:#x}..{polls[j].wr_id:#x})")
+        else:
+            out += [f"  poll #{y.n} qp={y.qp} wr_id={y.wr_id:#x} {y.status} after post "
+                    f"#{y.after_post}" for y in polls[i:j + 1]]
+        i = j + 1
+    return out
+
+
+def thread_stacks(pid: int, frames: int = 14) -> str:
+    """Every thread's stack of process ``pid`` (gdb, batch mode), or why there are none."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return "    (no gdb on this host: apt-get install gdb)"
+    try:
+        done = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex",
+                               f"thread apply all bt {frames}"], capture_output=True,
+                              text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        return "    (gdb took over 120 s)"
+    keep = [ln for ln in done.stdout.splitlines() if ln.startswith(("Thread ", "#"))]
+    return "\n".join(f"    {ln[:200]}" for ln in keep) or f"    (gdb: {done.stderr.strip()[-300:]})"
 
 
 def _lacks_scenario(version: str, name: str) -> TargetLacks:
