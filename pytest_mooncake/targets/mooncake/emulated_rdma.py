@@ -723,10 +723,8 @@ class EmulatedRdmaCluster:
         self._stirred = False
         return True
 
-    def check(self, reclaim: bool = True) -> list[RdmaViolation]:
-        """The CO-9 invariants a real build shows from outside (call after ``settle``).
-        ``reclaim=False`` leaves out the wait for retired QPs to be destroyed (an exploration
-        checks that once, after its last schedule)."""
+    def check(self) -> list[RdmaViolation]:
+        """The CO-9 invariants a real build shows from outside (call after ``settle``)."""
         out: list[RdmaViolation] = []
         for node in self.nodes.values():
             if not node.engine.alive():
@@ -738,7 +736,7 @@ class EmulatedRdmaCluster:
                     f"transfer {i} ({t.op} {t.length} bytes {t.src}->{t.dst}) never ended")))
         live = [n for n in self.nodes.values() if n.engine.alive()]
         try:
-            wait_until(lambda: not reclaim or not self._unreclaimed(live), RECLAIM_BOUND,
+            wait_until(lambda: not self._unreclaimed(live), RECLAIM_BOUND,
                        "retired QPs to be destroyed")
         except Timeout:
             for node, qp in self._unreclaimed(live):
