@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pytest_mooncake.verbs.boundary_scheduler import ScheduleRun
 from reference_engine.rdma.sim.exploration import STRATEGIES, strategy_for
 from reference_engine.rdma.sim.scheduler import ScheduleError, decode_token, encode_token
-from pytest_mooncake.verbs.boundary_scheduler import ScheduleRun
 
 TOKEN_KIND = "verbs"
 DEFAULT_SCHEDULES = 40

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from reference_engine.rdma.sim.scheduler import Actor
 from pytest_mooncake.verbs.control import ProcessGone, VerbsControlError
 from pytest_mooncake.verbs.points import PointsState, SchedulingPoints
+from reference_engine.rdma.sim.scheduler import Actor
 
 MAX_ACTORS = 512
 """Actor slots a strategy is reset with (threads and completions of one schedule)."""

@@ -12,12 +12,15 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_mooncake.verbs.boundary_exploration import ScheduleOutcome
-from pytest_mooncake.verbs.boundary_scheduler import DEFAULT_MAX_STEPS, DEFAULT_QUIET_US, BoundaryScheduler
+from pytest_mooncake.verbs.boundary_scheduler import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_QUIET_US,
+    BoundaryScheduler,
+)
 from pytest_mooncake.verbs.control import PostedWr
 from pytest_mooncake.verbs.fabric import EmulatedFabric
 from pytest_mooncake.verbs.points import PolledCompletion, SchedulingPoints

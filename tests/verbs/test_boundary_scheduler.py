@@ -9,10 +9,10 @@ import subprocess
 import pytest
 from stale_program import build_program, scenario
 
-from reference_engine.rdma.sim.scheduler import ScheduleError
 from pytest_mooncake.verbs import EmulatedFabric
 from pytest_mooncake.verbs.boundary_exploration import DEFAULT_SCHEDULES, explore, replay
 from pytest_mooncake.verbs.points import SchedulingPoints
+from reference_engine.rdma.sim.scheduler import ScheduleError
 
 SEED = 20261202
 

@@ -32,9 +32,9 @@ import shutil
 import subprocess
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
