@@ -191,8 +191,10 @@ class BoundaryScheduler:
                         continue
                     i = match[0]
                 else:
-                    i = strategy.pick([slots[index.get(a.actor, MAX_ACTORS - 1)] for a in enabled],
-                                      run.steps)
+                    chosen_from = [slots[index.get(a.actor, MAX_ACTORS - 1)] for a in enabled]
+                    for slot, a in zip(chosen_from, enabled):
+                        slot.name = a.label  # what a pinned order reads (pinned_orders.py)
+                    i = strategy.pick(chosen_from, run.steps)
                 waited = 0
                 action = enabled[i]
                 note = self._apply(action, pending_faults)

@@ -135,11 +135,9 @@ class MooncakeRdma:
         return list(EXPLORED_SCENARIOS)
 
     def run_interleaving(self, name: str, dedicated_poller: bool = False) -> Any:
+        """The RFC's interleaving ``name`` pinned at the verbs boundary (explored_rdma.py)."""
         self._scheduler()
-        raise TargetLacks(Capability.SCHEDULER, (
-            f"{self.placement.version}: its threads' interleavings are explored at their verbs "
-            f"calls (explore), not pinned by name: no script names the steps of a real build's "
-            f"threads"))
+        return self.explorer.pinned(name, dedicated_poller)
 
     def explore(self, name: str, dedicated_poller: bool = False, **_: Any) -> Any:
         """Schedules of scenario ``name`` at the verbs boundary (explored_rdma.py)."""

@@ -46,8 +46,10 @@ from pytest_mooncake.verbs.boundary_exploration import (
     ScheduleOutcome,
     explore,
     replay,
+    token_for,
 )
 from pytest_mooncake.verbs.boundary_scheduler import BoundaryScheduler
+from pytest_mooncake.verbs.pinned_orders import StaleLast
 from pytest_mooncake.verbs.points import SchedulingPoints
 from pytest_mooncake.verbs.stale_completions import stale_polls
 
@@ -362,6 +364,23 @@ class BoundaryExplorer:
         failure = (self._run(scenario, result.failure, result.schedules)
                    if result.failure else None)
         return ExploredResult(name, result.schedules, result.distinct, result.seconds, failure)
+
+    def pinned(self, name: str, dedicated_poller: bool = False) -> ExploredRun:
+        """The scenario once, in the RFC's shape pinned at the verbs boundary (``StaleLast``:
+        the fault right after the first post, errors first, calls before completions, a
+        retired QP's leftovers last), on a fresh engine pair."""
+        scenario = self._scenario(name, dedicated_poller)
+        try:
+            outcome = scenario.run_schedule(StaleLast(), None)
+        finally:
+            scenario.cluster.close()
+            self.handle._clusters.remove(scenario.cluster)
+        outcome.params = StaleLast().params()
+        outcome.token = token_for(scenario, outcome, {"n": 1})
+        if outcome.violations:
+            return self._run(scenario, outcome, 1)
+        self.reports[outcome.token] = outcome.report()
+        return ExploredRun(name, [], outcome.token, self.reports[outcome.token], 1)
 
     def schedule_trace(self, token: str) -> str:
         return self.reports.get(token, f"(no trace kept for {token[:40]}...)")
