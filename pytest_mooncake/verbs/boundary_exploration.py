@@ -1,6 +1,8 @@
 """Explorations at the verbs boundary: many schedules of one scenario, replay tokens.
 
-A scenario (``BoundaryScenario``) runs one schedule of a real build under a strategy or a
+The strategies and the token format come from a ``StrategySource`` (the reference scheduler's,
+``pytest_mooncake/targets/reference/schedule_strategies.py``). A scenario
+(``BoundaryScenario``) runs one schedule of a real build under a strategy or a
 replayed label sequence and says what it observed and which invariants it broke. ``explore``
 runs up to N schedules with the reference scheduler's strategies (``mix``, ``pct``,
 ``random``; one seed drives them) and stops at the first violation; every schedule has a token
@@ -16,11 +18,9 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pytest_mooncake.verbs.boundary_scheduler import ScheduleRun
-from reference_engine.rdma.sim.exploration import STRATEGIES, strategy_for
-from reference_engine.rdma.sim.scheduler import ScheduleError, decode_token, encode_token
 
 TOKEN_KIND = "verbs"
 DEFAULT_SCHEDULES = 40
@@ -51,6 +51,18 @@ class ScheduleOutcome:
         if self.run.stopped:
             lines.append(f"(schedule stopped: {self.run.stopped})")
         return "\n".join(lines)
+
+
+class TokenError(ValueError):
+    """A replay token that is not a verbs-boundary schedule of this scenario and build."""
+
+
+class StrategySource(Protocol):
+    names: Sequence[str]
+
+    def strategy(self, name: str, seed: int, index: int) -> Any: ...
+    def encode(self, fields: dict[str, Any]) -> str: ...
+    def decode(self, token: str) -> dict[str, Any]: ...
 
 
 class BoundaryScenario(Protocol):
@@ -92,53 +104,56 @@ def _unpack(text: str) -> list[str]:
     return raw.decode().split("\n") if raw else []
 
 
-def token_for(scenario: BoundaryScenario, outcome: ScheduleOutcome,
+def token_for(source: StrategySource, scenario: BoundaryScenario, outcome: ScheduleOutcome,
               exploration: dict | None = None) -> str:
     """``exploration``: {"st", "seed", "n"}: the strategy and seed of the exploration and the
     schedule's number in it (a replay of a scenario whose schedules share processes runs the
     n-1 before it first)."""
-    return encode_token({"v": TOKEN_KIND, "sc": scenario.name, "b": scenario.build,
+    return source.encode({"v": TOKEN_KIND, "sc": scenario.name, "b": scenario.build,
                          "st": "labels", "l": _pack(outcome.run.labels),
                          "from": outcome.params, "x": exploration or {}})
 
 
-def read_token(token: str, scenario: BoundaryScenario) -> tuple[list[str], dict]:
+def read_token(source: StrategySource, token: str,
+               scenario: BoundaryScenario) -> tuple[list[str], dict]:
     """The label sequence of a verbs-boundary token made for ``scenario``'s build; a clear
     error for a token of another kind, scenario or build."""
-    fields = decode_token(token)
+    fields = source.decode(token)
     if fields.get("v") != TOKEN_KIND:
-        raise ScheduleError("this replay token is not a verbs-boundary schedule (it has no "
+        raise TokenError("this replay token is not a verbs-boundary schedule (it has no "
                             "\"v\": \"verbs\"; reference-engine tokens replay on the reference)")
     if fields.get("sc") != scenario.name:
-        raise ScheduleError(f"replay token is for scenario {fields.get('sc')!r}, not "
+        raise TokenError(f"replay token is for scenario {fields.get('sc')!r}, not "
                             f"{scenario.name!r}")
     if fields.get("b") != scenario.build:
-        raise ScheduleError(f"replay token was recorded against {fields.get('b')!r}; this run "
+        raise TokenError(f"replay token was recorded against {fields.get('b')!r}; this run "
                             f"is {scenario.build!r} (a schedule replays on the build it ran on)")
     x = fields.get("x") or {}
     if not isinstance(x, dict):
-        raise ScheduleError("replay token field 'x' must be an object")
+        raise TokenError("replay token field 'x' must be an object")
     try:
         return _unpack(str(fields["l"])), x
     except (KeyError, ValueError, zlib.error) as exc:
-        raise ScheduleError(f"replay token's label sequence is corrupt: {exc}") from None
+        raise TokenError(f"replay token's label sequence is corrupt: {exc}") from None
 
 
-def explore(scenario: BoundaryScenario, schedules: int = DEFAULT_SCHEDULES,
-            strategy: str = "mix", seed: int = 0) -> BoundaryExploration:
+def explore(source: StrategySource, scenario: BoundaryScenario,
+            schedules: int = DEFAULT_SCHEDULES, strategy: str = "mix",
+            seed: int = 0) -> BoundaryExploration:
     """Up to ``schedules`` schedules; stops at the first that violates an invariant."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if strategy not in source.names:
+        raise ValueError(f"strategy must be one of {', '.join(source.names)}, got {strategy!r}")
     if schedules < 1:
         raise ValueError(f"schedules must be >= 1, got {schedules}")
     rng = random.Random(seed)
     seen: set[tuple[str, ...]] = set()
     start = time.monotonic()
     for i in range(schedules):
-        chosen = strategy_for(strategy, rng.getrandbits(32), index=i)
+        chosen = source.strategy(strategy, rng.getrandbits(32), i)
         outcome = scenario.run_schedule(chosen, None)
         outcome.params = chosen.params()
-        outcome.token = token_for(scenario, outcome, {"st": strategy, "seed": seed, "n": i + 1})
+        outcome.token = token_for(source, scenario, outcome,
+                                  {"st": strategy, "seed": seed, "n": i + 1})
         seen.add(tuple(outcome.run.labels))
         if not outcome.ok:
             return BoundaryExploration(scenario.name, i + 1, len(seen),
@@ -147,15 +162,15 @@ def explore(scenario: BoundaryScenario, schedules: int = DEFAULT_SCHEDULES,
                                None)
 
 
-def replay(scenario: BoundaryScenario, token: str) -> ScheduleOutcome:
+def replay(source: StrategySource, scenario: BoundaryScenario, token: str) -> ScheduleOutcome:
     """Run the token's schedule again (after the schedules before it in its exploration, where
     the scenario's schedules share processes)."""
-    labels, x = read_token(token, scenario)
+    labels, x = read_token(source, token, scenario)
     if not scenario.independent and int(x.get("n", 1)) > 1:
         rng = random.Random(int(x.get("seed", 0)))
         for i in range(int(x["n"]) - 1):
-            scenario.run_schedule(strategy_for(str(x.get("st", "mix")), rng.getrandbits(32),
-                                               index=i), None)
+            scenario.run_schedule(source.strategy(str(x.get("st", "mix")), rng.getrandbits(32),
+                                                  i), None)
     outcome = scenario.run_schedule(None, labels)
     outcome.params = {"st": "labels"}
     outcome.token = token

@@ -9,7 +9,8 @@ strategy then picks one action: grant a parked call, or deliver a held completio
 (a poller that finds it parks at its poll, and which poller takes it is the next choice).
 
 The strategies are the reference scheduler's objects (``RandomWalk``, ``PCT``; ``mix``
-alternates them per schedule, as there); their actors are threads (PCT priorities follow a
+alternates them per schedule, as there), handed in by the caller (this package imports only
+runtime/); their actors are threads (PCT priorities follow a
 thread across its calls) and single completions. Actions are named by labels that do not
 depend on thread ids or QP numbers (the n-th thread seen, the n-th QP seen, the WR's position
 on its QP), so a schedule's label sequence replays it against a fresh run of the same build:
@@ -24,7 +25,18 @@ from dataclasses import dataclass, field
 
 from pytest_mooncake.verbs.control import ProcessGone, VerbsControlError
 from pytest_mooncake.verbs.points import PointsState, SchedulingPoints
-from reference_engine.rdma.sim.scheduler import Actor
+
+
+class Slot:
+    """One actor as a strategy sees it: ``index`` (what PCT keys priorities by) and ``name``
+    (the action's label, which a pinned order reads)."""
+
+    __slots__ = ("name", "index")
+
+    def __init__(self, index: int):
+        self.name = f"slot{index}"
+        self.index = index
+
 
 MAX_ACTORS = 512
 """Actor slots a strategy is reset with (threads and completions of one schedule)."""
@@ -149,7 +161,7 @@ class BoundaryScheduler:
         the strategy places them among the verbs calls. The points are turned off at the end
         (everyone goes on, everything held is delivered)."""
         pending_faults = dict(faults or {})
-        slots = [Actor(f"slot{i}", None, bool, i) for i in range(MAX_ACTORS)]
+        slots = [Slot(i) for i in range(MAX_ACTORS)]
         if strategy is not None:
             strategy.reset(slots)
         index: dict[str, int] = {}
@@ -192,7 +204,7 @@ class BoundaryScheduler:
                     i = match[0]
                 else:
                     chosen_from = [slots[index.get(a.actor, MAX_ACTORS - 1)] for a in enabled]
-                    for slot, a in zip(chosen_from, enabled):
+                    for slot, a in zip(chosen_from, enabled, strict=True):
                         slot.name = a.label  # what a pinned order reads (pinned_orders.py)
                     i = strategy.pick(chosen_from, run.steps)
                 waited = 0

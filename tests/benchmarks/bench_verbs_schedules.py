@@ -26,6 +26,9 @@ sys.path.insert(0, str(ROOT / "tests" / "verbs"))
 
 from stale_program import build_program, scenario  # noqa: E402
 
+from pytest_mooncake.targets.reference.schedule_strategies import (  # noqa: E402
+    REFERENCE_STRATEGIES as SOURCE,
+)
 from pytest_mooncake.verbs import EmulatedFabric  # noqa: E402
 from pytest_mooncake.verbs.boundary_exploration import explore  # noqa: E402
 
@@ -40,7 +43,7 @@ def program_part(schedules: int, strategies: list[str]) -> None:
                 EmulatedFabric.create("mlx5_0", run_dir=Path(tmp) / "f", seed=1) as fabric:
             sc = scenario(fabric, "tagged", exe)
             start = time.monotonic()
-            result = explore(sc, schedules, strategy, seed=1)
+            result = explore(SOURCE, sc, schedules, strategy, seed=1)
             took = time.monotonic() - start
         print(f"  {strategy:<7} {result.schedules / took:6.1f} schedules/s, "
               f"{result.distinct} distinct of {result.schedules}")
@@ -49,7 +52,7 @@ def program_part(schedules: int, strategies: list[str]) -> None:
                 EmulatedFabric.create("mlx5_0", run_dir=Path(tmp) / "f", seed=1) as fabric:
             firsts = []
             for seed in range(10):
-                found = explore(scenario(fabric, mode, exe), 200, "mix", seed=seed)
+                found = explore(SOURCE, scenario(fabric, mode, exe), 200, "mix", seed=seed)
                 firsts.append(found.schedules if found.failure else None)
         print(f"  planted defect ({mode}): first violating schedule over 10 seeds: {firsts}")
 

@@ -13,6 +13,7 @@ import pytest
 
 from pytest_mooncake.targets.base import TargetLacks
 from pytest_mooncake.targets.mooncake.explored_rdma import stale_retires
+from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES as SOURCE
 from pytest_mooncake.verbs.boundary_exploration import explore, replay
 
 SCENARIO = "stale_completion_after_retry"
@@ -41,7 +42,7 @@ def test_an_exploration_runs_its_schedules_and_says_how_many(rdma):
 def test_a_schedule_token_replays_to_the_same_verbs_calls(rdma):
     first = rdma.explorer._scenario(SCENARIO, False)
     try:
-        explore(first, 3, "mix", seed=11)
+        explore(SOURCE, first, 3, "mix", seed=11)
         recorded = first.last
     finally:
         first.cluster.close()
@@ -49,7 +50,7 @@ def test_a_schedule_token_replays_to_the_same_verbs_calls(rdma):
         recorded.run.trace)
     again = rdma.explorer._scenario(SCENARIO, False)
     try:
-        replayed = replay(again, recorded.token)
+        replayed = replay(SOURCE, again, recorded.token)
     finally:
         again.cluster.close()
     assert replayed.run.diverged is None, replayed.report()

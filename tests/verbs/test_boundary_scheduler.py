@@ -9,10 +9,15 @@ import subprocess
 import pytest
 from stale_program import build_program, scenario
 
+from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES as SOURCE
 from pytest_mooncake.verbs import EmulatedFabric
-from pytest_mooncake.verbs.boundary_exploration import DEFAULT_SCHEDULES, explore, replay
+from pytest_mooncake.verbs.boundary_exploration import (
+    DEFAULT_SCHEDULES,
+    TokenError,
+    explore,
+    replay,
+)
 from pytest_mooncake.verbs.points import SchedulingPoints
-from reference_engine.rdma.sim.scheduler import ScheduleError
 
 SEED = 20261202
 
@@ -31,13 +36,13 @@ def one_device(tmp_path_factory):
 @pytest.mark.parametrize("strategy", ["mix", "pct", "random"])
 def test_reused_wr_id_fails_and_the_token_replays_the_failure(one_device, program, strategy):
     sc = scenario(one_device, "reuse", program)
-    found = explore(sc, DEFAULT_SCHEDULES, strategy, SEED)
+    found = explore(SOURCE, sc, DEFAULT_SCHEDULES, strategy, SEED)
     assert found.failure is not None, found.summary()
     failure = found.failure
     assert "stale completion" in failure.violations[0], failure.report()
     assert any(":post.q1" in label for label in failure.run.labels), failure.report()
 
-    again = replay(sc, failure.token)
+    again = replay(SOURCE, sc, failure.token)
     assert again.run.labels == failure.run.labels, again.report()
     assert again.violations and "stale completion" in again.violations[0], again.report()
 
@@ -46,7 +51,7 @@ def test_tagged_wr_ids_pass_every_schedule(one_device, program):
     """The same program with the attempt in its wr_id drops the stale completion: no schedule
     violates, and the schedules differ (the scheduler did reorder the calls)."""
     sc = scenario(one_device, "tagged", program)
-    result = explore(sc, DEFAULT_SCHEDULES, "mix", SEED)
+    result = explore(SOURCE, sc, DEFAULT_SCHEDULES, "mix", SEED)
     assert result.failure is None, result.failure.report()
     assert result.schedules == DEFAULT_SCHEDULES
     assert result.distinct > 3, result.summary()
@@ -54,10 +59,10 @@ def test_tagged_wr_ids_pass_every_schedule(one_device, program):
 
 def test_a_token_of_another_build_is_refused(one_device, program):
     bad = scenario(one_device, "reuse", program)
-    found = explore(bad, DEFAULT_SCHEDULES, "mix", SEED)
+    found = explore(SOURCE, bad, DEFAULT_SCHEDULES, "mix", SEED)
     assert found.failure is not None
-    with pytest.raises(ScheduleError, match="recorded against"):
-        replay(scenario(one_device, "tagged", program), found.failure.token)
+    with pytest.raises(TokenError, match="recorded against"):
+        replay(SOURCE, scenario(one_device, "tagged", program), found.failure.token)
 
 
 def test_a_parked_call_nobody_grants_goes_on_alone_and_is_counted(one_device, program):

@@ -40,6 +40,7 @@ from typing import Any
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
 from pytest_mooncake.targets.base import Capability, RdmaViolation, TargetLacks
 from pytest_mooncake.targets.mooncake.memcheck import MemcheckLauncher, engine_errors
+from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES
 from pytest_mooncake.verbs.boundary_exploration import (
     DEFAULT_SCHEDULES,
     BoundaryExploration,
@@ -353,11 +354,11 @@ class BoundaryExplorer:
         start = time.monotonic()
         try:
             if self.replay_token:
-                outcome = replay(scenario, self.replay_token)
+                outcome = replay(REFERENCE_STRATEGIES, scenario, self.replay_token)
                 failure = self._run(scenario, outcome, 1) if outcome.violations else None
                 return ExploredResult(name, 1, 1, time.monotonic() - start, failure)
-            result: BoundaryExploration = explore(scenario, self.schedules, self.strategy,
-                                                  self.seed)
+            result: BoundaryExploration = explore(REFERENCE_STRATEGIES, scenario,
+                                                  self.schedules, self.strategy, self.seed)
         finally:
             scenario.cluster.close()
             self.handle._clusters.remove(scenario.cluster)
@@ -376,7 +377,7 @@ class BoundaryExplorer:
             scenario.cluster.close()
             self.handle._clusters.remove(scenario.cluster)
         outcome.params = StaleLast().params()
-        outcome.token = token_for(scenario, outcome, {"n": 1})
+        outcome.token = token_for(REFERENCE_STRATEGIES, scenario, outcome, {"n": 1})
         if outcome.violations:
             return self._run(scenario, outcome, 1)
         self.reports[outcome.token] = outcome.report()

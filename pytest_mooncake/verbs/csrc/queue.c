@@ -225,10 +225,13 @@ static void retire(const struct emu_cqe *e) {
 
 int emu_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc) {
     struct emu_cq *cq = (struct emu_cq *)ibcq;
-    if (__atomic_load_n(&cq->count, __ATOMIC_RELAXED) > 0) /* which poller takes it: a choice */
-        emu_sched_point(SP_POLL, 0, cq->id, 0, n);
     if (atomic_load(&g.pending)) emu_progress_all(); /* WRs whose chaos delay has run out */
     pthread_mutex_lock(&cq->lock);
+    if (cq->count > 0 && emu_sched_holds_completions()) { /* which poller takes it: a choice */
+        pthread_mutex_unlock(&cq->lock); /* decided under the lock: no completion slips past */
+        emu_sched_point(SP_POLL, 0, cq->id, 0, n);
+        pthread_mutex_lock(&cq->lock);
+    }
     int k = 0;
     for (; k < n && cq->count > 0; k++) {
         const struct emu_cqe *e = &cq->ring[cq->head];
