@@ -66,7 +66,8 @@ OPTIONS: tuple[Option, ...] = (
            "device (/sys/class/infiniband empty), else host.",
            "auto|sim|emulated[:DEVICES]|host|pyverbs:DEVICE"),
     Option("schedules", "200", "schedules to explore per controlled-scheduler scenario. "
-           "Default: 200.", "N"),
+           "Default: 200 (on a real build, explored at its verbs calls: 40, one transfer "
+           "each).", "N"),
     Option("strategy", "mix", "scheduling strategy for explorations: mix (PCT and random walk "
            "alternately), pct or random. Default: mix.", "mix|pct|random"),
     Option("replay", "", "replay token printed by a failing exploration; runs exactly that "

@@ -84,10 +84,11 @@ def build_shared_library(
 
 
 def build_executable(name: str, sources: Sequence[Path], *, cflags: Sequence[str] = (),
-                     timeout: float = 180.0) -> Path:
+                     ldflags: Sequence[str] = (), timeout: float = 180.0) -> Path:
     """Compile ``sources`` into the program ``<cache>/native/<hash>/<name>``; its path.
-    Raises ``NativeBuildError`` with the compiler's output on failure."""
-    return _build(name, sources, [], [*cflags], [], timeout)
+    ``ldflags`` follow the sources (libraries to link). Raises ``NativeBuildError`` with the
+    compiler's output on failure."""
+    return _build(name, sources, [], [*cflags], [*ldflags], timeout)
 
 
 def _build(name: str, sources: Sequence[Path], extra_inputs: list[Path], cflags: list[str],

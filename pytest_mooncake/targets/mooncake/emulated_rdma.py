@@ -48,6 +48,8 @@ from pytest_mooncake.targets.base import (
     dedicated_poller_env,
 )
 from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
+from pytest_mooncake.targets.mooncake.explored_rdma import SCENARIOS as EXPLORED_SCENARIOS
+from pytest_mooncake.targets.mooncake.explored_rdma import BoundaryExplorer
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 from pytest_mooncake.verbs import EmulatedFabric, ProcessGone, VerbsControl, VerbsControlError
 from pytest_mooncake.verbs.control import PostedWr
@@ -111,28 +113,45 @@ class MooncakeRdma:
     """The RDMA handle of the mooncake target on an emulated verbs layer."""
 
     def __init__(self, placement: Any, layer: Any, lacks: Mapping[Capability, str], seed: int,
-                 package_dir: str | None = None, **_: Any):
+                 package_dir: str | None = None, schedules: int | None = None,
+                 strategy: str | None = None, replay: str | None = None, **_: Any):
         self.placement = placement
         self.layer = layer
         self.lacks = dict(lacks)
         self.seed = seed
         self.package_dir = package_dir
         self._clusters: list[EmulatedRdmaCluster] = []
+        self.explorer = BoundaryExplorer(self, schedules, strategy, replay, seed)
 
     def _lack(self, capability: Capability) -> TargetLacks:
         return TargetLacks(capability, self.lacks.get(capability, "not offered by this build"))
 
+    def _scheduler(self) -> None:
+        if Capability.SCHEDULER in self.lacks:
+            raise self._lack(Capability.SCHEDULER)
+
     def scenarios(self) -> list[str]:
-        raise self._lack(Capability.SCHEDULER)
+        self._scheduler()
+        return list(EXPLORED_SCENARIOS)
 
     def run_interleaving(self, name: str, dedicated_poller: bool = False) -> Any:
-        raise self._lack(Capability.SCHEDULER)
+        """The RFC's interleaving ``name`` pinned at the verbs boundary (explored_rdma.py)."""
+        self._scheduler()
+        return self.explorer.pinned(name, dedicated_poller)
 
-    def explore(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        raise self._lack(Capability.SCHEDULER)
+    def explore(self, name: str, dedicated_poller: bool = False, **_: Any) -> Any:
+        """Schedules of scenario ``name`` at the verbs boundary (explored_rdma.py)."""
+        self._scheduler()
+        return self.explorer.explore(name, dedicated_poller)
 
     def replay(self, token: str) -> Any:
-        raise self._lack(Capability.SCHEDULER)
+        self._scheduler()
+        raise TargetLacks(Capability.SCHEDULER, (
+            f"{self.placement.version}: a verbs-boundary token replays through explore() of "
+            f"its scenario (--mc-replay=TOKEN), which builds the engine pair it ran on"))
+
+    def schedule_trace(self, token: str) -> str:
+        return self.explorer.schedule_trace(token)
 
     def cluster(self, controlled: bool = True, dedicated_poller: bool | str = False,
                 **config: Any) -> EmulatedRdmaCluster:
@@ -203,6 +222,7 @@ class EmulatedRdmaCluster:
         self._rules: dict[str, list[tuple[str, int]]] = {}
         self._stirred = False  # an async event was raised since the last settle()
         self._metadata = EtcdMetadata(self.placement.master_etcd())
+        self.wrap_launcher: Any = None
 
     # ------------------------------------------------------------------ building
 
@@ -222,6 +242,8 @@ class EmulatedRdmaCluster:
             raise ValueError(f"node {name}: NIC(s) {', '.join(unknown)} are not on this fabric "
                              f"({', '.join(sorted(known))}; --mc-verbs=emulated:DEVICES)")
         launcher = self.placement.launcher()
+        if self.wrap_launcher is not None:  # e.g. engines under memcheck (memcheck.py)
+            launcher = self.wrap_launcher(launcher)
         env = self.fabric.apply(launcher.install.env(self.knobs))
         engine = MooncakeEngine(
             launcher, Path(self.placement.workdir), self.segment(name), self._metadata,

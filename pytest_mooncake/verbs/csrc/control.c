@@ -23,6 +23,7 @@
 #include <arpa/inet.h>
 
 #include "hold.h"
+#include "points.h"
 #include "trace.h"
 
 /* ----------------------------------------------------------------------------- the socket */
@@ -36,6 +37,7 @@ struct client {
     int waiting; /* a `wait` whose condition is not met yet */
     char wait_what[16];
     uint64_t wait_min, wait_deadline_ns;
+    uint64_t wait_quiet_ns; /* `sched wait`: answered once nothing changed for this long */
 };
 
 static struct {
@@ -609,12 +611,20 @@ static void say_post(const struct trace_post *p, void *arg) {
         qp_state_name(p->qp_state), p->refused);
 }
 
-/* `posts [since=N] [limit=M]`: the post log after entry N (the last 8192 are kept). */
-static void cmd_posts(const struct request *r, struct out *o) {
+static void say_polled(const struct trace_polled *p, void *arg) {
+    say(arg, "polled n=%llu after_post=%llu qp=%u cq=%u wr_id=%#llx status=%s tid=%d\n",
+        (unsigned long long)p->n, (unsigned long long)p->after_post, p->qpn, p->cq,
+        (unsigned long long)p->wr_id, emu_status_name(p->status), (int)p->tid);
+}
+
+/* `posts|polls [since=N] [limit=M]`: the post or poll log after entry N (the last 8192 of each
+ * are kept). */
+static void cmd_log(const struct request *r, struct out *o, int polls) {
     uint64_t since = 0, limit = 0;
     if (arg_u64(r, "since", &since, o) < 0 || arg_u64(r, "limit", &limit, o) < 0) return;
     struct out body = {0};
-    uint64_t total = emu_trace_posts(since, limit, say_post, &body);
+    uint64_t total = polls ? emu_trace_polls(since, limit, say_polled, &body)
+                           : emu_trace_posts(since, limit, say_post, &body);
     say(o, "ok total=%llu\n", (unsigned long long)total);
     if (body.buf) say(o, "%s", body.buf);
     free(body.buf);
@@ -670,6 +680,69 @@ static void cmd_retired(struct out *o) {
     free(body.buf);
 }
 
+static void say_parked(const struct sched_parked *s, uint64_t now, void *arg) {
+    say(arg, "parked id=%u tid=%d point=%s qp=%u cq=%u wr_id=%#llx arg=%d waited_us=%llu\n",
+        s->id, (int)s->tid, sched_point_names[s->kind], s->qpn, s->cq,
+        (unsigned long long)s->wr_id, s->arg, (unsigned long long)((now - s->since_ns) / 1000));
+}
+
+/* The scheduler's state: a header line, the parked threads, then the held completions. */
+static void say_sched(struct out *o, int timed_out) {
+    int on;
+    uint64_t points, timeouts, changed, n;
+    sched_counts(&on, &points, &timeouts, &changed, &n);
+    uint64_t now = emu_now_ns();
+    say(o, "ok sched=%s points=%llu timeouts=%llu parked=%llu quiet_us=%llu timed_out=%d\n",
+        on ? "on" : "off", (unsigned long long)points, (unsigned long long)timeouts,
+        (unsigned long long)n, (unsigned long long)(now > changed ? (now - changed) / 1000 : 0),
+        timed_out);
+    sched_list(say_parked, o);
+    pthread_mutex_lock(&hold_lock);
+    for (struct held *h = held_list; h; h = h->next) describe_held(o, h);
+    pthread_mutex_unlock(&hold_lock);
+}
+
+static int held_by_points(const struct held *h, const void *unused) {
+    (void)unused;
+    return h->rule == 0 && !h->auto_due_ns && h->stage == STAGE_COMPLETION;
+}
+
+/* `sched on [park_ms=]` | `sched off` | `sched state` | `sched grant id=N` |
+ * `sched wait quiet_us=Q [timeout_ms=T]`: see points.c. `sched off` lets every parked thread
+ * go and delivers every completion the scheduler held. */
+static void cmd_sched(struct client *c, const struct request *r, struct out *o) {
+    const char *what = r->n > 0 ? r->key[0] : "state";
+    uint64_t v = 0;
+    if (!strcmp(what, "on")) {
+        if (arg_u64(r, "park_ms", &v, o) < 0) return;
+        sched_set(1, v * 1000000ull);
+        return say(o, "ok sched=on\n");
+    }
+    if (!strcmp(what, "off")) {
+        sched_set(0, 0);
+        return say(o, "ok sched=off released=%d\n", release_where(held_by_points, NULL, 0));
+    }
+    if (!strcmp(what, "state")) return say_sched(o, 0);
+    if (!strcmp(what, "grant")) {
+        int got = arg_u64(r, "id", &v, o);
+        if (got < 0) return;
+        if (!got) return say(o, "error sched grant needs id= (a parked thread's id)\n");
+        if (sched_grant((uint32_t)v)) return say(o, "error no parked thread %llu\n", (unsigned long long)v);
+        return say(o, "ok granted=%llu\n", (unsigned long long)v);
+    }
+    if (!strcmp(what, "wait")) {
+        uint64_t quiet = 2000, timeout_ms = 10000;
+        if (arg_u64(r, "quiet_us", &quiet, o) < 0 || arg_u64(r, "timeout_ms", &timeout_ms, o) < 0)
+            return;
+        c->waiting = 1;
+        snprintf(c->wait_what, sizeof c->wait_what, "sched");
+        c->wait_quiet_ns = quiet * 1000;
+        c->wait_deadline_ns = emu_now_ns() + timeout_ms * 1000000ull;
+        return;
+    }
+    say(o, "error sched %s: use on, off, state, grant id=N or wait quiet_us=Q timeout_ms=T\n", what);
+}
+
 static void dispatch(struct client *c, char *line, struct out *o) {
     struct request r = {0};
     char *save;
@@ -683,7 +756,8 @@ static void dispatch(struct client *c, char *line, struct out *o) {
     if (!strcmp(r.cmd, "hello")) cmd_hello(o);
     else if (!strcmp(r.cmd, "hold")) cmd_hold(&r, o);
     else if (!strcmp(r.cmd, "refuse")) cmd_refuse(&r, o);
-    else if (!strcmp(r.cmd, "posts")) cmd_posts(&r, o);
+    else if (!strcmp(r.cmd, "posts")) cmd_log(&r, o, 0);
+    else if (!strcmp(r.cmd, "polls")) cmd_log(&r, o, 1);
     else if (!strcmp(r.cmd, "threads")) cmd_threads(o);
     else if (!strcmp(r.cmd, "retired")) cmd_retired(o);
     else if (!strcmp(r.cmd, "unhold")) cmd_unhold(&r, o);
@@ -696,8 +770,9 @@ static void dispatch(struct client *c, char *line, struct out *o) {
     else if (!strcmp(r.cmd, "counters")) cmd_counters(o);
     else if (!strcmp(r.cmd, "chaos")) cmd_chaos(&r, o);
     else if (!strcmp(r.cmd, "wait")) cmd_wait(c, &r, o);
+    else if (!strcmp(r.cmd, "sched")) cmd_sched(c, &r, o);
     else say(o, "error unknown command %s (hello, hold, refuse, unhold, rules, held, release, "
-                "qp_error, event, port, counters, posts, threads, retired, chaos, wait)\n", r.cmd);
+                "qp_error, event, port, counters, posts, polls, threads, retired, chaos, wait, sched)\n", r.cmd);
 }
 
 static void reply(struct client *c, struct out *o) {
@@ -744,8 +819,19 @@ static void check_waits(void) {
         struct client *c = &ctl.clients[i];
         uint64_t v = 0;
         if (c->fd < 0 || !c->waiting) continue;
-        wait_value(c->wait_what, &v);
         struct out o = {0};
+        if (!strcmp(c->wait_what, "sched")) {
+            int on;
+            uint64_t points, timeouts, changed, n;
+            sched_counts(&on, &points, &timeouts, &changed, &n);
+            int timed_out = now >= c->wait_deadline_ns;
+            if (now < changed + c->wait_quiet_ns && !timed_out) continue;
+            say_sched(&o, timed_out);
+            c->waiting = 0;
+            reply(c, &o);
+            continue;
+        }
+        wait_value(c->wait_what, &v);
         if (v >= c->wait_min) say(&o, "ok value=%llu\n", (unsigned long long)v);
         else if (now >= c->wait_deadline_ns)
             say(&o, "error timeout: %s=%llu, waited for %llu\n", c->wait_what,
@@ -767,8 +853,8 @@ static void *control_main(void *unused) {
             waits |= ctl.clients[i].fd >= 0 && ctl.clients[i].waiting;
             p[n++] = (struct pollfd){.fd = ctl.clients[i].fd, .events = POLLIN};
         }
-        int busy = atomic_load(&g.pending) || chaos_held_waiting();
-        poll(p, n, busy ? 1 : waits ? 5 : 50);
+        int busy = atomic_load(&g.pending) || chaos_held_waiting() || waits;
+        poll(p, n, busy ? 1 : 50);
         if (p[1].revents & POLLIN) {
             uint64_t drained;
             (void)!read(ctl.kick_fd, &drained, sizeof drained);
@@ -803,6 +889,8 @@ static void seed_once(void) {
     if (s) seed = strtoull(s, NULL, 0);
     else if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = emu_now_ns();
     chaos.seed = chaos.state = seed;
+    const char *sched = emu_env("MC_VERBS_SCHED"); /* scheduling points from the start */
+    if (sched && strcmp(sched, "0") != 0) sched_set(1, 0);
     const char *spec = emu_env("MC_VERBS_CHAOS"); /* e.g. "delay_us=200,reorder=0.1" */
     if (!spec) return;
     char copy[512];

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "emu.h"
+#include "points.h"
 
 /* The application sees uverbs devices under these names; the kernel-side paths are redirected by
  * sysfs.c. */
@@ -396,6 +397,8 @@ void emu_post_async(struct emu_context *c, enum ibv_event_type type, void *eleme
 EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event) {
     struct emu_async_record r;
     if (read(context->async_fd, &r, sizeof r) != sizeof r) return -1;
+    emu_sched_point(SP_EVENT, is_qp_event(r.type) && r.element ? ((struct ibv_qp *)r.element)->qp_num : 0,
+                    0, 0, r.type);
     event->event_type = r.type;
     if (r.type == IBV_EVENT_CQ_ERR)
         event->element.cq = r.element;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "hold.h"
+#include "points.h"
 
 const char *const stage_names[] = {"completion", "execution", "post"};
 pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -118,6 +119,8 @@ int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e) {
             h->auto_due_ns = emu_now_ns() + 1 + next_random() % span;
         }
     }
+    if (!h && emu_sched_holds_completions()) /* the scheduler delivers every completion */
+        h = new_held(qp, STAGE_COMPLETION, 0, e->seq, e->wc.wr_id, e->opcode);
     if (h) {
         h->cqe = *e;
         h->laddr = e->laddr;
@@ -125,7 +128,7 @@ int emu_hold_completion(struct emu_qp *qp, const struct emu_cqe *e) {
         h->cq_id = qp->scq->id;
     }
     pthread_mutex_unlock(&hold_lock);
-    if (h) emu_control_kick();
+    if (h) emu_sched_touch(), emu_control_kick();
     return h != NULL;
 }
 
@@ -241,16 +244,18 @@ const char *release_one(struct held *h, int status, int keep_qp) {
     }
     pthread_mutex_unlock(&g.objects);
     free(h);
+    emu_sched_touch(); /* a poller may now park at its poll: the next quiet window waits for it */
     return problem;
 }
 
-void release_due_chaos(void) {
-    uint64_t now = emu_now_ns();
+/* Releases (own status) every held entry `take` selects, in the order they were taken; keep_qp as
+ * release_one's. Returns how many were delivered. */
+int release_where(int (*take)(const struct held *, const void *), const void *arg, int keep_qp) {
     struct held *due = NULL, **tail = &due;
     pthread_mutex_lock(&hold_lock);
     for (struct held **p = &held_list; *p;) {
         struct held *h = *p;
-        if (h->auto_due_ns && h->auto_due_ns <= now) {
+        if (take(h, arg)) {
             *p = h->next;
             h->next = NULL;
             *tail = h;
@@ -261,11 +266,22 @@ void release_due_chaos(void) {
         }
     }
     pthread_mutex_unlock(&hold_lock);
+    int n = 0;
     while (due) {
         struct held *next = due->next;
-        release_one(due, -1, 1);
+        n += release_one(due, -1, keep_qp) == NULL;
         due = next;
     }
+    return n;
+}
+
+static int chaos_due(const struct held *h, const void *now) {
+    return h->auto_due_ns && h->auto_due_ns <= *(const uint64_t *)now;
+}
+
+void release_due_chaos(void) {
+    uint64_t now = emu_now_ns();
+    release_where(chaos_due, &now, 1);
 }
 
 int chaos_held_waiting(void) {

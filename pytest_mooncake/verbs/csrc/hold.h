@@ -47,6 +47,7 @@ extern struct chaos chaos;
 struct emu_qp *local_qp(int slot, uint32_t gen); /* g.objects held; gen 0: any */
 const char *release_one(struct held *h, int status, int keep_qp); /* h unlinked; NULL: done */
 void release_due_chaos(void);
+int release_where(int (*take)(const struct held *, const void *), const void *arg, int keep_qp);
 int chaos_held_waiting(void);
 uint64_t held_for(uint32_t qpn, uint32_t cq_id); /* hold_lock held */
 void log_chaos(void);

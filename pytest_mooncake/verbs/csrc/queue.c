@@ -21,6 +21,7 @@
 
 #include "emu.h"
 #include "hold.h"
+#include "points.h"
 #include "trace.h"
 
 static int context_fatal(struct ibv_context *context) {
@@ -226,6 +227,11 @@ int emu_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc) {
     struct emu_cq *cq = (struct emu_cq *)ibcq;
     if (atomic_load(&g.pending)) emu_progress_all(); /* WRs whose chaos delay has run out */
     pthread_mutex_lock(&cq->lock);
+    if (cq->count > 0 && emu_sched_holds_completions()) { /* which poller takes it: a choice */
+        pthread_mutex_unlock(&cq->lock); /* decided under the lock: no completion slips past */
+        emu_sched_point(SP_POLL, 0, cq->id, 0, n);
+        pthread_mutex_lock(&cq->lock);
+    }
     int k = 0;
     for (; k < n && cq->count > 0; k++) {
         const struct emu_cqe *e = &cq->ring[cq->head];
@@ -237,6 +243,7 @@ int emu_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc) {
     }
     pthread_mutex_unlock(&cq->lock);
     emu_trace_poll(cq->id, k);
+    emu_trace_polled(cq->id, wc, k);
     if (k == 0) sched_yield(); /* the "NIC" is CPU here: an empty poll lends it the core */
     return k;
 }
@@ -565,6 +572,11 @@ int emu_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
     struct emu_qp *qp = (struct emu_qp *)ibqp;
     int rc = 0;
     uint64_t delay;
+    if (wr) {
+        int chain = 0;
+        for (struct ibv_send_wr *x = wr; x; x = x->next) chain++;
+        emu_sched_point(SP_POST, ibqp->qp_num, 0, wr->wr_id, chain);
+    }
     pthread_mutex_lock(&qp->lock);
     for (; wr; wr = wr->next) {
         if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_SQD) {
@@ -680,6 +692,7 @@ static int fatal_refuses(enum ibv_qp_state next, int mask) {
 
 EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask) {
     struct emu_qp *qp = (struct emu_qp *)ibqp;
+    if (mask & IBV_QP_STATE) emu_sched_point(SP_MODIFY, ibqp->qp_num, 0, 0, attr->qp_state);
     if (context_fatal(ibqp->context) && fatal_refuses(attr->qp_state, mask)) return EIO;
     pthread_mutex_lock(&qp->lock);
     enum ibv_qp_state cur = qp->state;
@@ -761,6 +774,7 @@ EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 
 EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp) {
     struct emu_qp *qp = (struct emu_qp *)ibqp;
+    emu_sched_point(SP_DESTROY, ibqp->qp_num, 0, 0, 0);
     wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, &qp->async_reported, "QP");
     pthread_mutex_lock(&g.objects);
     for (struct emu_qp **p = &g.qps; *p; p = &(*p)->next)

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "emu.h"
+#include "points.h"
 #include "trace.h"
 
 struct emu_global g = {.objects = PTHREAD_MUTEX_INITIALIZER};
@@ -294,6 +295,7 @@ void emu_after_fork_child(void) {
     }
     emu_control_after_fork_child();
     emu_trace_after_fork_child();
+    sched_after_fork_child();
 }
 
 static int do_init(void) {

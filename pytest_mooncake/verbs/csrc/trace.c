@@ -7,6 +7,9 @@
  *  - threads: per thread of the process, how many WRs it posted, how many completions it
  *    polled and which CQs it polled: the worker model (who posts, who polls which CQ) seen
  *    from outside;
+ *  - the poll log: the last TRACE_POLLS completions ibv_poll_cq handed out, each with the post
+ *    log's length at that moment, so a checker can tell a completion polled after its wr_id
+ *    was posted again elsewhere (a stale completion of a retried slice);
  *  - retired QPs: the last TRACE_GONE QPs the application destroyed, with what was still
  *    outstanding on them and whether the application itself had moved them to ERR first.
  *
@@ -32,6 +35,37 @@ static int nthreads;
 static struct trace_gone gone[TRACE_GONE];
 static uint64_t ngone;
 static __thread int32_t my_tid;
+#define TRACE_POLLS 8192
+static struct trace_polled polls[TRACE_POLLS];
+static uint64_t npolls;
+
+void emu_trace_polled(uint32_t cq, const struct ibv_wc *wc, int k) {
+    if (k <= 0) return;
+    int32_t tid = emu_tid();
+    pthread_mutex_lock(&trace_lock);
+    for (int i = 0; i < k; i++) {
+        struct trace_polled *p = &polls[npolls % TRACE_POLLS];
+        p->n = ++npolls;
+        p->after_post = nposts;
+        p->qpn = wc[i].qp_num;
+        p->cq = cq;
+        p->wr_id = wc[i].wr_id;
+        p->status = wc[i].status;
+        p->tid = tid;
+    }
+    pthread_mutex_unlock(&trace_lock);
+}
+
+uint64_t emu_trace_polls(uint64_t since, uint64_t limit, trace_polled_fn fn, void *arg) {
+    pthread_mutex_lock(&trace_lock);
+    uint64_t first = npolls > TRACE_POLLS ? npolls - TRACE_POLLS + 1 : 1, shown = 0;
+    if (since + 1 > first) first = since + 1;
+    for (uint64_t n = first; n <= npolls && (!limit || shown < limit); n++, shown++)
+        fn(&polls[(n - 1) % TRACE_POLLS], arg);
+    uint64_t total = npolls;
+    pthread_mutex_unlock(&trace_lock);
+    return total;
+}
 
 int32_t emu_tid(void) {
     if (!my_tid) my_tid = (int32_t)syscall(SYS_gettid);
@@ -140,6 +174,7 @@ uint64_t emu_trace_gone(trace_gone_fn fn, void *arg) {
 void emu_trace_after_fork_child(void) {
     pthread_mutex_init(&trace_lock, NULL);
     nposts = 0;
+    npolls = 0;
     nthreads = 0;
     ngone = 0;
     my_tid = 0;

@@ -39,6 +39,20 @@ struct trace_gone {
     int32_t tid;
 };
 
+/* One completion ibv_poll_cq handed to the application. */
+struct trace_polled {
+    uint64_t n;          /* 1, 2, ...: the order of polling in this process */
+    uint64_t after_post; /* the post log's length then: posts 1..after_post came before it */
+    uint32_t qpn, cq;
+    uint64_t wr_id;
+    int status; /* enum ibv_wc_status */
+    int32_t tid;
+};
+
+typedef void (*trace_polled_fn)(const struct trace_polled *, void *);
+void emu_trace_polled(uint32_t cq, const struct ibv_wc *wc, int k);
+uint64_t emu_trace_polls(uint64_t since, uint64_t limit, trace_polled_fn fn, void *arg);
+
 typedef void (*trace_post_fn)(const struct trace_post *, void *);
 typedef void (*trace_thread_fn)(const struct trace_thread *, void *);
 typedef void (*trace_gone_fn)(const struct trace_gone *, void *);

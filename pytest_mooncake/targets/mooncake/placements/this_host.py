@@ -89,7 +89,9 @@ class LocalPlacement(ProcessPlacement):
         """Engines on emulated RDMA devices, controlled through their verbs sockets."""
         _ = self.capabilities
         return MooncakeRdma(self, self.verbs, self._lacks, int(options.get("seed") or 0),
-                            self.facts.get("probe", {}).get("package_dir"))
+                            self.facts.get("probe", {}).get("package_dir"),
+                            schedules=options.get("schedules"), strategy=options.get("strategy"),
+                            replay=options.get("replay"))
 
     @property
     def version(self) -> str:
@@ -172,10 +174,11 @@ class LocalPlacement(ProcessPlacement):
             f"slices, completion tokens): TransferEngine has "
             + (f"only {', '.join(state_api)}" if state_api else "no method for any of them")
             + "; its NICs are observed instead")
-        lacks[Capability.SCHEDULER] = (
-            f"{ver}'s RDMA worker pool runs free threads inside its own process: nothing pins "
-            f"an interleaving of them or replays one (TransferEngine has no scheduling hook; "
-            f"the verbs layer controls completions, not threads)")
+        if Capability.RDMA_CONTROL in lacks:  # no emulated verbs: no scheduling points either
+            lacks[Capability.SCHEDULER] = (
+                f"{ver}'s RDMA worker pool runs free threads inside its own process, and without "
+                f"emulated verbs nothing parks them at their verbs calls: "
+                f"{lacks[Capability.RDMA_CONTROL]}")
         if master is None:
             lacks[Capability.MASTER_CLUSTER] = f"{ver} ships no mooncake_master binary"
         elif store_error or not set(STORE_API) <= store:

@@ -1,0 +1,91 @@
+"""Explorations of a real build at its verbs calls (targets/mooncake/explored_rdma.py).
+
+The installed wheel's engines on emulated devices: an exploration of the stale-completion
+scenario runs the schedules asked for, each a different order of the build's verbs calls and
+completions, and says so; a schedule's token replays, on a fresh engine pair, to the same
+sequence of calls; pinned interleavings stay n/a with the reason that real builds are explored;
+a scenario the real build has no exploration for is n/a by name. Without the wheel: n/a.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_mooncake.targets.base import TargetLacks
+from pytest_mooncake.targets.mooncake.explored_rdma import stale_retires
+from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES as SOURCE
+from pytest_mooncake.verbs.boundary_exploration import explore, replay
+
+SCENARIO = "stale_completion_after_retry"
+
+
+@pytest.fixture(scope="module")
+def rdma(mooncake_target):
+    mooncake_target.use_verbs("emulated:mlx5_0,mlx5_1")
+    reason = mooncake_target.missing("scheduler")
+    if reason:
+        pytest.skip(f"n/a: {reason}")
+    handle = mooncake_target.rdma(seed=7, schedules=4, strategy="mix")
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+def test_an_exploration_runs_its_schedules_and_says_how_many(rdma):
+    result = rdma.explore(SCENARIO)
+    assert not result.found, result.failure.report
+    assert result.schedules_run == 4
+    assert "4 schedule(s) at the verbs boundary" in result.summary()
+
+
+def test_a_schedule_token_replays_to_the_same_verbs_calls(rdma):
+    first = rdma.explorer._scenario(SCENARIO, False)
+    try:
+        explore(SOURCE, first, 3, "mix", seed=11)
+        recorded = first.last
+    finally:
+        first.cluster.close()
+    assert recorded.run.steps > 5 and any(":post." in x for x in recorded.run.labels), (
+        recorded.run.trace)
+    again = rdma.explorer._scenario(SCENARIO, False)
+    try:
+        replayed = replay(SOURCE, again, recorded.token)
+    finally:
+        again.cluster.close()
+    assert replayed.run.diverged is None, replayed.report()
+    assert replayed.run.labels == recorded.run.labels, replayed.report()
+
+
+def test_the_pinned_interleaving_delivers_the_retired_qps_leftovers_last(rdma):
+    """run_interleaving on a real build: the error first, every call before any completion,
+    the newest QP's completions first; the build completes the transfer cleanly."""
+    run = rdma.run_interleaving(SCENARIO)
+    assert not run.violations, run.report
+    trace = run.report.split("verbs-call trace:")[1]
+    deliveries = [ln.split()[1] for ln in trace.splitlines() if ":success" in ln
+                  or ":retry_exc_err" in ln]
+    assert deliveries and deliveries[0].endswith(":retry_exc_err"), trace
+    assert len(deliveries) >= 2, trace  # and the retry's own completion
+
+
+def test_unknown_scenarios_are_na_with_the_reason(rdma):
+    with pytest.raises(TargetLacks, match="no scenario 'no_such'"):
+        rdma.explore("no_such")
+    assert SCENARIO in rdma.scenarios()
+
+
+RETRIED = ["p0.t0:post.q0", "p0.c0.0:retry_exc_err", "p0.t1:poll", "p0.t1:modify.q0.s6",
+           "p0.t1:modify.q1.s6", "p0.t0:modify.q2.s0", "p0.t0:modify.q2.s3", "p0.t0:post.q2"]
+
+
+def test_a_new_generation_retired_without_a_newer_error_is_a_stale_retire():
+    """CO-5 from a schedule's labels: q2 was connected after q0's error; retiring q2 with no
+    error delivered since is what a stale completion would cause; after an error of the new
+    generation, or after a fault the test injected, it is not."""
+    assert stale_retires(RETRIED + ["p0.c2.0:success", "p0.t1:poll"]) == []
+    (found,) = stale_retires(RETRIED + ["p0.t1:modify.q2.s6"])
+    assert found.kind == "stale_retire" and "q2" in found.detail
+    assert stale_retires(RETRIED + ["p0.c2.0:retry_exc_err", "p0.t1:modify.q2.s6"]) == []
+    assert stale_retires(RETRIED[:3] + ["fault:qp_fatal"] + RETRIED[3:]
+                         + ["p0.t1:modify.q2.s6"]) == []

@@ -1,0 +1,94 @@
+"""The scheduler at the verbs boundary (issue #25) on a build-shaped program: a planted
+stale-completion defect is found within the default number of schedules and its token replays
+to the same failure; the fixed program passes; a parked call nobody grants goes on alone."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from stale_program import build_program, scenario
+
+from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES as SOURCE
+from pytest_mooncake.verbs import EmulatedFabric
+from pytest_mooncake.verbs.boundary_exploration import (
+    DEFAULT_SCHEDULES,
+    TokenError,
+    explore,
+    replay,
+)
+from pytest_mooncake.verbs.points import SchedulingPoints
+
+SEED = 20261202
+
+
+@pytest.fixture(scope="module")
+def program():
+    return build_program()
+
+
+@pytest.fixture
+def one_device(tmp_path_factory):
+    with EmulatedFabric.create("mlx5_0", run_dir=tmp_path_factory.mktemp("vs"), seed=SEED) as f:
+        yield f
+
+
+@pytest.mark.parametrize("strategy", ["mix", "pct", "random"])
+def test_reused_wr_id_fails_and_the_token_replays_the_failure(one_device, program, strategy):
+    sc = scenario(one_device, "reuse", program)
+    found = explore(SOURCE, sc, DEFAULT_SCHEDULES, strategy, SEED)
+    assert found.failure is not None, found.summary()
+    failure = found.failure
+    assert "stale completion" in failure.violations[0], failure.report()
+    assert any(":post.q1" in label for label in failure.run.labels), failure.report()
+
+    again = replay(SOURCE, sc, failure.token)
+    assert again.run.labels == failure.run.labels, again.report()
+    assert again.violations and "stale completion" in again.violations[0], again.report()
+
+
+def test_tagged_wr_ids_pass_every_schedule(one_device, program):
+    """The same program with the attempt in its wr_id drops the stale completion: no schedule
+    violates, and the schedules differ (the scheduler did reorder the calls)."""
+    sc = scenario(one_device, "tagged", program)
+    result = explore(SOURCE, sc, DEFAULT_SCHEDULES, "mix", SEED)
+    assert result.failure is None, result.failure.report()
+    assert result.schedules == DEFAULT_SCHEDULES
+    assert result.distinct > 3, result.summary()
+
+
+def test_a_token_of_another_build_is_refused(one_device, program):
+    bad = scenario(one_device, "reuse", program)
+    found = explore(SOURCE, bad, DEFAULT_SCHEDULES, "mix", SEED)
+    assert found.failure is not None
+    with pytest.raises(TokenError, match="recorded against"):
+        replay(SOURCE, scenario(one_device, "tagged", program), found.failure.token)
+
+
+def test_a_parked_call_nobody_grants_goes_on_alone_and_is_counted(one_device, program):
+    """The bounded wait: with no controller answering, each of the worker's three calls (post,
+    retire, post) goes on alone after park_ms, counted; the completions stay held until the
+    points go off, and then the program finishes normally."""
+    proc = subprocess.Popen([str(program), "mlx5_0", "tagged"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=one_device.apply())
+    try:
+        assert proc.stdout.readline().startswith("ready")
+        points = SchedulingPoints(one_device.control(proc.pid))
+        points.on(park_ms=200)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        first = points.wait_quiet(20_000, timeout=30)
+        assert [c.point for c in first.parked] == ["post"], first
+        alone = points.wait_quiet(1_000_000, timeout=60)
+        assert (alone.timeouts, len(alone.parked), len(alone.held)) == (3, 0, 2), alone
+        assert points.off() == 2
+        lines = [proc.stdout.readline().strip() for _ in range(3)]
+        assert lines[-1] == "done" and lines[1].startswith("final"), lines
+        proc.stdin.write("exit\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
