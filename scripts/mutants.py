@@ -20,6 +20,12 @@ suites + project tests, and a JSON result (``--json``) come out at the end.
     python scripts/mutants.py --sample 4 --seed 7   # a rotating sample (CI)
     python scripts/mutants.py --only MR-7-clock-instance-id --keep /tmp/m
     python scripts/mutants.py --check               # anchors and syntax only, no test runs
+    python scripts/mutants.py --source mechanical --family MR --sample 20   # generated mutants
+
+``--source mechanical`` judges the mechanical mutants instead (``mutation.mechanical``:
+comparison, boolean, negation, constant, arithmetic, deletion and return edits over the functions
+``mutants/mechanical/scope.toml`` maps to each requirement), less those triaged as equivalent in
+``mutants/mechanical/equivalent.toml``; ``--source all`` judges both catalogues.
 
 A patch is a list of anchored replacements: ``find`` must occur exactly once in its file, else the
 catalogue is reported broken (an edit of the engine moved the code; update the anchor), so the
@@ -36,6 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
+from mutation.mechanical import OPERATORS, generate, load_equivalent
 from mutation.report import summary, table
 from mutation.runner import BaselineFailed, Config, run_all
 
@@ -66,6 +73,20 @@ def select(mutants: list[Mutant], only: list[str], families: list[str], sample: 
     return chosen
 
 
+def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None) -> list[Mutant]:
+    """The mutants ``--source`` names; mechanical ones triaged as equivalent are left out (they
+    behave as the original: no test can kill them)."""
+    mutants = load_catalogue(args.catalogue, reqs) if args.source != "mechanical" else []
+    if args.source != "curated":
+        operators = tuple(o for o in args.operators.split(",") if o)
+        unknown = sorted(set(operators) - set(OPERATORS))
+        if unknown:
+            raise CatalogueError(f"unknown operator(s) {unknown}; known: {', '.join(OPERATORS)}")
+        equivalent = load_equivalent(root)
+        mutants += [m for m in generate(root, operators) if m.id not in equivalent]
+    return mutants
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python scripts/mutants.py",
                                 description=__doc__.split("\n\n")[0],
@@ -91,6 +112,11 @@ def parser() -> argparse.ArgumentParser:
                    help="keep each mutant's scratch tree and log under DIR")
     p.add_argument("--catalogue", type=Path, default=ROOT / "mutants",
                    help="directory of *.toml mutant files (default mutants/)")
+    p.add_argument("--source", choices=("curated", "mechanical", "all"), default="curated",
+                   help="which mutants: the curated catalogue (default), the mechanical ones "
+                        "generated over mutants/mechanical/scope.toml, or both")
+    p.add_argument("--operators", default=",".join(OPERATORS),
+                   help=f"mechanical operators to generate (default all: {','.join(OPERATORS)})")
     p.add_argument("--root", type=Path, default=ROOT, help="repository to mutate (default: this)")
     p.add_argument("--python", default=None,
                    help="interpreter with the project and its dependencies installed "
@@ -110,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     reqs = known_requirements(root) if (root / "pytest_mooncake").is_dir() else None
     try:
-        mutants = load_catalogue(args.catalogue, reqs)
+        mutants = load_mutants(args, root, reqs)
     except CatalogueError as exc:
         print(f"mutants: {exc}", file=sys.stderr)
         return 2
