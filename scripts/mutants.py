@@ -59,7 +59,7 @@ def default_python(root: Path) -> str:
 
 
 def select(mutants: list[Mutant], only: list[str], families: list[str], sample: int | None,
-           seed: int) -> list[Mutant]:
+           seed: int, per_requirement: int | None = None) -> list[Mutant]:
     chosen = mutants
     if only:
         unknown = sorted(set(only) - {m.id for m in mutants})
@@ -68,6 +68,14 @@ def select(mutants: list[Mutant], only: list[str], families: list[str], sample: 
         chosen = [m for m in chosen if m.id in only]
     if families:
         chosen = [m for m in chosen if m.requirements[0].split("-")[0] in families]
+    if per_requirement is not None:
+        rng = random.Random(seed)
+        by_req: dict[str, list[Mutant]] = {}
+        for m in chosen:
+            by_req.setdefault(m.requirements[0], []).append(m)
+        chosen = sorted((m for group in by_req.values()
+                         for m in rng.sample(group, min(per_requirement, len(group)))),
+                        key=lambda m: m.id)
     if sample is not None and sample < len(chosen):
         chosen = sorted(random.Random(seed).sample(chosen, sample), key=lambda m: m.id)
     return chosen
@@ -96,6 +104,9 @@ def parser() -> argparse.ArgumentParser:
                    help="run N mutants drawn with --seed (a rotating sample)")
     p.add_argument("--seed", type=int, default=None,
                    help="drives the sample and the suites' --mc-seed (default: random, printed)")
+    p.add_argument("--per-requirement", type=int, default=None, metavar="N",
+                   help="draw N mutants per requirement with --seed (a stratified sample: every "
+                        "requirement judged, none drowning the others)")
     p.add_argument("--only", default="", help="comma-separated mutant ids")
     p.add_argument("--family", default="", help="comma-separated families: MR,CO,MP")
     p.add_argument("--suites-only", action="store_true",
@@ -154,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
     chosen = select(mutants, [s for s in args.only.split(",") if s],
-                    [s.upper() for s in args.family.split(",") if s], args.sample, seed)
+                    [s.upper() for s in args.family.split(",") if s], args.sample, seed,
+                    args.per_requirement)
     if not chosen:
         print("mutants: nothing selected", file=sys.stderr)
         return 2
