@@ -91,7 +91,16 @@ def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None) ->
         if unknown:
             raise CatalogueError(f"unknown operator(s) {unknown}; known: {', '.join(OPERATORS)}")
         equivalent = load_equivalent(root)
-        mutants += [m for m in generate(root, operators) if m.id not in equivalent]
+        mechanical = [m for m in generate(root, operators) if m.id not in equivalent]
+        if args.killed_before is not None:
+            try:
+                judged = json.loads(args.killed_before.read_text("utf-8"))
+            except (OSError, ValueError) as exc:
+                raise CatalogueError(f"--killed-before {args.killed_before}: {exc}") from None
+            killed = {r["id"] for r in judged.get("mutants", [])
+                      if r.get("status") in ("killed", "killed (hang)")}
+            mechanical = [m for m in mechanical if m.id in killed]
+        mutants += mechanical
     return mutants
 
 
@@ -126,6 +135,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source", choices=("curated", "mechanical", "all"), default="curated",
                    help="which mutants: the curated catalogue (default), the mechanical ones "
                         "generated over mutants/mechanical/scope.toml, or both")
+    p.add_argument("--killed-before", type=Path, default=None, metavar="RESULT.json",
+                   help="keep only the mechanical mutants a stored run (its --json result, e.g. "
+                        "mutants/mechanical/judged.json) judged killed: a regression check of "
+                        "detection, as CI's sample does, while untriaged survivors await tests")
     p.add_argument("--operators", default=",".join(OPERATORS),
                    help=f"mechanical operators to generate (default all: {','.join(OPERATORS)})")
     p.add_argument("--root", type=Path, default=ROOT, help="repository to mutate (default: this)")

@@ -23,7 +23,7 @@ The operators are the usual ones (cosmic-ray's and mutmut's core set):
   to an attribute/subscript becomes ``pass``;
 - ``return``: ``return X`` -> ``return None`` where X is not already None.
 
-Each mutant's id is ``REQ~function~operator~hash`` where the hash covers the file, the function,
+Each mutant's id is ``module~function~operator~hash`` where the hash covers the file, the function,
 the original line and the replacement: stable while that line is unchanged, so a triage
 (``mutants/mechanical/equivalent.toml``) keeps applying after unrelated edits.
 """
@@ -242,10 +242,12 @@ def _anchor(lines: list[str], line: int, old: str, new: str, text: str) -> tuple
         start -= 1
 
 
-def mutant_id(req: str, edit: Edit) -> str:
+def mutant_id(edit: Edit) -> str:
+    """``module~function~operator~hash``: no requirement in it, so widening the scope of a
+    function keeps its mutants' ids (and their triage)."""
     digest = hashlib.sha1("\0".join((edit.file, edit.function, edit.old_line.strip(),
                                      edit.new_line.strip())).encode()).hexdigest()[:8]
-    return f"{req}~{edit.function}~{edit.operator}~{digest}"
+    return f"{Path(edit.file).stem}~{edit.function}~{edit.operator}~{digest}"
 
 
 def generate(root: Path, operators: tuple[str, ...] = OPERATORS) -> list[Mutant]:
@@ -267,7 +269,7 @@ def generate(root: Path, operators: tuple[str, ...] = OPERATORS) -> list[Mutant]
             text = texts.setdefault(edit.file, (root / edit.file).read_text("utf-8"))
             find, replace = _anchor(text.splitlines(), edit.line, edit.old_line, edit.new_line,
                                     text)
-            mid = mutant_id(reqs[0], edit)
+            mid = mutant_id(edit)
             if mid in seen:
                 continue
             seen.add(mid)
