@@ -24,8 +24,8 @@ suites + project tests, and a JSON result (``--json``) come out at the end.
 
 ``--source mechanical`` judges the mechanical mutants instead (``mutation.mechanical``:
 comparison, boolean, negation, constant, arithmetic, deletion and return edits over the functions
-``mutants/mechanical/scope.toml`` maps to each requirement), less those triaged as equivalent in
-``mutants/mechanical/equivalent.toml``; ``--source all`` judges both catalogues.
+``mutants/mechanical/scope.toml`` maps to each requirement), less the survivors triaged by hand in
+``mutants/mechanical/triage.toml`` (equivalent, or beyond what any requirement says); ``--source all`` judges both catalogues.
 
 A patch is a list of anchored replacements: ``find`` must occur exactly once in its file, else the
 catalogue is reported broken (an edit of the engine moved the code; update the anchor), so the
@@ -42,7 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
-from mutation.mechanical import OPERATORS, generate, load_equivalent
+from mutation.mechanical import OPERATORS, generate, load_triage
 from mutation.report import summary, table
 from mutation.runner import BaselineFailed, Config, run_all
 
@@ -82,16 +82,16 @@ def select(mutants: list[Mutant], only: list[str], families: list[str], sample: 
 
 
 def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None) -> list[Mutant]:
-    """The mutants ``--source`` names; mechanical ones triaged as equivalent are left out (they
-    behave as the original: no test can kill them)."""
+    """The mutants ``--source`` names; mechanical ones triaged by hand are left out (no suite
+    can or should kill them: triage.toml says why, one by one)."""
     mutants = load_catalogue(args.catalogue, reqs) if args.source != "mechanical" else []
     if args.source != "curated":
         operators = tuple(o for o in args.operators.split(",") if o)
         unknown = sorted(set(operators) - set(OPERATORS))
         if unknown:
             raise CatalogueError(f"unknown operator(s) {unknown}; known: {', '.join(OPERATORS)}")
-        equivalent = load_equivalent(root)
-        mechanical = [m for m in generate(root, operators) if m.id not in equivalent]
+        triaged = load_triage(root)
+        mechanical = [m for m in generate(root, operators) if m.id not in triaged]
         if args.killed_before is not None:
             try:
                 judged = json.loads(args.killed_before.read_text("utf-8"))

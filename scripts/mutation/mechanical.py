@@ -25,7 +25,7 @@ The operators are the usual ones (cosmic-ray's and mutmut's core set):
 
 Each mutant's id is ``module~function~operator~hash`` where the hash covers the file, the function,
 the original line and the replacement: stable while that line is unchanged, so a triage
-(``mutants/mechanical/equivalent.toml``) keeps applying after unrelated edits.
+(``mutants/mechanical/triage.toml``) keeps applying after unrelated edits.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SCOPE = Path("mutants") / "mechanical" / "scope.toml"
-EQUIVALENT = Path("mutants") / "mechanical" / "equivalent.toml"
+TRIAGE = Path("mutants") / "mechanical" / "triage.toml"
+VERDICTS = ("equivalent", "beyond-requirements")
 OPERATORS = ("compare", "boolean", "negate", "constant", "arith", "delete", "return")
 
 _COMPARE_SWAPS = {ast.Lt: "<=", ast.LtE: "<", ast.Gt: ">=", ast.GtE: ">", ast.Eq: "!=",
@@ -89,17 +90,26 @@ def load_scope(root: Path) -> dict[str, list[str]]:
     return scope
 
 
-def load_equivalent(root: Path) -> dict[str, str]:
-    """mutant id -> the recorded reason it is equivalent (behaves as the original)."""
-    path = root / EQUIVALENT
+def load_triage(root: Path) -> dict[str, tuple[str, str]]:
+    """mutant id -> (verdict, reason) of the survivors triaged by hand: ``equivalent`` (behaves
+    as the original) or ``beyond-requirements`` (behaves differently only where no requirement
+    says anything: a diagnostic counter, a log line's wording, a bound the requirement allows).
+    Both are left out of runs; the second is reported apart from the first."""
+    path = root / TRIAGE
     if not path.exists():
         return {}
-    doc = tomllib.loads(path.read_text("utf-8"))
+    try:
+        doc = tomllib.loads(path.read_text("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogueError(f"{path}: not valid TOML: {exc}") from None
     out = {}
-    for raw in doc.get("equivalent", []):
-        if not raw.get("id") or not raw.get("reason"):
-            raise CatalogueError(f"{path}: every [[equivalent]] needs id and reason: {raw!r}")
-        out[raw["id"]] = raw["reason"]
+    for raw in doc.get("triaged", []):
+        if not raw.get("id") or not raw.get("reason") or raw.get("verdict") not in VERDICTS:
+            raise CatalogueError(f"{path}: every [[triaged]] needs id, reason and a verdict of "
+                                 f"{' or '.join(VERDICTS)}: {raw!r}")
+        if raw["id"] in out:
+            raise CatalogueError(f"{path}: {raw['id']} is triaged twice")
+        out[raw["id"]] = (raw["verdict"], raw["reason"])
     return out
 
 
