@@ -152,6 +152,13 @@ class MalformedValue:
     why: str
 
 
+def ending_at_the_last_address(valid: dict[str, Any]) -> dict[str, Any]:
+    """``valid`` with its first buffer moved so that its last byte is the last 64-bit address:
+    the largest range a descriptor may hold (one byte further is ``past-64-bits`` below)."""
+    first = dict(valid["buffers"][0])
+    return dict(valid, buffers=[dict(first, addr=(1 << 64) - first["length"])])
+
+
 def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
     """Broken versions of a real descriptor (``valid``), one per way a value can be wrong. Each
     one that still decodes moves the first buffer, so a target that reveals only a peer's
@@ -171,6 +178,9 @@ def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
             dict(valid, buffers=[dict(first, addr=first["addr"] + (8 << 20), length=0)])).encode(),
             "a buffer of length 0"),
         MalformedValue("overlapping-buffers", json.dumps(overlap).encode(), "two buffers overlap"),
+        MalformedValue("past-64-bits", json.dumps(dict(valid, buffers=[dict(
+            first, addr=(1 << 64) - first["length"] + 1)])).encode(),
+            "a buffer whose last byte lies one past the 64-bit address space"),
         # over any sane descriptor limit (1 MiB), under etcd's default 1.5 MiB request limit
         MalformedValue("huge", b'{"name":"' + b"x" * 1_400_000 + b'"}', "a 1.4 MB value"),
         MalformedValue("empty", b"", "an empty value"),

@@ -20,6 +20,12 @@ suites + project tests, and a JSON result (``--json``) come out at the end.
     python scripts/mutants.py --sample 4 --seed 7   # a rotating sample (CI)
     python scripts/mutants.py --only MR-7-clock-instance-id --keep /tmp/m
     python scripts/mutants.py --check               # anchors and syntax only, no test runs
+    python scripts/mutants.py --source mechanical --family MR --sample 20   # generated mutants
+
+``--source mechanical`` judges the mechanical mutants instead (``mutation.mechanical``:
+comparison, boolean, negation, constant, arithmetic, deletion and return edits over the functions
+``mutants/mechanical/scope.toml`` maps to each requirement), less the survivors triaged by hand in
+``mutants/mechanical/triage.toml`` (equivalent, or beyond what any requirement says); ``--source all`` judges both catalogues.
 
 A patch is a list of anchored replacements: ``find`` must occur exactly once in its file, else the
 catalogue is reported broken (an edit of the engine moved the code; update the anchor), so the
@@ -36,6 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
+from mutation.mechanical import OPERATORS, generate, load_triage
 from mutation.report import summary, table
 from mutation.runner import BaselineFailed, Config, run_all
 
@@ -52,7 +59,7 @@ def default_python(root: Path) -> str:
 
 
 def select(mutants: list[Mutant], only: list[str], families: list[str], sample: int | None,
-           seed: int) -> list[Mutant]:
+           seed: int, per_requirement: int | None = None) -> list[Mutant]:
     chosen = mutants
     if only:
         unknown = sorted(set(only) - {m.id for m in mutants})
@@ -61,9 +68,40 @@ def select(mutants: list[Mutant], only: list[str], families: list[str], sample: 
         chosen = [m for m in chosen if m.id in only]
     if families:
         chosen = [m for m in chosen if m.requirements[0].split("-")[0] in families]
+    if per_requirement is not None:
+        rng = random.Random(seed)
+        by_req: dict[str, list[Mutant]] = {}
+        for m in chosen:
+            by_req.setdefault(m.requirements[0], []).append(m)
+        chosen = sorted((m for group in by_req.values()
+                         for m in rng.sample(group, min(per_requirement, len(group)))),
+                        key=lambda m: m.id)
     if sample is not None and sample < len(chosen):
         chosen = sorted(random.Random(seed).sample(chosen, sample), key=lambda m: m.id)
     return chosen
+
+
+def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None) -> list[Mutant]:
+    """The mutants ``--source`` names; mechanical ones triaged by hand are left out (no suite
+    can or should kill them: triage.toml says why, one by one)."""
+    mutants = load_catalogue(args.catalogue, reqs) if args.source != "mechanical" else []
+    if args.source != "curated":
+        operators = tuple(o for o in args.operators.split(",") if o)
+        unknown = sorted(set(operators) - set(OPERATORS))
+        if unknown:
+            raise CatalogueError(f"unknown operator(s) {unknown}; known: {', '.join(OPERATORS)}")
+        triaged = load_triage(root)
+        mechanical = [m for m in generate(root, operators) if m.id not in triaged]
+        if args.killed_before is not None:
+            try:
+                judged = json.loads(args.killed_before.read_text("utf-8"))
+            except (OSError, ValueError) as exc:
+                raise CatalogueError(f"--killed-before {args.killed_before}: {exc}") from None
+            killed = {r["id"] for r in judged.get("mutants", [])
+                      if r.get("status") in ("killed", "killed (hang)")}
+            mechanical = [m for m in mechanical if m.id in killed]
+        mutants += mechanical
+    return mutants
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,6 +113,9 @@ def parser() -> argparse.ArgumentParser:
                    help="run N mutants drawn with --seed (a rotating sample)")
     p.add_argument("--seed", type=int, default=None,
                    help="drives the sample and the suites' --mc-seed (default: random, printed)")
+    p.add_argument("--per-requirement", type=int, default=None, metavar="N",
+                   help="draw N mutants per requirement with --seed (a stratified sample: every "
+                        "requirement judged, none drowning the others)")
     p.add_argument("--only", default="", help="comma-separated mutant ids")
     p.add_argument("--family", default="", help="comma-separated families: MR,CO,MP")
     p.add_argument("--suites-only", action="store_true",
@@ -91,6 +132,15 @@ def parser() -> argparse.ArgumentParser:
                    help="keep each mutant's scratch tree and log under DIR")
     p.add_argument("--catalogue", type=Path, default=ROOT / "mutants",
                    help="directory of *.toml mutant files (default mutants/)")
+    p.add_argument("--source", choices=("curated", "mechanical", "all"), default="curated",
+                   help="which mutants: the curated catalogue (default), the mechanical ones "
+                        "generated over mutants/mechanical/scope.toml, or both")
+    p.add_argument("--killed-before", type=Path, default=None, metavar="RESULT.json",
+                   help="keep only the mechanical mutants a stored run (its --json result, e.g. "
+                        "mutants/mechanical/judged.json) judged killed: a regression check of "
+                        "detection, as CI's sample does, while untriaged survivors await tests")
+    p.add_argument("--operators", default=",".join(OPERATORS),
+                   help=f"mechanical operators to generate (default all: {','.join(OPERATORS)})")
     p.add_argument("--root", type=Path, default=ROOT, help="repository to mutate (default: this)")
     p.add_argument("--python", default=None,
                    help="interpreter with the project and its dependencies installed "
@@ -110,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     reqs = known_requirements(root) if (root / "pytest_mooncake").is_dir() else None
     try:
-        mutants = load_catalogue(args.catalogue, reqs)
+        mutants = load_mutants(args, root, reqs)
     except CatalogueError as exc:
         print(f"mutants: {exc}", file=sys.stderr)
         return 2
@@ -128,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
     chosen = select(mutants, [s for s in args.only.split(",") if s],
-                    [s.upper() for s in args.family.split(",") if s], args.sample, seed)
+                    [s.upper() for s in args.family.split(",") if s], args.sample, seed,
+                    args.per_requirement)
     if not chosen:
         print("mutants: nothing selected", file=sys.stderr)
         return 2

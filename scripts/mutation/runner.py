@@ -18,6 +18,14 @@ from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, mutated_sources
 
+try:
+    from pytest_mooncake.runtime.die_with_parent import wrap
+except ImportError:  # run by an interpreter without the package: the repository's own copy
+    import sys
+
+    sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
+    from pytest_mooncake.runtime.die_with_parent import wrap
+
 KILLED, HANG, SURVIVED, ERROR = "killed", "killed (hang)", "SURVIVED", "ERROR"
 TAIL = 3000
 
@@ -144,7 +152,9 @@ class Runner:
             with self._lock:
                 if self._stopping:
                     return None, 0.0
-                proc = subprocess.Popen(argv, cwd=tree, env=self.env(tree), stdout=out,
+                # through die_with_parent: a killed mutants.py (even SIGKILL) takes its pytest
+                # runs with it, and they take their etcd and engines (the plugin's own rule)
+                proc = subprocess.Popen(wrap(argv), cwd=tree, env=self.env(tree), stdout=out,
                                         stderr=subprocess.STDOUT, start_new_session=True)
                 self._procs.add(proc)
             try:

@@ -14,12 +14,14 @@ rounds up to whole seconds).
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 
 from pytest_mooncake.planting import (
     described,
+    ending_at_the_last_address,
     malformed_values,
     plant,
     plant_foreign,
@@ -337,6 +339,28 @@ def test_malformed_values_never_replace_a_valid_snapshot(mc_engine, mc_metadata)
                   f"(MR-4: a malformed refresh never overwrites a valid snapshot)")
         assert b.alive(), f"B crashed on a malformed descriptor: {bad.why}"
     assert held, f"{mc_metadata.uri} refused every malformed value the test planted"
+
+
+@pytest.mark.mc_req("MR-3")
+@pytest.mark.mc_demands("cache_ttl")
+def test_a_buffer_ending_at_the_last_address_is_installed(mc_engine, mc_metadata):
+    """The edge of the address check: a buffer whose last byte is 2**64 - 1 is valid, so a
+    refresh installs it (one byte further is among ``malformed_values``, never installed)."""
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    good = published(mc_metadata, "seg-a")
+    assert shows(b.lookup("seg-a"), good), described(b.lookup("seg-a"))
+    edge = ending_at_the_last_address(good)
+    plant(mc_metadata, "seg-a", json.dumps(edge).encode())
+    try:
+        wait_until(lambda: shows(b.lookup("seg-a"), edge), WAIT + 2 * ttl_s(b, SHORT_TTL_MS),
+                   "B installing a buffer that ends at the last 64-bit address")
+    except Timeout:
+        pytest.fail(f"A's descriptor now holds a buffer ending at the last 64-bit address "
+                    f"({edge['buffers'][0]['addr']:#x} + {edge['buffers'][0]['length']}), a valid "
+                    f"range, but B still serves {described(b.lookup('seg-a'))} "
+                    f"{WAIT + 2 * ttl_s(b, SHORT_TTL_MS):g}s later ({bound_of(b)}): MR-3 installs "
+                    f"every descriptor that validates")
 
 
 @pytest.mark.mc_req("MR-3", "MR-4")

@@ -173,3 +173,9 @@ def test_access_outside_registered_buffers_is_rejected(mc_engine):
     assert a.alive(), "A crashed on an out-of-bounds transfer"
     assert a.local_read(0, 16) == before
     assert a.local_read(length - 8, 8) == b"z" * 8, "the rejected write was partially applied"
+    smallest = b.write_at("seg-a", addr + length - 1, b"q")
+    assert smallest.ok, (
+        f"a 1-byte write of the last byte of A's registered buffer was refused: "
+        f"{smallest.error}; MR-18 rejects only transfers outside the registered buffers, and "
+        f"the smallest transfer inside them is one byte")
+    assert a.local_read(length - 1, 1) == b"q", "the 1-byte write of the last byte was lost"

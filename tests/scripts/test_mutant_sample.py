@@ -19,6 +19,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = 3
+MECHANICAL_SAMPLE = 1
+JUDGED = ROOT / "mutants" / "mechanical" / "judged.json"
+"""The stored mechanical run: CI draws only from the mechanical mutants it judged killed (a kill
+lost is a regression of the suites); its survivors are triaged into tests or
+``equivalent.toml`` by hand, never sampled into a red CI by chance."""
 
 
 def sample_seed() -> int:
@@ -49,3 +54,25 @@ def test_a_rotating_sample_of_the_catalogue_is_killed(tmp_path):
     alive = [m["id"] for m in doc["mutants"] if m["status"] not in ("killed", "killed (hang)")]
     assert not alive, f"mutants not killed: {alive}; {replay}\n{out}"
     assert proc.returncode == 0, out
+
+
+@pytest.mark.xdist_group("mutants")
+def test_a_rotating_sample_of_the_mechanical_kills_stays_killed(tmp_path):
+    seed = sample_seed()
+    result = tmp_path / "mechanical.json"
+    replay = (f"MC_MUTANTS_SEED={seed} or: .venv/bin/python scripts/mutants.py --source "
+              f"mechanical --killed-before {JUDGED.relative_to(ROOT)} --sample "
+              f"{MECHANICAL_SAMPLE} --seed {seed}")
+    print(f"mechanical mutant sample seed {seed} (replay: {replay})")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "mutants.py"), "--source", "mechanical",
+         "--killed-before", str(JUDGED), "--sample", str(MECHANICAL_SAMPLE), "--seed",
+         str(seed), "--suites-only", "-j", "1", "--python", sys.executable, "--json",
+         str(result)],
+        capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    out = proc.stdout[-6000:] + proc.stderr[-4000:]
+    assert result.exists(), f"no result (exit {proc.returncode}); {replay}\n{out}"
+    doc = json.loads(result.read_text())
+    assert len(doc["mutants"]) == MECHANICAL_SAMPLE, out
+    alive = [m["id"] for m in doc["mutants"] if m["status"] not in ("killed", "killed (hang)")]
+    assert not alive, f"mechanical mutants no longer killed: {alive}; {replay}\n{out}"
