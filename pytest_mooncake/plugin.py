@@ -212,7 +212,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _described(target: Target) -> str:
-    """Its version, its deployment profile where it has one (``deployment_record``) and,
+    """Its version, its deployment profile where it has one (``judged_configuration``) and,
     where libraries are supplied here, which (``CUDA: stand-in driver, no device``)."""
     text = f"{target.version}; {target.notes}" if target.notes else target.version
     line = deployment_line(_deployment(target))

@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from pytest_mooncake.report.profile_differences import phrase, profile_differences  # noqa: E402
-from pytest_mooncake.targets.mooncake.deployment_profiles import split_profile  # noqa: E402
+from pytest_mooncake.targets.mooncake.profile_strategies import split_profile  # noqa: E402
 
 PAGE = ROOT / "docs" / "reference" / "release-matrix.md"
 """The page holding the generated region (the docs site shows it as "Release matrix")."""

@@ -5,7 +5,7 @@ One target: the flat form (``target``, ``target_version``, ``requirements``). A 
 (``--mc-matrix``): ``matrix`` and ``columns``, one entry per target with its version; no flat
 form, so no reader takes the first column for the run. Both carry ``schema_version``, the start
 time, the duration, the seed, summary counts and each test's duration; a real build's column
-also its ``deployment`` (``targets/mooncake/deployment_record``), and a matrix the
+also its ``deployment`` (``targets/mooncake/judged_configuration``), and a matrix the
 ``profile_differences`` lines where one build's profiles disagree.
 
 Schema version 2 added the verdict ``intermittent`` (in ``verdict`` and the summary's counts),
@@ -53,7 +53,7 @@ class RunFacts:
     """The ``--mc-matrix`` spec, when the run had several columns."""
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per column label: ``version``, ``notes`` (libraries supplied here, e.g. stand-ins) and
-    ``deployment`` (what a real build's column deployed: ``deployment_record``)."""
+    ``deployment`` (what a real build's column deployed: ``judged_configuration``)."""
     fail_on: str = "never"
     fail_on_problems: list[str] = field(default_factory=list)
     confirm: int = 0

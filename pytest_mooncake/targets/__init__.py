@@ -1,7 +1,7 @@
 """Targets: one module per kind of implementation under test, found by name.
 
 ``--mc-target=NAME[:VARIANT][@PROFILE]`` is resolved here (``@PROFILE``: how a real build is
-deployed, ``targets/mooncake/deployment_profiles``). Target modules are imported lazily so that
+deployed, ``targets/mooncake/profile_strategies``). Target modules are imported lazily so that
 selecting the reference engine never imports docker or the Mooncake wheel.
 """
 
@@ -91,14 +91,14 @@ def resolve_target(spec: str) -> Target:
     if use is not None:
         try:
             use(profile, spec)
-        except ValueError as exc:  # deployment_profiles.UnknownProfile
+        except ValueError as exc:  # profile_strategies.UnknownProfile
             raise UnknownTarget(str(exc)) from None
     return target
 
 
 def split_profile(spec: str) -> tuple[str, str | None]:
     """``SPEC@PROFILE`` -> (SPEC, PROFILE); (spec, None) without one."""
-    from pytest_mooncake.targets.mooncake.deployment_profiles import split_profile as split
+    from pytest_mooncake.targets.mooncake.profile_strategies import split_profile as split
 
     return split(spec)
 
@@ -130,12 +130,12 @@ def target_identity(spec: str) -> str:
     spec = spec.strip()
     base, profile = split_profile(spec)
     if names_release(base):
-        from pytest_mooncake.targets.mooncake.deployment_profiles import (
+        from pytest_mooncake.targets.mooncake.install import SpecError, release_label
+        from pytest_mooncake.targets.mooncake.profile_strategies import (
             UnknownProfile,
             label_suffix,
             profile_named,
         )
-        from pytest_mooncake.targets.mooncake.install import SpecError, release_label
 
         try:
             return release_label(base) + label_suffix(profile_named(profile, spec))
@@ -143,6 +143,6 @@ def target_identity(spec: str) -> str:
             raise UnknownTarget(str(exc)) from None
     if spec.startswith("reference"):
         return resolve_target(spec).label
-    from pytest_mooncake.targets.mooncake.deployment_profiles import DEFAULT_PROFILE
+    from pytest_mooncake.targets.mooncake.profile_strategies import DEFAULT_PROFILE
 
     return base if profile in (None, DEFAULT_PROFILE) else spec

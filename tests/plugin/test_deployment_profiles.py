@@ -14,13 +14,13 @@ import pytest
 from pytest_mooncake.report.deployment_seen import SEEN_PROPERTY, SeenDeployments
 from pytest_mooncake.report.profile_differences import profile_differences
 from pytest_mooncake.targets import UnknownTarget, resolve_target, target_identity
-from pytest_mooncake.targets.mooncake.deployment_profiles import (
+from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
+from pytest_mooncake.targets.mooncake.profile_strategies import (
     PROFILES,
     UnknownProfile,
     profile_named,
     split_profile,
 )
-from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 
 SCHEMA = json.loads(resources.files("pytest_mooncake").joinpath("data/report.schema.json")
                     .read_text())

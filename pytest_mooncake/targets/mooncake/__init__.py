@@ -8,8 +8,14 @@
 - ``master_cluster/``: HA ``mooncake_master`` processes, their admin service, flags, snapshots, OpLog;
 - beside them: ``store_clients.py`` (the store-client launcher), ``metadata_stores.py`` (etcd
   and HTTP metadata), ``launchers.py`` (how a process is started: this host or a container),
-  ``install.py`` (where a build lives), ``cache_knobs.py``, ``mooncake_log.py``,
-  ``verbs_layers.py`` and ``emulated_rdma.py`` (the RDMA path on emulated or host devices).
+  ``install.py`` (where a build lives), ``cache_knobs.py``, ``mooncake_log.py``;
+- what a column deployed: ``profile_strategies.py`` (the named deployment profiles,
+  ``@defaults``/``@ha-oplog``/``@ha-snapshot``), ``judged_configuration.py`` (the record of
+  flags, env and backends a column was judged under), ``backend_probes.py`` (which metadata and
+  HA backends a build accepts, asked in the run);
+- the RDMA path: ``verbs_layers.py`` (emulated or host devices), ``emulated_rdma.py`` (the RDMA
+  handle), ``explored_rdma.py`` (schedules explored at the verbs boundary), ``memcheck.py``
+  (engines under valgrind).
 
 The public classes are importable from here (``from pytest_mooncake.targets.mooncake import
 MooncakeTarget``); the modules behind them may move.

@@ -29,18 +29,18 @@ from pytest_mooncake.targets.base import (
     TargetError,
     TargetLacks,
 )
-from pytest_mooncake.targets.mooncake.deployment_profiles import (
+from pytest_mooncake.targets.mooncake.option_rules import (
+    ENGINE_OPTIONS,
+    check_master_options,
+    unknown_options,
+)
+from pytest_mooncake.targets.mooncake.profile_strategies import (
     DEFAULT_PROFILE,
     PROFILES,
     DeploymentProfile,
     UnknownProfile,
     label_suffix,
     profile_named,
-)
-from pytest_mooncake.targets.mooncake.option_rules import (
-    ENGINE_OPTIONS,
-    check_master_options,
-    unknown_options,
 )
 from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL
 
@@ -99,7 +99,7 @@ class MooncakeFamilyTarget(Target):
     # ------------------------------------------------------------------ what it is
 
     def use_profile(self, name: str | None, spec: str = "") -> None:
-        """Deploy the build as profile ``name`` (``deployment_profiles``; None: the default);
+        """Deploy the build as profile ``name`` (``profile_strategies``; None: the default);
         ``UnknownProfile`` naming the known ones. A placement that deploys nothing itself (the
         cluster target) has its own deployment and refuses every profile."""
         fixed = getattr(self.placement, "own_deployment", None)

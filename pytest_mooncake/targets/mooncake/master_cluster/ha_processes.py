@@ -20,11 +20,6 @@ from pytest_mooncake.targets.base import (
     TargetError,
     TargetLacks,
 )
-from pytest_mooncake.targets.mooncake.deployment_profiles import (
-    DEFAULT_PROFILE,
-    PROFILES,
-    DeploymentProfile,
-)
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_cluster.admin_view import MooncakeMasters
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
@@ -41,6 +36,11 @@ from pytest_mooncake.targets.mooncake.option_rules import (
     check_master_options,
     lacks_etcd_routing,
     whole_seconds,
+)
+from pytest_mooncake.targets.mooncake.profile_strategies import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    DeploymentProfile,
 )
 from pytest_mooncake.targets.mooncake.store_clients import (
     PROTOCOL,
@@ -71,7 +71,7 @@ class _Master:
 
 class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
     """N ``mooncake_master --enable_ha`` processes and M store clients, deployed as ``profile``
-    (``deployment_profiles``; the default ``ha-oplog`` turns the OpLog on).
+    (``profile_strategies``; the default ``ha-oplog`` turns the OpLog on).
 
     Every flag is spelled as the build's ``mooncake_master --help`` lists it (``master_cluster/flags``);
     a setting the build lacks is left out (``dropped``) or, when the test asked for it, n/a.
@@ -93,7 +93,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
                  profile: DeploymentProfile | None = None, **options: Any):
         options = check_master_options(options, launcher.version)
         self.profile = profile or PROFILES[DEFAULT_PROFILE]
-        """How the build is deployed (``deployment_profiles``): the settings it adds."""
+        """How the build is deployed (``profile_strategies``): the settings it adds."""
         self.launcher = launcher
         self.build = launcher.version
         self.workdir = Path(workdir)

@@ -18,18 +18,18 @@ from pytest_mooncake.targets.base import (
     TargetContext,
     TargetError,
 )
-from pytest_mooncake.targets.mooncake import deployment_record
+from pytest_mooncake.targets.mooncake import judged_configuration
 from pytest_mooncake.targets.mooncake.cache_knobs import CacheKnobs
-from pytest_mooncake.targets.mooncake.deployment_profiles import (
-    DEFAULT_PROFILE,
-    PROFILES,
-    DeploymentProfile,
-)
 from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 from pytest_mooncake.targets.mooncake.master_cluster.ha_processes import MooncakeMasterCluster
 from pytest_mooncake.targets.mooncake.option_rules import ENGINE_OPTIONS, MASTER_OPTIONS
+from pytest_mooncake.targets.mooncake.profile_strategies import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    DeploymentProfile,
+)
 from pytest_mooncake.targets.mooncake.store_clients import start_store_client
 
 _counter = itertools.count(1)
@@ -59,7 +59,7 @@ class ProcessPlacement:
         return self.launcher().master_flags
 
     def deployment(self) -> dict[str, Any]:
-        """What this column deploys (``deployment_record``), from the build's probed flags
+        """What this column deploys (``judged_configuration``), from the build's probed flags
         and the cache knobs its engines read."""
         try:
             flags, unknown = self.master_flags(), ""
@@ -67,7 +67,7 @@ class ProcessPlacement:
             flags, unknown = None, str(exc)
         launcher_class = self.launcher_class()
         knobs = sorted(self.cache_knobs.reads) if self.cache_knobs is not None else None
-        return deployment_record.record(self.profile, flags, launcher_class.bind_host,
+        return judged_configuration.record(self.profile, flags, launcher_class.bind_host,
                                         dict(launcher_class.master_rpc), knobs, unknown)
 
     def launcher_class(self) -> Any:

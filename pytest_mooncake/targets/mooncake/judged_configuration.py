@@ -1,5 +1,5 @@
 """What a column of a Mooncake build judged, as the report records it (``deployment``): the
-build, its profile (``deployment_profiles``), every master flag and environment variable the
+build, its profile (``profile_strategies``), every master flag and environment variable the
 harness sets for masters, engines and store clients, and the metadata and HA backends.
 
 Values that differ per cluster (ports, the cluster id, the etcd of the worker) are written as
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_mooncake.targets.mooncake.cache_knobs import NO_CACHE_ENV, REFRESH_ENV
-from pytest_mooncake.targets.mooncake.deployment_profiles import DeploymentProfile
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import means_for
+from pytest_mooncake.targets.mooncake.profile_strategies import DeploymentProfile
 
 HA_BASE = {"enable_ha": True, "etcd_endpoints": "<the run's etcd>",
            "cluster_id": "<one per cluster>", "rpc_port": "<free port>",
