@@ -1,16 +1,19 @@
 """The ``docker`` target: Mooncake from a container image, driven through the docker SDK.
 
-``--mc-target=docker:IMAGE`` (e.g. ``docker:kvcacheai/mooncake:0.3.13``). The session gets a
-user-defined bridge network; etcd runs as a container on it (image ``MC_DOCKER_ETCD_IMAGE``,
-default below); engines, store clients and ``mooncake_master`` run as containers of IMAGE with
-the same driver script as the ``mooncake`` target, mounted read-only. Only loopback ports of
-this host are published (control sockets, admin ports, etcd). The session's work directory is
-bind-mounted at the same path so drivers' ready files appear here, which needs a Docker engine
-on this host (``DOCKER_HOST`` a local socket).
+``--mc-target=docker:IMAGE`` (e.g. ``docker:localhost/mooncake:0.3.13.post1``, built here by
+``python -m pytest_mooncake.images build 0.3.13.post1``). The engine is the run's
+(``containers.session_engine``: DOCKER_HOST, a Docker, or a Podman the run starts). The session
+gets its own internal bridge network on a /24 of 198.18.0.0/15 (``containers.run_networks``);
+etcd runs as a container of the same image on it (Debian's etcd is in the images built here;
+``MC_DOCKER_ETCD_IMAGE`` names another); engines, store clients and ``mooncake_master`` run as
+containers of IMAGE with the same driver script as the ``mooncake`` target, mounted read-only,
+each at a fixed address of the network that its restarts keep, with ``MC_TCP_BIND_ADDRESS`` set
+to it. No port is published: this host reaches every container at its address directly (its
+end of the bridge is the network's ``.1``). The session's work directory is bind-mounted at the
+same path so drivers' ready files appear here, which needs the engine on this host.
 
-No Docker engine answering is not an error: the first capability question pings the engine
-with a bounded timeout, and when that fails every capability is absent with
-``no Docker engine at DOCKER_HOST=<value>: <error>``.
+No container engine is not an error: the first capability question looks for one, and when
+there is none every capability is absent with the reason (what is missing, how to install it).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ import itertools
 import os
 import re
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.containers.labels import SESSION_LABEL, session_labels
+from pytest_mooncake.containers.run_networks import create_network, subnet_of
+from pytest_mooncake.containers.session_engine import ContainerEngine, EngineUnavailable
 from pytest_mooncake.releases.record import recorded
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until, within
 from pytest_mooncake.runtime.etcd_process import etcd_healthy
@@ -35,13 +41,11 @@ from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-DEFAULT_ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 DRIVER_DIR_IN_CONTAINER = "/mc-driver"
 CONTROL_PORT = 7000
 ASSUMED_RELEASE = "non-cuda-0.3.13.post1"
 """The release whose probed master flags stand for an image's (see ``assumed_master_flags``)."""
 ETCD_PORT = 2379
-SESSION_LABEL = "pytest-mooncake.session"
 _IMAGE_RE = re.compile(
     r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?/)?"  # registry host[:port]/
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
@@ -71,18 +75,18 @@ API_TIMEOUT = 600.0
 """Seconds one Docker API request may take once the engine answered (an image pull, a wait)."""
 
 
-def default_client_factory(timeout: float) -> Any:
-    import docker  # noqa: PLC0415 (only this target needs the SDK)
-
-    return docker.from_env(timeout=max(1, int(timeout)))
-
-
 # ------------------------------------------------------------------------------- containers
+
+
+ADDRESS = "@container-address@"
+"""In an argv element or environment value: replaced by the container's own address on the
+session network when it starts (``MC_TCP_BIND_ADDRESS``, a master's ``--rpc_address``)."""
 
 
 class ContainerProcess:
     """A container that behaves like ``ManagedProcess`` for the engine and master handles:
-    start (again), readiness, kill with a signal, stop, logs, published ports."""
+    start (again, as a new container with the same name and address), readiness, kill with a
+    signal, stop, logs, and the address this host reaches it at."""
 
     def __init__(self, lab: DockerLab, name: str, argv: Sequence[str],
                  env: Mapping[str, str] | None, ready: ReadyProbe | None,
@@ -96,11 +100,15 @@ class ContainerProcess:
         self.publish = list(publish)
         self.container: Any = None
         self.starts = 0
+        self.address = lab.address_for(name)
 
     def start(self) -> ContainerProcess:
         if self.container is not None:
             self.lab.remove(self.container)
-        self.container = self.lab.run(self.name, self.argv, self.env, self.publish)
+        argv = [a.replace(ADDRESS, self.address) for a in self.argv]
+        env = {"MC_TCP_BIND_ADDRESS": ADDRESS, **self.env}
+        env = {k: v.replace(ADDRESS, self.address) for k, v in env.items()}
+        self.container = self.lab.run(self.name, argv, env, self.address)
         self.starts += 1
         if self.ready is not None:
             self._wait_ready()
@@ -148,12 +156,9 @@ class ContainerProcess:
         return None if not state or state.get("Status") == "running" else state.get("ExitCode")
 
     def published(self, port: int) -> int:
-        """The 127.0.0.1 port of this host that docker published for ``port/tcp``."""
-        self.container.reload()
-        bindings = (self.container.ports or {}).get(f"{port}/tcp") or []
-        if not bindings:
-            raise TargetError(f"container {self.name} has no published binding for {port}/tcp")
-        return int(bindings[0]["HostPort"])
+        """The port this host reaches ``port`` at (the same: the host reaches the container's
+        address on the session network directly, no port is published)."""
+        return port
 
     def send_signal(self, sig: int) -> None:
         if self.container is not None and self.alive():
@@ -191,17 +196,21 @@ class ContainerProcess:
 
 
 class DockerLab:
-    """The session's containers and network; ``close`` removes every one of them."""
+    """The session's containers on its own network (an internal /24 of 198.18.0.0/15,
+    ``containers.run_networks``), each at a fixed address by name; ``close`` removes them all."""
 
     def __init__(self, client: Any, image: str, session: str, workdir: Path,
-                 etcd_image: str = DEFAULT_ETCD_IMAGE):
+                 etcd_image: str | None = None, labels: Mapping[str, str] | None = None):
         self.client = client
         self.image = image
         self.session = session
         self.workdir = Path(workdir)
-        self.etcd_image = etcd_image
+        self.etcd_image = etcd_image or image
+        self.labels = dict(labels or {SESSION_LABEL: session})
         self.driver_dir = str(DRIVER.parent)
         self._network: Any = None
+        self._hosts: Iterator[Any] | None = None
+        self.addresses: dict[str, str] = {}
         self.containers: list[Any] = []
         self._etcd: ContainerProcess | None = None
 
@@ -211,17 +220,31 @@ class DockerLab:
     @property
     def network(self) -> Any:
         if self._network is None:
-            self._network = self.client.networks.create(
-                f"mc-{self.session}", driver="bridge", labels={SESSION_LABEL: self.session})
+            self._network = create_network(self.client, f"mc-{self.session}", self.labels)
+            self._hosts = subnet_of(self._network).hosts()
+            next(self._hosts)  # .1: this host's end of the bridge
         return self._network
 
-    def run(self, name: str, argv: Sequence[str], env: Mapping[str, str],
-            publish: Sequence[int], image: str | None = None) -> Any:
+    @property
+    def gateway(self) -> str:
+        """This host's address on the session network."""
+        return str(subnet_of(self.network).network_address + 1)
+
+    def address_for(self, name: str) -> str:
+        """The fixed address of the container called ``name`` (its restarts keep it)."""
+        if name not in self.addresses:
+            _ = self.network
+            self.addresses[name] = str(next(self._hosts))
+        return self.addresses[name]
+
+    def run(self, name: str, argv: Sequence[str], env: Mapping[str, str], address: str,
+            image: str | None = None) -> Any:
+        endpoint = self.client.api.create_endpoint_config(ipv4_address=address)
         container = self.client.containers.run(
             image or self.image, list(argv), detach=True, name=self.container_name(name),
-            hostname=self.container_name(name), network=self.network.name,
-            environment=dict(env), labels={SESSION_LABEL: self.session},
-            ports={f"{p}/tcp": ("127.0.0.1", None) for p in publish},
+            hostname=self.container_name(name)[:63], network=self.network.name,
+            networking_config={self.network.name: endpoint},
+            environment=dict(env), labels=self.labels,
             volumes={str(self.workdir): {"bind": str(self.workdir), "mode": "rw"},
                      self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}},
         )
@@ -237,23 +260,26 @@ class DockerLab:
             self.containers.remove(container)
 
     def etcd(self, ready_timeout: float = 60.0) -> tuple[str, str]:
-        """Start (once) an etcd container; (endpoint on the network, endpoint on this host)."""
+        """Start (once) an etcd container; (endpoint on the network, endpoint on this host:
+        the same address, which this host reaches directly)."""
         name = "etcd"
-        inside = f"{self.container_name(name)}:{ETCD_PORT}"
         if self._etcd is None:
             argv = ["etcd", "--name", "mc-etcd", "--data-dir", "/tmp/etcd-data",
-                    "--listen-client-urls", f"http://0.0.0.0:{ETCD_PORT}",
-                    "--advertise-client-urls", f"http://{inside}"]
-            proc = ContainerProcess(self, name, argv, {}, None, ready_timeout, [ETCD_PORT])
-            proc.container = self.run(name, argv, {}, [ETCD_PORT], image=self.etcd_image)
+                    "--listen-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
+                    "--advertise-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
+                    "--listen-peer-urls", f"http://{ADDRESS}:2380"]
+            proc = ContainerProcess(self, name, argv, {}, None, ready_timeout)
+            argv = [a.replace(ADDRESS, proc.address) for a in argv]
+            proc.container = self.run(name, argv, {}, proc.address, image=self.etcd_image)
 
             def healthy(p: ContainerProcess) -> bool:
-                return etcd_healthy(f"127.0.0.1:{p.published(ETCD_PORT)}")
+                return etcd_healthy(f"{p.address}:{ETCD_PORT}")
 
             proc.ready = healthy
             proc._wait_ready()
             self._etcd = proc
-        return inside, f"127.0.0.1:{self._etcd.published(ETCD_PORT)}"
+        endpoint = f"{self._etcd.address}:{ETCD_PORT}"
+        return endpoint, endpoint
 
     def close(self) -> list[str]:
         """Remove every container and the network; returns what could not be removed."""
@@ -274,10 +300,11 @@ class DockerLab:
 
 
 class ContainerLauncher:
-    """Components as containers of the target image on the session network."""
+    """Components as containers of the target image on the session network, each listening on
+    its own address there."""
 
-    bind_host = "0.0.0.0"
-    master_rpc = {"rpc_address": "0.0.0.0", "rpc_interface": "eth0"}
+    bind_host = ADDRESS
+    master_rpc = {"rpc_address": ADDRESS}
     control_port = CONTROL_PORT
 
     def __init__(self, lab: DockerLab, version: str):
@@ -294,6 +321,9 @@ class ContainerLauncher:
     def host_port(self, process: Any, port: int) -> int:
         return process.published(port)
 
+    def host_address(self, process: Any) -> str:
+        return process.address
+
     def environment(self, extra: Mapping[str, str]) -> Mapping[str, str]:
         return dict(extra)  # a container starts from the image's environment and ``extra``
 
@@ -304,7 +334,7 @@ class ContainerLauncher:
         return "mooncake_master"
 
     def host_name(self, name: str) -> str:
-        return self.lab.container_name(name)
+        return self.lab.address_for(name)
 
     def port(self) -> int:
         return next(self._ports)
@@ -340,7 +370,8 @@ class DockerPlacement(ProcessPlacement):
                  ping_timeout: float = 3.0):
         self.image = image
         self.variant = image
-        self.client_factory = client_factory or default_client_factory
+        self.client_factory = client_factory
+        self.container_engine: ContainerEngine | None = None
         self.ping_timeout = ping_timeout
         self.client: Any = None
         self.facts: dict[str, Any] = {}
@@ -349,9 +380,34 @@ class DockerPlacement(ProcessPlacement):
         self._lab: DockerLab | None = None
 
     def probe(self) -> str | None:
-        """Ping the Docker engine once (bounded); None when it answers, else the reason."""
+        """Find the container engine once (``containers.session_engine``: DOCKER_HOST, a
+        Docker, or a Podman this run starts); None when one answers, else the reason. With a
+        ``client_factory`` (unit tests' fake SDK) that client is pinged instead."""
         if self._caps is not None:
             return self._no_engine
+        if self.client_factory is None:
+            self._open_engine()
+        else:
+            self._open_client()
+        if self._no_engine is None:
+            self._inspect_image()
+            self._caps = SUPPORTED
+        else:
+            self.client = None
+            self._caps = frozenset()
+        return self._no_engine
+
+    def _open_engine(self) -> None:
+        engine = ContainerEngine(api_timeout=API_TIMEOUT)
+        try:
+            engine.start()
+        except EngineUnavailable as exc:
+            self._no_engine = str(exc)
+            return
+        self.container_engine, self.client = engine, engine.client
+        self.facts["engine"] = engine.how
+
+    def _open_client(self) -> None:
         where = f"DOCKER_HOST={docker_host()}"
         try:
             self.client = within(self.ping_timeout + 1, self.client_factory, self.ping_timeout,
@@ -363,14 +419,8 @@ class DockerPlacement(ProcessPlacement):
             self._no_engine = f"the docker SDK is not installed ({exc}): pip install docker"
         except Exception as exc:  # noqa: BLE001 (any failure means: no engine to use)
             self._no_engine = f"no Docker engine at {where}: {type(exc).__name__}: {exc}"
-        if self._no_engine is None:
-            self.facts["engine"] = where
-            self._inspect_image()
-            self._caps = SUPPORTED
         else:
-            self.client = None
-            self._caps = frozenset()
-        return self._no_engine
+            self.facts["engine"] = where
 
     def _inspect_image(self) -> None:
         try:
@@ -413,16 +463,28 @@ class DockerPlacement(ProcessPlacement):
             if self.ctx is None:
                 raise TargetError("the docker target was not opened (no session context)")
             if "not present" in str(self.facts.get("image", "")):
+                if self.image.startswith("localhost/"):
+                    raise TargetLacks(Capability.ENGINE, (
+                        f"image {self.image} is not in the engine ({self.facts.get('engine')}); "
+                        f"build it: python -m pytest_mooncake.images build "
+                        f"{self.image.rpartition(':')[2]}"))
                 self.client.images.pull(self.image)
-            session = f"{os.getpid()}-{self.ctx.seed % 100000}"
+            if self.container_engine is not None:
+                session, labels = self.container_engine.session, self.container_engine.labels
+            else:
+                session = f"{os.getpid()}-{self.ctx.seed % 100000}"
+                labels = session_labels(session)
             self._lab = DockerLab(self.client, self.image, session, self.workdir,
-                                  os.environ.get("MC_DOCKER_ETCD_IMAGE", DEFAULT_ETCD_IMAGE))
+                                  os.environ.get("MC_DOCKER_ETCD_IMAGE"), labels)
         return self._lab
 
     def close(self) -> None:
         if self._lab is not None:
             self._lab.close()
             self._lab = None
+        if self.container_engine is not None:
+            self.container_engine.close()
+            self.container_engine = None
 
     def launcher(self) -> ContainerLauncher:
         return ContainerLauncher(self.lab(), self.version)
