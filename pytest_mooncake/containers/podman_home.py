@@ -19,6 +19,7 @@ from pathlib import Path
 from pytest_mooncake.runtime.native import cache_dir
 
 DEFAULT_SUBNET = "198.19.255.0/24"
+"""(inside the topmost /20, which run networks therefore never take)"""
 """Podman's default network, set so it is in the run's range; never attached to anything."""
 
 CONTAINERS_CONF = """\

@@ -1,7 +1,9 @@
-"""The run's container networks: each a /24 of 198.18.0.0/15 taken from the top down (the
-network-namespace lab takes its /24s from the bottom up), internal (no route out: containers
-reach only each other and this host's end of the bridge), with a bridge named ``mclab-d…`` so
-the lab counts the /24 as held and never builds on it. Never Podman's 10.88.0.0/16."""
+"""The run's container networks: each a /20 of 198.18.0.0/15 (4,094 addresses: every
+component a session starts gets its own) taken from the top down (the network-namespace lab
+takes its /24s from the bottom up, so the two meet only after 200 labs), internal (no route out:
+containers reach only each other and this host's end of the bridge), with a bridge named
+``mclab-d…`` so the lab counts it as its own and never reports it as a foreign use of the
+range. Never Podman's 10.88.0.0/16."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 RANGE = ipaddress.ip_network("198.18.0.0/15")
+PREFIX = 20
 RESERVED = {ipaddress.ip_network("198.19.255.0/24")}
 """Podman's default network of ours (``podman_home.DEFAULT_SUBNET``): never attached."""
 BRIDGE_PREFIX = "mclab-d"
@@ -48,13 +51,13 @@ def engine_networks(client: Any) -> set[ipaddress.IPv4Network]:
 
 
 def candidates(taken: set[ipaddress.IPv4Network]) -> Iterator[ipaddress.IPv4Network]:
-    for net in reversed(list(RANGE.subnets(new_prefix=24))):
-        if net not in RESERVED and not any(net.overlaps(t) for t in taken):
+    for net in reversed(list(RANGE.subnets(new_prefix=PREFIX))):
+        if not any(net.overlaps(t) for t in taken | RESERVED):
             yield net
 
 
 def create_network(client: Any, name: str, labels: Mapping[str, str], attempts: int = 8) -> Any:
-    """A new internal bridge network on a free /24 (another run may take the same /24 at the
+    """A new internal bridge network on a free /20 (another run may take the same /24 at the
     same moment: the engine refuses the second, which tries the next)."""
     import docker  # noqa: PLC0415
 
@@ -70,7 +73,7 @@ def create_network(client: Any, name: str, labels: Mapping[str, str], attempts: 
                 options={"com.docker.network.bridge.name": BRIDGE_PREFIX + secrets.token_hex(4)})
         except docker.errors.APIError as exc:
             last = exc
-    raise RuntimeError(f"no free /24 of {RANGE} for container network {name}: {last}")
+    raise RuntimeError(f"no free /{PREFIX} of {RANGE} for container network {name}: {last}")
 
 
 def subnet_of(network: Any) -> ipaddress.IPv4Network:

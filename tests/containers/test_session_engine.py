@@ -32,12 +32,12 @@ def _podman_cli(engine: ContainerEngine, *args: str) -> list[dict]:
     return json.loads(out or "[]")
 
 
-def test_run_network_is_an_internal_slash24_of_the_benchmark_range(container_engine, tiny_image):
+def test_run_network_is_an_internal_slash20_of_the_benchmark_range(container_engine, tiny_image):
     net = create_network(container_engine.client, f"mc-{container_engine.session}-t1",
                          container_engine.labels)
     try:
         subnet = subnet_of(net)
-        assert subnet.prefixlen == 24 and subnet.subnet_of(RUN_RANGE)
+        assert subnet.prefixlen == 20 and subnet.subnet_of(RUN_RANGE)
         assert not subnet.overlaps(PODMAN_DEFAULT)
         assert net.attrs["Internal"] is True
         box = container_engine.client.containers.run(

@@ -26,18 +26,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.containers.tcp_relay import TcpRelay
 from pytest_mooncake.containers.labels import SESSION_LABEL, session_labels
 from pytest_mooncake.containers.run_networks import create_network, subnet_of
 from pytest_mooncake.containers.session_engine import ContainerEngine, EngineUnavailable
+from pytest_mooncake.images.release_image import RELEASE_LABEL
 from pytest_mooncake.releases.record import recorded
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until, within
 from pytest_mooncake.runtime.etcd_process import etcd_healthy
-from pytest_mooncake.runtime.processes import ProcessStartError, ReadyProbe
+from pytest_mooncake.runtime.processes import ProcessStartError, ReadyProbe, port_open
 from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetError, TargetLacks
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
 from pytest_mooncake.targets.mooncake.install import DRIVER
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
-from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
+from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -46,10 +48,17 @@ CONTROL_PORT = 7000
 ASSUMED_RELEASE = "non-cuda-0.3.13.post1"
 """The release whose probed master flags stand for an image's (see ``assumed_master_flags``)."""
 ETCD_PORT = 2379
+HTTP_METADATA_PORT = 8080
 _IMAGE_RE = re.compile(
     r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?/)?"  # registry host[:port]/
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
+CONTAINER_LACKS = {
+    Capability.RDMA_CONTROL: ("the docker target does not bind the emulated libibverbs "
+                              "(pytest_mooncake/verbs) and its control directory into containers "
+                              "yet"),
+}
+"""What an image built here lacks although its release has the means (this placement's gaps)."""
 SUPPORTED = frozenset({Capability.ENGINE, Capability.ENGINE_RESTART, Capability.METADATA_ETCD,
                        Capability.MASTER_CLUSTER, Capability.PROMOTABILITY})
 """(promotability is probed live by the first ``promotable()`` of a running master)"""
@@ -83,6 +92,13 @@ ADDRESS = "@container-address@"
 session network when it starts (``MC_TCP_BIND_ADDRESS``, a master's ``--rpc_address``)."""
 
 
+def mac_for(address: str) -> str:
+    """A locally administered MAC fixed by ``address``: a restarted container (same address)
+    keeps it, so its peers' neighbour caches stay right. With a new MAC they would send to the
+    old one until the entry goes stale (about 30 s here), which no process on one host sees."""
+    return "02:42:" + ":".join(f"{int(part):02x}" for part in address.split("."))
+
+
 class ContainerProcess:
     """A container that behaves like ``ManagedProcess`` for the engine and master handles:
     start (again, as a new container with the same name and address), readiness, kill with a
@@ -100,7 +116,7 @@ class ContainerProcess:
         self.publish = list(publish)
         self.container: Any = None
         self.starts = 0
-        self.address = lab.address_for(name)
+        self.unique_name, self.address = lab.claim(name)
 
     def start(self) -> ContainerProcess:
         if self.container is not None:
@@ -108,7 +124,7 @@ class ContainerProcess:
         argv = [a.replace(ADDRESS, self.address) for a in self.argv]
         env = {"MC_TCP_BIND_ADDRESS": ADDRESS, **self.env}
         env = {k: v.replace(ADDRESS, self.address) for k, v in env.items()}
-        self.container = self.lab.run(self.name, argv, env, self.address)
+        self.container = self.lab.run(self.unique_name, argv, env, self.address)
         self.starts += 1
         if self.ready is not None:
             self._wait_ready()
@@ -210,7 +226,8 @@ class DockerLab:
         self.driver_dir = str(DRIVER.parent)
         self._network: Any = None
         self._hosts: Iterator[Any] | None = None
-        self.addresses: dict[str, str] = {}
+        self._reserved: dict[str, str] = {}
+        self._serial = itertools.count(1)
         self.containers: list[Any] = []
         self._etcd: ContainerProcess | None = None
 
@@ -230,18 +247,35 @@ class DockerLab:
         """This host's address on the session network."""
         return str(subnet_of(self.network).network_address + 1)
 
+    def _next_address(self) -> str:
+        _ = self.network
+        try:
+            return str(next(self._hosts))
+        except StopIteration:
+            raise TargetError(f"the session network {self.network.name} has no address left "
+                              f"(a /{subnet_of(self.network).prefixlen})") from None
+
     def address_for(self, name: str) -> str:
-        """The fixed address of the container called ``name`` (its restarts keep it)."""
-        if name not in self.addresses:
-            _ = self.network
-            self.addresses[name] = str(next(self._hosts))
-        return self.addresses[name]
+        """The address the next process called ``name`` will have (others are told it before
+        it starts: a store client's ``--hostname``)."""
+        if name not in self._reserved:
+            self._reserved[name] = self._next_address()
+        return self._reserved[name]
+
+    def claim(self, name: str) -> tuple[str, str]:
+        """(a container name no other process of the session has, its address): the one
+        ``address_for`` promised, else a new one. A process keeps both across its restarts;
+        a later process of the same ``name`` (another test's engine ``seg-a``) gets new ones,
+        so it never meets a killed predecessor's container or address."""
+        address = self._reserved.pop(name, None) or self._next_address()
+        return f"{name}-{next(self._serial)}", address
 
     def run(self, name: str, argv: Sequence[str], env: Mapping[str, str], address: str,
             image: str | None = None) -> Any:
         endpoint = self.client.api.create_endpoint_config(ipv4_address=address)
         container = self.client.containers.run(
             image or self.image, list(argv), detach=True, name=self.container_name(name),
+            mac_address=mac_for(address),
             hostname=self.container_name(name)[:63], network=self.network.name,
             networking_config={self.network.name: endpoint},
             environment=dict(env), labels=self.labels,
@@ -262,15 +296,15 @@ class DockerLab:
     def etcd(self, ready_timeout: float = 60.0) -> tuple[str, str]:
         """Start (once) an etcd container; (endpoint on the network, endpoint on this host:
         the same address, which this host reaches directly)."""
-        name = "etcd"
         if self._etcd is None:
             argv = ["etcd", "--name", "mc-etcd", "--data-dir", "/tmp/etcd-data",
                     "--listen-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
                     "--advertise-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
                     "--listen-peer-urls", f"http://{ADDRESS}:2380"]
-            proc = ContainerProcess(self, name, argv, {}, None, ready_timeout)
+            proc = ContainerProcess(self, "etcd", argv, {}, None, ready_timeout)
             argv = [a.replace(ADDRESS, proc.address) for a in argv]
-            proc.container = self.run(name, argv, {}, proc.address, image=self.etcd_image)
+            proc.container = self.run(proc.unique_name, argv, {}, proc.address,
+                                      image=self.etcd_image)
 
             def healthy(p: ContainerProcess) -> bool:
                 return etcd_healthy(f"{p.address}:{ETCD_PORT}")
@@ -375,6 +409,12 @@ class DockerPlacement(ProcessPlacement):
         self.ping_timeout = ping_timeout
         self.client: Any = None
         self.facts: dict[str, Any] = {}
+        self._lacks: dict[Capability, str] = {}
+        self._http_servers = itertools.count(1)
+        self._relays: dict[str, TcpRelay] = {}
+        """address relayed -> its relay (loopback -> session network, and back)"""
+        self.release_placement: Any = None
+        """A ``LocalPlacement`` of the image's release: its probed facts stand for the image's."""
         self._caps: frozenset[Capability] | None = None
         self._no_engine: str | None = None
         self._lab: DockerLab | None = None
@@ -391,7 +431,7 @@ class DockerPlacement(ProcessPlacement):
             self._open_client()
         if self._no_engine is None:
             self._inspect_image()
-            self._caps = SUPPORTED
+            self._caps = self._release_capabilities() or SUPPORTED
         else:
             self.client = None
             self._caps = frozenset()
@@ -431,8 +471,33 @@ class DockerPlacement(ProcessPlacement):
             return
         labels = getattr(image, "labels", None) or {}
         self.facts["image"] = getattr(image, "short_id", None) or getattr(image, "id", "?")
+        self.facts["release"] = labels.get(RELEASE_LABEL)
         self.facts["image_version"] = labels.get("org.opencontainers.image.version") or \
             labels.get("version")
+
+    def _release_capabilities(self) -> frozenset[Capability] | None:
+        """For an image built here (``images.release_image``, labelled with its release): the
+        capabilities the release's probed facts give (the same wheel, probed in its cached
+        environment on this host, ``LocalPlacement``), less what containers do not offer yet
+        (``CONTAINER_LACKS``). None for an operator's image: only ``SUPPORTED``, assumed."""
+        release = self.facts.get("release")
+        if not release:
+            return None
+        from pytest_mooncake.targets.mooncake.install import locate_release  # noqa: PLC0415
+        from pytest_mooncake.targets.mooncake.placements.this_host import (  # noqa: PLC0415
+            LocalPlacement,
+        )
+
+        self.release_placement = LocalPlacement(locate_release(release))
+        caps = self.release_placement.capabilities
+        self._lacks = dict(self.release_placement._lacks)
+        self.cache_knobs = self.release_placement.cache_knobs
+        for cap, why in CONTAINER_LACKS.items():
+            if cap in caps:
+                self._lacks[cap] = why
+        self._lacks[Capability.VERSION_SKEW] = (
+            f"the docker target runs one image ({self.image}); skew pairs come from --mc-matrix")
+        return frozenset(c for c in caps if c not in self._lacks)
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -443,6 +508,8 @@ class DockerPlacement(ProcessPlacement):
         reason = self.probe()
         if reason:
             return reason
+        if capability in self._lacks:
+            return self._lacks[capability]
         return (f"the docker target runs {self.image} through its driver and mooncake_master "
                 f"only; it has no means for {capability.value}")
 
@@ -479,6 +546,9 @@ class DockerPlacement(ProcessPlacement):
         return self._lab
 
     def close(self) -> None:
+        for relay in self._relays.values():
+            relay.close()
+        self._relays.clear()
         if self._lab is not None:
             self._lab.close()
             self._lab = None
@@ -487,15 +557,53 @@ class DockerPlacement(ProcessPlacement):
             self.container_engine = None
 
     def launcher(self) -> ContainerLauncher:
-        return ContainerLauncher(self.lab(), self.version)
+        launcher = ContainerLauncher(self.lab(), self.version)
+        if self.release_placement is not None:
+            launcher.master_flags = MasterFlags.of(self.release_placement.release_facts())
+        return launcher
 
     def master_etcd(self) -> list[str]:
         inside, _ = self.lab().etcd()
         return [inside]
 
+    def engine(self, segment: str, metadata: MetadataHandle, options: Mapping[str, Any],
+               lacks: Mapping[Capability, str]) -> Any:
+        """An engine container; a metadata address on this host's loopback (the fault proxy's)
+        is reached through a ``TcpRelay`` on the session network."""
+        return super().engine(segment, self.reachable(metadata), options, lacks)
+
+    def reachable(self, metadata: MetadataHandle) -> MetadataHandle:
+        used = (metadata.endpoints[0] if isinstance(metadata, EtcdMetadata)
+                else getattr(metadata, "host_port", ""))
+        host, _, port = used.rpartition(":")
+        if not host.startswith("127.") or len(getattr(metadata, "endpoints", [used])) != 1:
+            return metadata
+        return metadata.through(self.relay(used, self.lab().gateway))
+
+    def relay(self, address: str, listen_host: str) -> str:
+        """Where ``listen_host`` reaches ``address`` (a relay made once per address)."""
+        if address not in self._relays:
+            host, _, port = address.rpartition(":")
+            self._relays[address] = TcpRelay(listen_host, (host, int(port)))
+        return self._relays[address].address
+
     def metadata_store(self, kind: str) -> MetadataHandle:
-        inside, on_host = self.lab().etcd()
-        return EtcdMetadata([inside], origin=[on_host])
+        if kind == "http":
+            return self.start_http_metadata()
+        inside, _ = self.lab().etcd()
+        return EtcdMetadata([inside], origin=[self.relay(inside, "127.0.0.1")])
+
+    def start_http_metadata(self) -> HttpMetadata:
+        """The wheel's own HTTP metadata server in a container of the image, on its address."""
+        name = f"http-metadata-{next(self._http_servers)}"
+        lab = self.lab()
+        proc = ContainerProcess(
+            lab, name, ["python3", "-m", "mooncake.http_metadata_server", "--host", ADDRESS,
+                        "--port", str(HTTP_METADATA_PORT)], {},
+            lambda p: port_open(HTTP_METADATA_PORT, p.address)(p), 30.0).start()
+        inside = f"{proc.address}:{HTTP_METADATA_PORT}"
+        handle = HttpMetadata(inside, process=proc, origin=self.relay(inside, "127.0.0.1"))
+        return handle
 
 
 class DockerTarget(MooncakeFamilyTarget):
