@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="docker API URL of the engine")
     parser.add_argument("--podman", metavar="SOCKET",
                         help="start `podman system service` on this socket first")
-    parser.add_argument("--log", help="the Podman service's log file")
+    parser.add_argument("--log", help="the keeper's and Podman service's log file, removed "
+                                      "when the session was cleaned up without a problem")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only stdin's end stops a keeper
@@ -66,12 +67,15 @@ def main(argv: list[str] | None = None) -> int:
             env=home.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     problem = _wait_answering(args.url, service, time.monotonic() + READY_TIMEOUT)
     print(f"failed {problem}" if problem else f"ready {args.url}", flush=True)
+    clean = False
     if problem is None:
         while sys.stdin.buffer.read(65536):
             pass
         try:
-            for line in remove_session(_client(args.url, timeout=120), args.session):
+            left = remove_session(_client(args.url, timeout=120), args.session)
+            for line in left:
                 print(f"left behind: {line}", file=sys.stderr, flush=True)
+            clean = not left
         except Exception as exc:  # noqa: BLE001 (say it; the next run's orphan sweep retries)
             print(f"cleanup of session {args.session} failed: {exc}", file=sys.stderr, flush=True)
     if service is not None:
@@ -82,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             service.kill()
             service.wait()
         Path(args.podman).unlink(missing_ok=True)
+    if clean and args.log:
+        Path(args.log).unlink(missing_ok=True)  # nothing to tell: the run leaves no file
     return 0 if problem is None else 1
 
 

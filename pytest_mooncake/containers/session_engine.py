@@ -113,8 +113,9 @@ class ContainerEngine:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "pytest_mooncake.containers.keeper",
                 "--session", self.session, "--url", self.url]
+        argv += ["--log", str(self.log_path)]
         if podman_socket is not None:
-            argv += ["--podman", str(podman_socket), "--log", str(self.log_path)]
+            argv += ["--podman", str(podman_socket)]
         with open(self.log_path, "ab") as log:
             self._keeper = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,

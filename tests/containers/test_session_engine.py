@@ -79,8 +79,9 @@ def test_sigkilled_run_leaves_no_container_network_or_socket(container_engine, t
     assert _podman_cli(container_engine, "ps", "-a", "--filter", flt) == []
     assert _podman_cli(container_engine, "network", "ls", "--filter", flt) == []
     socket_path = url.removeprefix("unix://")
-    wait_until(lambda: not os.path.exists(socket_path), 30,
-               f"the killed run's Podman socket {socket_path} to be removed")
+    log_path = container_engine.log_path.with_name(f"{session}.log")
+    wait_until(lambda: not os.path.exists(socket_path) and not log_path.exists(), 30,
+               f"the killed run's Podman socket {socket_path} and log {log_path} to be removed")
 
 
 def test_closing_the_engine_removes_what_the_run_made(tiny_image):
