@@ -151,6 +151,14 @@ def test_engines_in_containers_transfer_and_restart_under_the_same_name(docker_t
         a.restart()
         assert a.process.container.id != first.id and a.alive()
         assert b.write_at(a.segment, a.buffers()[0][0], b"after").ok
+        b.process.partition()
+        b.process.container.reload()
+        assert lab.network.name not in b.process.container.attrs["NetworkSettings"]["Networks"]
+        b.process.heal()
+        b.process.container.reload()
+        networks = b.process.container.attrs["NetworkSettings"]["Networks"]
+        assert networks[lab.network.name]["IPAddress"] == b.process.address
+        assert b.write_at(a.segment, a.buffers()[0][0], b"healed").ok
     finally:
         a.stop()
         b.stop()

@@ -199,6 +199,15 @@ class ContainerProcess:
         except Exception:  # noqa: BLE001 (timeout or removed)
             return self.returncode
 
+    def partition(self) -> None:
+        """Cut this container off the session network (its process keeps running; every
+        connection to and from it goes silent, as a pulled cable would)."""
+        self.lab.network.disconnect(self.container, force=True)
+
+    def heal(self) -> None:
+        """Attach it again at the same address (and so the same MAC)."""
+        self.lab.network.connect(self.container, ipv4_address=self.address)
+
     def log_text(self) -> str:
         if self.container is None:
             return ""
