@@ -14,7 +14,7 @@ from pytest_mooncake.containers import session_engine
 from pytest_mooncake.containers.run_networks import subnet_of
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetContext, TargetLacks
-from pytest_mooncake.targets.mooncake.placements.containers import DockerTarget, parse_image
+from pytest_mooncake.targets.mooncake.placements.containers import DockerTarget, mac_for, parse_image
 
 IMAGE = "kvcacheai/mooncake:0.3.13"
 RELEASE_IMAGE = "localhost/mooncake:0.3.13.post1"
@@ -145,6 +145,9 @@ def test_engines_in_containers_transfer_and_restart_under_the_same_name(docker_t
         assert a.process.address != b.process.address
         for proc in (a.process, b.process):
             assert ipaddress.ip_address(proc.address) in subnet_of(lab.network)
+            proc.container.reload()
+            settings = proc.container.attrs["NetworkSettings"]["Networks"][lab.network.name]
+            assert settings["MacAddress"] == mac_for(proc.address)  # kept across restarts
         assert a.write(b.segment, 0, b"through-containers").ok
         assert b.local_read(0, 18) == b"through-containers"
         first = a.process.container
@@ -158,6 +161,7 @@ def test_engines_in_containers_transfer_and_restart_under_the_same_name(docker_t
         b.process.container.reload()
         networks = b.process.container.attrs["NetworkSettings"]["Networks"]
         assert networks[lab.network.name]["IPAddress"] == b.process.address
+        assert networks[lab.network.name]["MacAddress"] == mac_for(b.process.address)
         assert b.write_at(a.segment, a.buffers()[0][0], b"healed").ok
     finally:
         a.stop()

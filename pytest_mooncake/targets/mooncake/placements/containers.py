@@ -206,7 +206,7 @@ class ContainerProcess:
 
     def heal(self) -> None:
         """Attach it again at the same address (and so the same MAC)."""
-        self.lab.network.connect(self.container, ipv4_address=self.address)
+        self.lab.connect(self.container, self.address)
 
     def log_text(self) -> str:
         if self.container is None:
@@ -281,18 +281,28 @@ class DockerLab:
 
     def run(self, name: str, argv: Sequence[str], env: Mapping[str, str], address: str,
             image: str | None = None) -> Any:
-        endpoint = self.client.api.create_endpoint_config(ipv4_address=address)
         container = self.client.containers.run(
             image or self.image, list(argv), detach=True, name=self.container_name(name),
-            mac_address=mac_for(address),
             hostname=self.container_name(name)[:63], network=self.network.name,
-            networking_config={self.network.name: endpoint},
+            networking_config={self.network.name: self.endpoint(address)},
             environment=dict(env), labels=self.labels,
             volumes={str(self.workdir): {"bind": str(self.workdir), "mode": "rw"},
                      self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}},
         )
         self.containers.append(container)
         return container
+
+    @staticmethod
+    def endpoint(address: str) -> dict[str, Any]:
+        """The container's settings on the session network: its address and the MAC fixed by
+        it. A raw API dict: the SDK's ``create_endpoint_config`` refuses ``mac_address`` below
+        API 1.44, and a container-level MAC is ignored by Podman once a network is named."""
+        return {"IPAMConfig": {"IPv4Address": address}, "MacAddress": mac_for(address)}
+
+    def connect(self, container: Any, address: str) -> None:
+        api = self.client.api
+        api._result(api._post_json(api._url("/networks/{0}/connect", self.network.id), data={
+            "Container": container.id, "EndpointConfig": self.endpoint(address)}))
 
     def remove(self, container: Any) -> None:
         try:
