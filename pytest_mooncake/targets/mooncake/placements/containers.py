@@ -92,6 +92,15 @@ ADDRESS = "@container-address@"
 session network when it starts (``MC_TCP_BIND_ADDRESS``, a master's ``--rpc_address``)."""
 
 
+HOLDER = ["sh", "-c", '"$@"; echo "mc-component-exit=$?"; exec sleep infinity', "mc-holder"]
+"""Every component runs as the child of a shell that outlives it: a killed component leaves its
+container, network namespace and address behind until the restart replaces them, so peers get
+connection refused/reset at once, as from a process killed on one host. (Killing the container
+instead removes the address altogether: packets to it vanish, which 0.3.13's store client does
+not recover from within MP-7's bound.)"""
+EXIT_MARK = re.compile(r"^mc-component-exit=(\d+)$", re.M)
+
+
 def mac_for(address: str) -> str:
     """A locally administered MAC fixed by ``address``: a restarted container (same address)
     keeps it, so its peers' neighbour caches stay right. With a new MAC they would send to the
@@ -117,11 +126,14 @@ class ContainerProcess:
         self.container: Any = None
         self.starts = 0
         self.unique_name, self.address = lab.claim(name)
+        self._exited: int | None = None
+        self._cpid: int | None = None
 
     def start(self) -> ContainerProcess:
         if self.container is not None:
             self.lab.remove(self.container)
-        argv = [a.replace(ADDRESS, self.address) for a in self.argv]
+        argv = HOLDER + [a.replace(ADDRESS, self.address) for a in self.argv]
+        self._exited, self._cpid = None, None
         env = {"MC_TCP_BIND_ADDRESS": ADDRESS, **self.env}
         env = {k: v.replace(ADDRESS, self.address) for k, v in env.items()}
         self.container = self.lab.run(self.unique_name, argv, env, self.address)
@@ -159,15 +171,38 @@ class ContainerProcess:
             return {}
         return self.container.attrs.get("State", {})
 
+    def _exit_status(self) -> int | None:
+        """The component's exit status, once the holder logged it."""
+        if self._exited is None and self.container is not None:
+            found = EXIT_MARK.findall(self.log_text())
+            if found:
+                self._exited = int(found[-1])
+        return self._exited
+
+    def _component(self) -> int | None:
+        """The component's pid as this host sees it: the holder's (PID 1's) only child."""
+        if self._cpid is None:
+            holder = self._state().get("Pid")
+            try:
+                children = Path(f"/proc/{holder}/task/{holder}/children").read_text().split()
+            except (OSError, TypeError):
+                children = []
+            if children:
+                self._cpid = int(children[0])
+        return self._cpid
+
     def alive(self) -> bool:
-        return self._state().get("Status") == "running"
+        return self._state().get("Status") == "running" and self._exit_status() is None
 
     @property
     def pid(self) -> int | None:
-        return self._state().get("Pid") or None
+        return self._component() if self.alive() else None
 
     @property
     def returncode(self) -> int | None:
+        status = self._exit_status()
+        if status is not None:
+            return status
         state = self._state()
         return None if not state or state.get("Status") == "running" else state.get("ExitCode")
 
@@ -177,16 +212,26 @@ class ContainerProcess:
         return port
 
     def send_signal(self, sig: int) -> None:
-        if self.container is not None and self.alive():
+        """To the component process only: its container, and so its address, stays."""
+        if self.container is None or not self.alive():
+            return
+        pid = self._component()
+        if pid is None:
             self.container.kill(signal=int(sig))
+            return
+        try:
+            os.kill(pid, int(sig))
+        except ProcessLookupError:
+            pass
 
     def kill(self, sig: int = signal.SIGKILL) -> int | None:
         self.send_signal(sig)
         return self.wait_exit(10) if sig in (signal.SIGKILL, signal.SIGTERM) else None
 
     def terminate(self, timeout: float | None = None) -> int | None:
-        if self.container is not None and self.alive():
-            self.container.stop(timeout=int(timeout if timeout is not None else 5))
+        self.send_signal(signal.SIGTERM)
+        if self.wait_exit(timeout if timeout is not None else 5) is None:
+            self.kill(signal.SIGKILL)
         return self.returncode
 
     stop = terminate
@@ -195,9 +240,11 @@ class ContainerProcess:
         if self.container is None:
             return None
         try:
-            return int(self.container.wait(timeout=timeout).get("StatusCode"))
-        except Exception:  # noqa: BLE001 (timeout or removed)
-            return self.returncode
+            wait_until(lambda: not self.alive(), timeout, f"{self.name} to exit",
+                       interval=0.05, max_interval=0.5)
+        except Timeout:
+            return None
+        return self.returncode
 
     def partition(self) -> None:
         """Cut this container off the session network (its process keeps running; every
