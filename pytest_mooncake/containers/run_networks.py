@@ -8,6 +8,7 @@ range. Never Podman's 10.88.0.0/16."""
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import secrets
 import subprocess
@@ -63,7 +64,7 @@ def create_network(client: Any, name: str, labels: Mapping[str, str], attempts: 
 
     taken = host_networks() | engine_networks(client)
     last: Exception | None = None
-    for subnet, _ in zip(candidates(taken), range(attempts)):
+    for subnet in itertools.islice(candidates(taken), attempts):
         gateway = str(subnet.network_address + 1)
         ipam = docker.types.IPAMConfig(pool_configs=[
             docker.types.IPAMPool(subnet=str(subnet), gateway=gateway)])

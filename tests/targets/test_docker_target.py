@@ -5,6 +5,7 @@ containers of ``localhost/mooncake:0.3.13.post1`` (built by ``python -m pytest_m
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
 import threading
 
@@ -14,7 +15,12 @@ from pytest_mooncake.containers import session_engine
 from pytest_mooncake.containers.run_networks import subnet_of
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetContext, TargetLacks
-from pytest_mooncake.targets.mooncake.placements.containers import DockerTarget, mac_for, parse_image
+from pytest_mooncake.targets.mooncake.placements.containers import (
+    CONTROL_PORT,
+    DockerTarget,
+    mac_for,
+    parse_image,
+)
 
 IMAGE = "kvcacheai/mooncake:0.3.13"
 RELEASE_IMAGE = "localhost/mooncake:0.3.13.post1"
@@ -151,6 +157,14 @@ def test_engines_in_containers_transfer_and_restart_under_the_same_name(docker_t
         assert a.write(b.segment, 0, b"through-containers").ok
         assert b.local_read(0, 18) == b"through-containers"
         first = a.process.container
+        a.kill()
+        # the component died, its container (and address) stays: a peer is refused at once, as
+        # by a killed process on one host, instead of sending into a vanished address
+        assert not a.alive() and a.process.returncode == 128 + signal.SIGKILL
+        first.reload()
+        assert first.status == "running"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((a.process.address, CONTROL_PORT), timeout=5)
         a.restart()
         assert a.process.container.id != first.id and a.alive()
         assert b.write_at(a.segment, a.buffers()[0][0], b"after").ok
