@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything the README's commands need on a fresh machine; cheap to run again.
-#  - as root on Debian/Ubuntu: etcd-server, redis-server, a C compiler (the CUDA driver stand-in is built with
-#    it), the lab's sshd/nft/iptables and the RDMA/NUMA libraries the Mooncake wheel links, only
-#    those that are missing, waiting for a dpkg lock another apt run holds
+#  - as root on Debian/Ubuntu: etcd-server, redis-server, a C compiler (the CUDA driver stand-in
+#    is built with it), the lab's sshd/nft/iptables, podman + runc + debootstrap (the docker
+#    target's engine and the Mooncake images built here; without them that target is n/a with the
+#    reason) and the RDMA/NUMA libraries the Mooncake wheel links, only those that are missing,
+#    waiting for a dpkg lock another apt run holds
 #  - gcc + rdma-core's headers (libibverbs-dev) for the emulated libibverbs the plugin builds,
 #    and rdma-core's pyverbs (python3-pyverbs) for the reference engine's pyverbs backend
 #  - a virtualenv (.venv, or $MC_VENV) with this package, its test tools and Mooncake 0.3.13
@@ -28,8 +30,11 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then missing+=(e
 # Redis for the redis:// metadata backend and Redis-backed master HA (mc_redis, --mc-metadata=redis)
 if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then missing+=(redis-server); fi
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then missing+=(gcc); fi
-# the network-namespace lab (pytest_mooncake/lab): an sshd per node, the nodes' firewall tools
-for pair in /usr/sbin/sshd:openssh-server /usr/sbin/nft:nftables /usr/sbin/iptables:iptables; do
+# the network-namespace lab (pytest_mooncake/lab): an sshd per node, the nodes' firewall tools;
+# the docker target's container engine (Podman with runc, pytest_mooncake/containers) and the
+# base of the Mooncake images built here (debootstrap, pytest_mooncake/images)
+for pair in /usr/sbin/sshd:openssh-server /usr/sbin/nft:nftables /usr/sbin/iptables:iptables \
+            /usr/bin/podman:podman /usr/sbin/runc:runc /usr/sbin/debootstrap:debootstrap; do
   if [ ! -x "${pair%%:*}" ]; then missing+=("${pair##*:}"); fi
 done
 for pair in libibverbs.so.1:libibverbs1 librdmacm.so.1:librdmacm1 libnuma.so.1:libnuma1; do

@@ -31,7 +31,10 @@ class Launcher(Protocol):
               ready: ReadyProbe | None, ready_timeout: float,
               publish: Sequence[int] = ()) -> ManagedProcess: ...
     def host_port(self, process: Any, port: int) -> int:
-        """The port on 127.0.0.1 of this host where ``port`` of ``process`` is reachable."""
+        """The port of this host's view where ``port`` of ``process`` is reachable."""
+        ...
+    def host_address(self, process: Any) -> str:
+        """The address this host reaches ``process`` at (127.0.0.1, or a container's)."""
         ...
     def environment(self, extra: Mapping[str, str]) -> Mapping[str, str]:
         """The environment a process started with ``env=extra`` runs with."""
@@ -76,6 +79,9 @@ class LocalLauncher:
 
     def host_port(self, process: Any, port: int) -> int:
         return port
+
+    def host_address(self, process: Any) -> str:
+        return "127.0.0.1"
 
     def environment(self, extra: Mapping[str, str]) -> Mapping[str, str]:
         return self.install.env(dict(extra))

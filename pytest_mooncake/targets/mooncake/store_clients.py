@@ -156,7 +156,7 @@ def start_store_client(launcher: Launcher, workdir: Path, etcd: list[str], clust
                                   f"to cluster {cluster_id}: {exc}") from None
     info = read_ready_file(ready_file) or {}
     port = launcher.host_port(proc, control or int(info["control_port"]))
-    client = StoreClient(index, proc, ControlClient(proc, port), str(info.get("hostname", "")))
+    client = StoreClient(index, proc, ControlClient(proc, port, host=launcher.host_address(proc)), str(info.get("hostname", "")))
     launcher.release(te_port)
     return client
 

@@ -256,7 +256,8 @@ class MooncakeEngine(DriverCommands):
         self.info = read_ready_file(self.ready_file) or {}
         inside = self._control_port or int(self.info["control_port"])
         port = self.launcher.host_port(self.process, inside)
-        self.control = ControlClient(self.process, port)
+        self.control = ControlClient(self.process, port,
+                                     host=self.launcher.host_address(self.process))
 
     def _ready(self, _: ManagedProcess) -> bool:
         return self.ready_file.exists()

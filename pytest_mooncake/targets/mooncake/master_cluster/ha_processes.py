@@ -59,10 +59,12 @@ class _Master:
     process: ManagedProcess | None = None
     admin_port: int = 0
     """Where this host reaches ``metrics_port`` (the same port unless published by docker)."""
+    admin_host: str = "127.0.0.1"
+    """The address this host reaches the master at (a container's own, in the docker target)."""
 
     @property
     def admin(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port or self.metrics_port}"
+        return f"http://{self.admin_host}:{self.admin_port or self.metrics_port}"
 
     def serves(self, address: str) -> bool:
         """Whether ``address`` (a leader address from /health or /leader) is this master's."""
@@ -238,6 +240,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
                 f" (argv: {' '.join(m.process.argv if m.process else self._argv(m))}): {exc}"
             ) from None
         m.admin_port = self.launcher.host_port(m.process, m.metrics_port)
+        m.admin_host = self.launcher.host_address(m.process)
         self._check_client_ttl(m)
         return m.index
 
@@ -261,7 +264,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
     def _admin_ready(self, m: _Master) -> Any:
         def ready(proc: ManagedProcess) -> bool:
             port = self.launcher.host_port(proc, m.metrics_port)
-            return http_ok(f"http://127.0.0.1:{port}/health")(proc)
+            return http_ok(f"http://{self.launcher.host_address(proc)}:{port}/health")(proc)
 
         ready.__doc__ = f"master {m.index} answers GET /health on its admin port"
         return ready

@@ -1,16 +1,19 @@
 """The ``docker`` target: Mooncake from a container image, driven through the docker SDK.
 
-``--mc-target=docker:IMAGE`` (e.g. ``docker:kvcacheai/mooncake:0.3.13``). The session gets a
-user-defined bridge network; etcd runs as a container on it (image ``MC_DOCKER_ETCD_IMAGE``,
-default below); engines, store clients and ``mooncake_master`` run as containers of IMAGE with
-the same driver script as the ``mooncake`` target, mounted read-only. Only loopback ports of
-this host are published (control sockets, admin ports, etcd). The session's work directory is
-bind-mounted at the same path so drivers' ready files appear here, which needs a Docker engine
-on this host (``DOCKER_HOST`` a local socket).
+``--mc-target=docker:IMAGE`` (e.g. ``docker:localhost/mooncake:0.3.13.post1``, built here by
+``python -m pytest_mooncake.images build 0.3.13.post1``). The engine is the run's
+(``containers.session_engine``: DOCKER_HOST, a Docker, or a Podman the run starts). The session
+gets its own internal bridge network on a /24 of 198.18.0.0/15 (``containers.run_networks``);
+etcd runs as a container of the same image on it (Debian's etcd is in the images built here;
+``MC_DOCKER_ETCD_IMAGE`` names another); engines, store clients and ``mooncake_master`` run as
+containers of IMAGE with the same driver script as the ``mooncake`` target, mounted read-only,
+each at a fixed address of the network that its restarts keep, with ``MC_TCP_BIND_ADDRESS`` set
+to it. No port is published: this host reaches every container at its address directly (its
+end of the bridge is the network's ``.1``). The session's work directory is bind-mounted at the
+same path so drivers' ready files appear here, which needs the engine on this host.
 
-No Docker engine answering is not an error: the first capability question pings the engine
-with a bounded timeout, and when that fails every capability is absent with
-``no Docker engine at DOCKER_HOST=<value>: <error>``.
+No container engine is not an error: the first capability question looks for one, and when
+there is none every capability is absent with the reason (what is missing, how to install it).
 """
 
 from __future__ import annotations
@@ -19,33 +22,43 @@ import itertools
 import os
 import re
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.containers.labels import SESSION_LABEL, session_labels
+from pytest_mooncake.containers.run_networks import create_network, subnet_of
+from pytest_mooncake.containers.session_engine import ContainerEngine, EngineUnavailable
+from pytest_mooncake.containers.tcp_relay import TcpRelay
+from pytest_mooncake.images.release_image import RELEASE_LABEL
 from pytest_mooncake.releases.record import recorded
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until, within
 from pytest_mooncake.runtime.etcd_process import etcd_healthy
-from pytest_mooncake.runtime.processes import ProcessStartError, ReadyProbe
+from pytest_mooncake.runtime.processes import ProcessStartError, ReadyProbe, port_open
 from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetError, TargetLacks
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
 from pytest_mooncake.targets.mooncake.install import DRIVER
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
-from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
+from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-DEFAULT_ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 DRIVER_DIR_IN_CONTAINER = "/mc-driver"
 CONTROL_PORT = 7000
 ASSUMED_RELEASE = "non-cuda-0.3.13.post1"
 """The release whose probed master flags stand for an image's (see ``assumed_master_flags``)."""
 ETCD_PORT = 2379
-SESSION_LABEL = "pytest-mooncake.session"
+HTTP_METADATA_PORT = 8080
 _IMAGE_RE = re.compile(
     r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?/)?"  # registry host[:port]/
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
+CONTAINER_LACKS = {
+    Capability.RDMA_CONTROL: ("the docker target does not bind the emulated libibverbs "
+                              "(pytest_mooncake/verbs) and its control directory into containers "
+                              "yet"),
+}
+"""What an image built here lacks although its release has the means (this placement's gaps)."""
 SUPPORTED = frozenset({Capability.ENGINE, Capability.ENGINE_RESTART, Capability.METADATA_ETCD,
                        Capability.MASTER_CLUSTER, Capability.PROMOTABILITY})
 """(promotability is probed live by the first ``promotable()`` of a running master)"""
@@ -71,18 +84,34 @@ API_TIMEOUT = 600.0
 """Seconds one Docker API request may take once the engine answered (an image pull, a wait)."""
 
 
-def default_client_factory(timeout: float) -> Any:
-    import docker  # noqa: PLC0415 (only this target needs the SDK)
-
-    return docker.from_env(timeout=max(1, int(timeout)))
-
-
 # ------------------------------------------------------------------------------- containers
+
+
+ADDRESS = "@container-address@"
+"""In an argv element or environment value: replaced by the container's own address on the
+session network when it starts (``MC_TCP_BIND_ADDRESS``, a master's ``--rpc_address``)."""
+
+
+HOLDER = ["sh", "-c", '"$@"; echo "mc-component-exit=$?"; exec sleep infinity', "mc-holder"]
+"""Every component runs as the child of a shell that outlives it: a killed component leaves its
+container, network namespace and address behind until the restart replaces them, so peers get
+connection refused/reset at once, as from a process killed on one host. (Killing the container
+instead removes the address altogether: packets to it vanish, which 0.3.13's store client does
+not recover from within MP-7's bound.)"""
+EXIT_MARK = re.compile(r"^mc-component-exit=(\d+)$", re.M)
+
+
+def mac_for(address: str) -> str:
+    """A locally administered MAC fixed by ``address``: a restarted container (same address)
+    keeps it, so its peers' neighbour caches stay right. With a new MAC they would send to the
+    old one until the entry goes stale (about 30 s here), which no process on one host sees."""
+    return "02:42:" + ":".join(f"{int(part):02x}" for part in address.split("."))
 
 
 class ContainerProcess:
     """A container that behaves like ``ManagedProcess`` for the engine and master handles:
-    start (again), readiness, kill with a signal, stop, logs, published ports."""
+    start (again, as a new container with the same name and address), readiness, kill with a
+    signal, stop, logs, and the address this host reaches it at."""
 
     def __init__(self, lab: DockerLab, name: str, argv: Sequence[str],
                  env: Mapping[str, str] | None, ready: ReadyProbe | None,
@@ -96,11 +125,18 @@ class ContainerProcess:
         self.publish = list(publish)
         self.container: Any = None
         self.starts = 0
+        self.unique_name, self.address = lab.claim(name)
+        self._exited: int | None = None
+        self._cpid: int | None = None
 
     def start(self) -> ContainerProcess:
         if self.container is not None:
             self.lab.remove(self.container)
-        self.container = self.lab.run(self.name, self.argv, self.env, self.publish)
+        argv = HOLDER + [a.replace(ADDRESS, self.address) for a in self.argv]
+        self._exited, self._cpid = None, None
+        env = {"MC_TCP_BIND_ADDRESS": ADDRESS, **self.env}
+        env = {k: v.replace(ADDRESS, self.address) for k, v in env.items()}
+        self.container = self.lab.run(self.unique_name, argv, env, self.address)
         self.starts += 1
         if self.ready is not None:
             self._wait_ready()
@@ -135,37 +171,67 @@ class ContainerProcess:
             return {}
         return self.container.attrs.get("State", {})
 
+    def _exit_status(self) -> int | None:
+        """The component's exit status, once the holder logged it."""
+        if self._exited is None and self.container is not None:
+            found = EXIT_MARK.findall(self.log_text())
+            if found:
+                self._exited = int(found[-1])
+        return self._exited
+
+    def _component(self) -> int | None:
+        """The component's pid as this host sees it: the holder's (PID 1's) only child."""
+        if self._cpid is None:
+            holder = self._state().get("Pid")
+            try:
+                children = Path(f"/proc/{holder}/task/{holder}/children").read_text().split()
+            except (OSError, TypeError):
+                children = []
+            if children:
+                self._cpid = int(children[0])
+        return self._cpid
+
     def alive(self) -> bool:
-        return self._state().get("Status") == "running"
+        return self._state().get("Status") == "running" and self._exit_status() is None
 
     @property
     def pid(self) -> int | None:
-        return self._state().get("Pid") or None
+        return self._component() if self.alive() else None
 
     @property
     def returncode(self) -> int | None:
+        status = self._exit_status()
+        if status is not None:
+            return status
         state = self._state()
         return None if not state or state.get("Status") == "running" else state.get("ExitCode")
 
     def published(self, port: int) -> int:
-        """The 127.0.0.1 port of this host that docker published for ``port/tcp``."""
-        self.container.reload()
-        bindings = (self.container.ports or {}).get(f"{port}/tcp") or []
-        if not bindings:
-            raise TargetError(f"container {self.name} has no published binding for {port}/tcp")
-        return int(bindings[0]["HostPort"])
+        """The port this host reaches ``port`` at (the same: the host reaches the container's
+        address on the session network directly, no port is published)."""
+        return port
 
     def send_signal(self, sig: int) -> None:
-        if self.container is not None and self.alive():
+        """To the component process only: its container, and so its address, stays."""
+        if self.container is None or not self.alive():
+            return
+        pid = self._component()
+        if pid is None:
             self.container.kill(signal=int(sig))
+            return
+        try:
+            os.kill(pid, int(sig))
+        except ProcessLookupError:
+            pass
 
     def kill(self, sig: int = signal.SIGKILL) -> int | None:
         self.send_signal(sig)
         return self.wait_exit(10) if sig in (signal.SIGKILL, signal.SIGTERM) else None
 
     def terminate(self, timeout: float | None = None) -> int | None:
-        if self.container is not None and self.alive():
-            self.container.stop(timeout=int(timeout if timeout is not None else 5))
+        self.send_signal(signal.SIGTERM)
+        if self.wait_exit(timeout if timeout is not None else 5) is None:
+            self.kill(signal.SIGKILL)
         return self.returncode
 
     stop = terminate
@@ -174,9 +240,20 @@ class ContainerProcess:
         if self.container is None:
             return None
         try:
-            return int(self.container.wait(timeout=timeout).get("StatusCode"))
-        except Exception:  # noqa: BLE001 (timeout or removed)
-            return self.returncode
+            wait_until(lambda: not self.alive(), timeout, f"{self.name} to exit",
+                       interval=0.05, max_interval=0.5)
+        except Timeout:
+            return None
+        return self.returncode
+
+    def partition(self) -> None:
+        """Cut this container off the session network (its process keeps running; every
+        connection to and from it goes silent, as a pulled cable would)."""
+        self.lab.network.disconnect(self.container, force=True)
+
+    def heal(self) -> None:
+        """Attach it again at the same address (and so the same MAC)."""
+        self.lab.connect(self.container, self.address)
 
     def log_text(self) -> str:
         if self.container is None:
@@ -191,17 +268,22 @@ class ContainerProcess:
 
 
 class DockerLab:
-    """The session's containers and network; ``close`` removes every one of them."""
+    """The session's containers on its own network (an internal /24 of 198.18.0.0/15,
+    ``containers.run_networks``), each at a fixed address by name; ``close`` removes them all."""
 
     def __init__(self, client: Any, image: str, session: str, workdir: Path,
-                 etcd_image: str = DEFAULT_ETCD_IMAGE):
+                 etcd_image: str | None = None, labels: Mapping[str, str] | None = None):
         self.client = client
         self.image = image
         self.session = session
         self.workdir = Path(workdir)
-        self.etcd_image = etcd_image
+        self.etcd_image = etcd_image or image
+        self.labels = dict(labels or {SESSION_LABEL: session})
         self.driver_dir = str(DRIVER.parent)
         self._network: Any = None
+        self._hosts: Iterator[Any] | None = None
+        self._reserved: dict[str, str] = {}
+        self._serial = itertools.count(1)
         self.containers: list[Any] = []
         self._etcd: ContainerProcess | None = None
 
@@ -211,22 +293,63 @@ class DockerLab:
     @property
     def network(self) -> Any:
         if self._network is None:
-            self._network = self.client.networks.create(
-                f"mc-{self.session}", driver="bridge", labels={SESSION_LABEL: self.session})
+            self._network = create_network(self.client, f"mc-{self.session}", self.labels)
+            self._hosts = subnet_of(self._network).hosts()
+            next(self._hosts)  # .1: this host's end of the bridge
         return self._network
 
-    def run(self, name: str, argv: Sequence[str], env: Mapping[str, str],
-            publish: Sequence[int], image: str | None = None) -> Any:
+    @property
+    def gateway(self) -> str:
+        """This host's address on the session network."""
+        return str(subnet_of(self.network).network_address + 1)
+
+    def _next_address(self) -> str:
+        _ = self.network
+        try:
+            return str(next(self._hosts))
+        except StopIteration:
+            raise TargetError(f"the session network {self.network.name} has no address left "
+                              f"(a /{subnet_of(self.network).prefixlen})") from None
+
+    def address_for(self, name: str) -> str:
+        """The address the next process called ``name`` will have (others are told it before
+        it starts: a store client's ``--hostname``)."""
+        if name not in self._reserved:
+            self._reserved[name] = self._next_address()
+        return self._reserved[name]
+
+    def claim(self, name: str) -> tuple[str, str]:
+        """(a container name no other process of the session has, its address): the one
+        ``address_for`` promised, else a new one. A process keeps both across its restarts;
+        a later process of the same ``name`` (another test's engine ``seg-a``) gets new ones,
+        so it never meets a killed predecessor's container or address."""
+        address = self._reserved.pop(name, None) or self._next_address()
+        return f"{name}-{next(self._serial)}", address
+
+    def run(self, name: str, argv: Sequence[str], env: Mapping[str, str], address: str,
+            image: str | None = None) -> Any:
         container = self.client.containers.run(
             image or self.image, list(argv), detach=True, name=self.container_name(name),
-            hostname=self.container_name(name), network=self.network.name,
-            environment=dict(env), labels={SESSION_LABEL: self.session},
-            ports={f"{p}/tcp": ("127.0.0.1", None) for p in publish},
+            hostname=self.container_name(name)[:63], network=self.network.name,
+            networking_config={self.network.name: self.endpoint(address)},
+            environment=dict(env), labels=self.labels,
             volumes={str(self.workdir): {"bind": str(self.workdir), "mode": "rw"},
                      self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}},
         )
         self.containers.append(container)
         return container
+
+    @staticmethod
+    def endpoint(address: str) -> dict[str, Any]:
+        """The container's settings on the session network: its address and the MAC fixed by
+        it. A raw API dict: the SDK's ``create_endpoint_config`` refuses ``mac_address`` below
+        API 1.44, and a container-level MAC is ignored by Podman once a network is named."""
+        return {"IPAMConfig": {"IPv4Address": address}, "MacAddress": mac_for(address)}
+
+    def connect(self, container: Any, address: str) -> None:
+        api = self.client.api
+        api._result(api._post_json(api._url("/networks/{0}/connect", self.network.id), data={
+            "Container": container.id, "EndpointConfig": self.endpoint(address)}))
 
     def remove(self, container: Any) -> None:
         try:
@@ -237,23 +360,26 @@ class DockerLab:
             self.containers.remove(container)
 
     def etcd(self, ready_timeout: float = 60.0) -> tuple[str, str]:
-        """Start (once) an etcd container; (endpoint on the network, endpoint on this host)."""
-        name = "etcd"
-        inside = f"{self.container_name(name)}:{ETCD_PORT}"
+        """Start (once) an etcd container; (endpoint on the network, endpoint on this host:
+        the same address, which this host reaches directly)."""
         if self._etcd is None:
             argv = ["etcd", "--name", "mc-etcd", "--data-dir", "/tmp/etcd-data",
-                    "--listen-client-urls", f"http://0.0.0.0:{ETCD_PORT}",
-                    "--advertise-client-urls", f"http://{inside}"]
-            proc = ContainerProcess(self, name, argv, {}, None, ready_timeout, [ETCD_PORT])
-            proc.container = self.run(name, argv, {}, [ETCD_PORT], image=self.etcd_image)
+                    "--listen-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
+                    "--advertise-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
+                    "--listen-peer-urls", f"http://{ADDRESS}:2380"]
+            proc = ContainerProcess(self, "etcd", argv, {}, None, ready_timeout)
+            argv = [a.replace(ADDRESS, proc.address) for a in argv]
+            proc.container = self.run(proc.unique_name, argv, {}, proc.address,
+                                      image=self.etcd_image)
 
             def healthy(p: ContainerProcess) -> bool:
-                return etcd_healthy(f"127.0.0.1:{p.published(ETCD_PORT)}")
+                return etcd_healthy(f"{p.address}:{ETCD_PORT}")
 
             proc.ready = healthy
             proc._wait_ready()
             self._etcd = proc
-        return inside, f"127.0.0.1:{self._etcd.published(ETCD_PORT)}"
+        endpoint = f"{self._etcd.address}:{ETCD_PORT}"
+        return endpoint, endpoint
 
     def close(self) -> list[str]:
         """Remove every container and the network; returns what could not be removed."""
@@ -274,10 +400,11 @@ class DockerLab:
 
 
 class ContainerLauncher:
-    """Components as containers of the target image on the session network."""
+    """Components as containers of the target image on the session network, each listening on
+    its own address there."""
 
-    bind_host = "0.0.0.0"
-    master_rpc = {"rpc_address": "0.0.0.0", "rpc_interface": "eth0"}
+    bind_host = ADDRESS
+    master_rpc = {"rpc_address": ADDRESS}
     control_port = CONTROL_PORT
 
     def __init__(self, lab: DockerLab, version: str):
@@ -294,6 +421,9 @@ class ContainerLauncher:
     def host_port(self, process: Any, port: int) -> int:
         return process.published(port)
 
+    def host_address(self, process: Any) -> str:
+        return process.address
+
     def environment(self, extra: Mapping[str, str]) -> Mapping[str, str]:
         return dict(extra)  # a container starts from the image's environment and ``extra``
 
@@ -304,7 +434,7 @@ class ContainerLauncher:
         return "mooncake_master"
 
     def host_name(self, name: str) -> str:
-        return self.lab.container_name(name)
+        return self.lab.address_for(name)
 
     def port(self) -> int:
         return next(self._ports)
@@ -340,18 +470,50 @@ class DockerPlacement(ProcessPlacement):
                  ping_timeout: float = 3.0):
         self.image = image
         self.variant = image
-        self.client_factory = client_factory or default_client_factory
+        self.client_factory = client_factory
+        self.container_engine: ContainerEngine | None = None
         self.ping_timeout = ping_timeout
         self.client: Any = None
         self.facts: dict[str, Any] = {}
+        self._lacks: dict[Capability, str] = {}
+        self._http_servers = itertools.count(1)
+        self._relays: dict[str, TcpRelay] = {}
+        """address relayed -> its relay (loopback -> session network, and back)"""
+        self.release_placement: Any = None
+        """A ``LocalPlacement`` of the image's release: its probed facts stand for the image's."""
         self._caps: frozenset[Capability] | None = None
         self._no_engine: str | None = None
         self._lab: DockerLab | None = None
 
     def probe(self) -> str | None:
-        """Ping the Docker engine once (bounded); None when it answers, else the reason."""
+        """Find the container engine once (``containers.session_engine``: DOCKER_HOST, a
+        Docker, or a Podman this run starts); None when one answers, else the reason. With a
+        ``client_factory`` (unit tests' fake SDK) that client is pinged instead."""
         if self._caps is not None:
             return self._no_engine
+        if self.client_factory is None:
+            self._open_engine()
+        else:
+            self._open_client()
+        if self._no_engine is None:
+            self._inspect_image()
+            self._caps = self._release_capabilities() or SUPPORTED
+        else:
+            self.client = None
+            self._caps = frozenset()
+        return self._no_engine
+
+    def _open_engine(self) -> None:
+        engine = ContainerEngine(api_timeout=API_TIMEOUT)
+        try:
+            engine.start()
+        except EngineUnavailable as exc:
+            self._no_engine = str(exc)
+            return
+        self.container_engine, self.client = engine, engine.client
+        self.facts["engine"] = engine.how
+
+    def _open_client(self) -> None:
         where = f"DOCKER_HOST={docker_host()}"
         try:
             self.client = within(self.ping_timeout + 1, self.client_factory, self.ping_timeout,
@@ -363,14 +525,8 @@ class DockerPlacement(ProcessPlacement):
             self._no_engine = f"the docker SDK is not installed ({exc}): pip install docker"
         except Exception as exc:  # noqa: BLE001 (any failure means: no engine to use)
             self._no_engine = f"no Docker engine at {where}: {type(exc).__name__}: {exc}"
-        if self._no_engine is None:
-            self.facts["engine"] = where
-            self._inspect_image()
-            self._caps = SUPPORTED
         else:
-            self.client = None
-            self._caps = frozenset()
-        return self._no_engine
+            self.facts["engine"] = where
 
     def _inspect_image(self) -> None:
         try:
@@ -381,8 +537,33 @@ class DockerPlacement(ProcessPlacement):
             return
         labels = getattr(image, "labels", None) or {}
         self.facts["image"] = getattr(image, "short_id", None) or getattr(image, "id", "?")
+        self.facts["release"] = labels.get(RELEASE_LABEL)
         self.facts["image_version"] = labels.get("org.opencontainers.image.version") or \
             labels.get("version")
+
+    def _release_capabilities(self) -> frozenset[Capability] | None:
+        """For an image built here (``images.release_image``, labelled with its release): the
+        capabilities the release's probed facts give (the same wheel, probed in its cached
+        environment on this host, ``LocalPlacement``), less what containers do not offer yet
+        (``CONTAINER_LACKS``). None for an operator's image: only ``SUPPORTED``, assumed."""
+        release = self.facts.get("release")
+        if not release:
+            return None
+        from pytest_mooncake.targets.mooncake.install import locate_release  # noqa: PLC0415
+        from pytest_mooncake.targets.mooncake.placements.this_host import (  # noqa: PLC0415
+            LocalPlacement,
+        )
+
+        self.release_placement = LocalPlacement(locate_release(release))
+        caps = self.release_placement.capabilities
+        self._lacks = dict(self.release_placement._lacks)
+        self.cache_knobs = self.release_placement.cache_knobs
+        for cap, why in CONTAINER_LACKS.items():
+            if cap in caps:
+                self._lacks[cap] = why
+        self._lacks[Capability.VERSION_SKEW] = (
+            f"the docker target runs one image ({self.image}); skew pairs come from --mc-matrix")
+        return frozenset(c for c in caps if c not in self._lacks)
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -393,6 +574,8 @@ class DockerPlacement(ProcessPlacement):
         reason = self.probe()
         if reason:
             return reason
+        if capability in self._lacks:
+            return self._lacks[capability]
         return (f"the docker target runs {self.image} through its driver and mooncake_master "
                 f"only; it has no means for {capability.value}")
 
@@ -413,19 +596,37 @@ class DockerPlacement(ProcessPlacement):
             if self.ctx is None:
                 raise TargetError("the docker target was not opened (no session context)")
             if "not present" in str(self.facts.get("image", "")):
+                if self.image.startswith("localhost/"):
+                    raise TargetLacks(Capability.ENGINE, (
+                        f"image {self.image} is not in the engine ({self.facts.get('engine')}); "
+                        f"build it: python -m pytest_mooncake.images build "
+                        f"{self.image.rpartition(':')[2]}"))
                 self.client.images.pull(self.image)
-            session = f"{os.getpid()}-{self.ctx.seed % 100000}"
+            if self.container_engine is not None:
+                session, labels = self.container_engine.session, self.container_engine.labels
+            else:
+                session = f"{os.getpid()}-{self.ctx.seed % 100000}"
+                labels = session_labels(session)
             self._lab = DockerLab(self.client, self.image, session, self.workdir,
-                                  os.environ.get("MC_DOCKER_ETCD_IMAGE", DEFAULT_ETCD_IMAGE))
+                                  os.environ.get("MC_DOCKER_ETCD_IMAGE"), labels)
         return self._lab
 
     def close(self) -> None:
+        for relay in self._relays.values():
+            relay.close()
+        self._relays.clear()
         if self._lab is not None:
             self._lab.close()
             self._lab = None
+        if self.container_engine is not None:
+            self.container_engine.close()
+            self.container_engine = None
 
     def launcher(self) -> ContainerLauncher:
-        return ContainerLauncher(self.lab(), self.version)
+        launcher = ContainerLauncher(self.lab(), self.version)
+        if self.release_placement is not None:
+            launcher.master_flags = MasterFlags.of(self.release_placement.release_facts())
+        return launcher
 
     def master_flags(self) -> MasterFlags:
         return assumed_master_flags(self.version)
@@ -437,9 +638,44 @@ class DockerPlacement(ProcessPlacement):
         inside, _ = self.lab().etcd()
         return [inside]
 
+    def engine(self, segment: str, metadata: MetadataHandle, options: Mapping[str, Any],
+               lacks: Mapping[Capability, str]) -> Any:
+        """An engine container; a metadata address on this host's loopback (the fault proxy's)
+        is reached through a ``TcpRelay`` on the session network."""
+        return super().engine(segment, self.reachable(metadata), options, lacks)
+
+    def reachable(self, metadata: MetadataHandle) -> MetadataHandle:
+        used = (metadata.endpoints[0] if isinstance(metadata, EtcdMetadata)
+                else getattr(metadata, "host_port", ""))
+        host, _, port = used.rpartition(":")
+        if not host.startswith("127.") or len(getattr(metadata, "endpoints", [used])) != 1:
+            return metadata
+        return metadata.through(self.relay(used, self.lab().gateway))
+
+    def relay(self, address: str, listen_host: str) -> str:
+        """Where ``listen_host`` reaches ``address`` (a relay made once per address)."""
+        if address not in self._relays:
+            host, _, port = address.rpartition(":")
+            self._relays[address] = TcpRelay(listen_host, (host, int(port)))
+        return self._relays[address].address
+
     def metadata_store(self, kind: str) -> MetadataHandle:
-        inside, on_host = self.lab().etcd()
-        return EtcdMetadata([inside], origin=[on_host])
+        if kind == "http":
+            return self.start_http_metadata()
+        inside, _ = self.lab().etcd()
+        return EtcdMetadata([inside], origin=[self.relay(inside, "127.0.0.1")])
+
+    def start_http_metadata(self) -> HttpMetadata:
+        """The wheel's own HTTP metadata server in a container of the image, on its address."""
+        name = f"http-metadata-{next(self._http_servers)}"
+        lab = self.lab()
+        proc = ContainerProcess(
+            lab, name, ["python3", "-m", "mooncake.http_metadata_server", "--host", ADDRESS,
+                        "--port", str(HTTP_METADATA_PORT)], {},
+            lambda p: port_open(HTTP_METADATA_PORT, p.address)(p), 30.0).start()
+        inside = f"{proc.address}:{HTTP_METADATA_PORT}"
+        handle = HttpMetadata(inside, process=proc, origin=self.relay(inside, "127.0.0.1"))
+        return handle
 
 
 class DockerTarget(MooncakeFamilyTarget):
