@@ -31,7 +31,7 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then missing+=(e
 if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then missing+=(redis-server); fi
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then missing+=(gcc); fi
 # the network-namespace lab (pytest_mooncake/lab): an sshd per node, the nodes' firewall tools;
-# the docker target's container engine (Podman with runc, pytest_mooncake/containers) and the
+# the docker target's container engine (Podman with runc, pytest_mooncake/container_engine) and the
 # base of the Mooncake images built here (debootstrap, pytest_mooncake/images)
 for pair in /usr/sbin/sshd:openssh-server /usr/sbin/nft:nftables /usr/sbin/iptables:iptables \
             /usr/bin/podman:podman /usr/sbin/runc:runc /usr/sbin/debootstrap:debootstrap; do

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from pytest_mooncake.containers.session_engine import ContainerEngine, EngineUnavailable
+from pytest_mooncake.container_engine.session_engine import ContainerEngine, EngineUnavailable
 from pytest_mooncake.images.debian_rootfs import BASE_IMAGE, ImageBuildError
 from pytest_mooncake.images.release_image import (
     RELEASE_LABEL,

@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.containers.session_engine import ContainerEngine, EngineUnavailable, probe
+from pytest_mooncake.container_engine.session_engine import (
+    ContainerEngine,
+    EngineUnavailable,
+    probe,
+)
 
 TINY_IMAGE = "localhost/mc-test-sleep:1"
 

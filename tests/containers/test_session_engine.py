@@ -11,9 +11,9 @@ import subprocess
 import sys
 import textwrap
 
-from pytest_mooncake.containers.labels import SESSION_LABEL
-from pytest_mooncake.containers.run_networks import BRIDGE_PREFIX, create_network, subnet_of
-from pytest_mooncake.containers.session_engine import ContainerEngine
+from pytest_mooncake.container_engine.labels import SESSION_LABEL
+from pytest_mooncake.container_engine.run_networks import BRIDGE_PREFIX, create_network, subnet_of
+from pytest_mooncake.container_engine.session_engine import ContainerEngine
 from pytest_mooncake.runtime.deadlines import wait_until
 
 RUN_RANGE = ipaddress.ip_network("198.18.0.0/15")
@@ -57,8 +57,8 @@ def test_run_network_is_an_internal_slash20_of_the_benchmark_range(container_eng
 
 SCRIPT = textwrap.dedent('''
     import os, signal, sys
-    from pytest_mooncake.containers.run_networks import create_network
-    from pytest_mooncake.containers.session_engine import ContainerEngine
+    from pytest_mooncake.container_engine.run_networks import create_network
+    from pytest_mooncake.container_engine.session_engine import ContainerEngine
     engine = ContainerEngine().start()
     net = create_network(engine.client, "mc-" + engine.session, engine.labels)
     engine.client.containers.run(sys.argv[1], ["sleep", "300"], detach=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from pytest_mooncake.containers.tcp_relay import TcpRelay
+from pytest_mooncake.container_engine.tcp_relay import TcpRelay
 from pytest_mooncake.targets.mooncake.placements.containers import mac_for
 
 

@@ -69,7 +69,7 @@ def test_mr16_mr17_mr8_judge_the_release_as_the_local_target_does(mc_mooncake_la
         f"--mc-target=cluster:{mc_mooncake_lab.cluster_file}", f"--mc-report={report}",
         "-p", "no:cacheprovider", timeout=600)
     out = result.stdout.str()
-    assert f"(mooncake {RELEASE}))" in out, "the lab's file does not name the release"
+    assert f"(mooncake {RELEASE}); deployed: cluster-file" in out, "the lab's file does not name the release"
     on_lab = outcomes(json.loads(report.read_text()))
     assert on_lab == local, (
         f"on the {RELEASE} lab {on_lab}, on the local target {local}:\n"

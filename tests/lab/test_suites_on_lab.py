@@ -19,7 +19,7 @@ def test_mr16_on_the_reference_lab_passes_through_the_cluster_target(mc_lab, pyt
     out = result.stdout.str()
     result.assert_outcomes(passed=2)
     assert f"target=cluster:{mc_lab.cluster_file} (cluster lab-{mc_lab.layout.name} " \
-           f"(reference))" in out
+           f"(reference); deployed: cluster-file" in out
     assert "toxiproxy=http://198.18." in out, "the lab file's Toxiproxy was not used"
     row = next(line for line in out.splitlines() if line.startswith("MR-16"))
     assert "pass (2)" in row, row

@@ -24,9 +24,10 @@ PACKAGES = ("pytest_mooncake", "reference_engine")
 LAYERS: list[tuple[str, ...]] = [
     ("runtime", "schemas"),                   # processes, ports, deadlines, servers; TOML schemas
     ("report",),                              # catalogue, verdict rule, matrix, n/a, logs, allure
-    ("verbs", "releases", "nodes"),           # standalone packages: see ONLY_RUNTIME
-    ("toxiproxy", "chaos", "lab", "master_rpc"),  # fault server; Jepsen runs; netns lab;
-                                              # mooncake_master's own RPC (client, probe)
+    ("verbs", "releases", "nodes", "container_engine"),  # standalone packages: ONLY_RUNTIME
+    ("toxiproxy", "chaos", "lab", "master_rpc", "images"),  # fault server; Jepsen runs; netns
+                                              # lab; mooncake_master's own RPC (client, probe);
+                                              # Mooncake release images built here
     ("targets", "cluster"),                   # the Target API and implementations; cluster CLI
     ("config",),                              # options, markers, stash keys, run matrices
     ("fixtures", "planting", "waits", "raw_peers", "tcp_wire"),  # fixtures, helpers suites import
@@ -37,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
 may import its own package and the rows below its own, nothing else. A new package is one more
 name in a row."""
 
-ONLY_RUNTIME = ("verbs", "releases", "nodes")
+ONLY_RUNTIME = ("verbs", "releases", "nodes", "container_engine")
 """Standalone packages: of the plugin they may import only runtime/ (and schemas/)."""
 
 PYTEST_FREE = ("runtime", "schemas")

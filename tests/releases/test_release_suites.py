@@ -13,6 +13,7 @@ without regenerating that report, fails here.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from collections.abc import Mapping
@@ -84,6 +85,16 @@ def _context(doc: Mapping[str, Any]) -> str:
             f"run output:\n{doc['_output']}")
 
 
+MOVED = ROOT / "fixtures" / "reports" / "moved-since-releases.toml"
+"""Differences from the stored run accepted for a recorded reason, until it is regenerated."""
+
+
+def moved_for_a_recorded_reason(nodeid: str, outcome: str, was: str) -> bool:
+    entries = tomllib.loads(MOVED.read_text()).get("moved", []) if MOVED.exists() else []
+    return any(fnmatch.fnmatchcase(nodeid, e["nodeid"]) and e["now"] == outcome
+               and e["was"] == was and e.get("why") for e in entries)
+
+
 def test_fast_outcomes_are_those_of_the_stored_release_matrix(fast_run):
     if not STORED.exists():
         pytest.fail("no stored release matrix run: scripts/judge_mooncake.py --releases writes "
@@ -97,7 +108,7 @@ def test_fast_outcomes_are_those_of_the_stored_release_matrix(fast_run):
                   if r not in judged]
         for nodeid, outcome in sorted(now.items()):
             was = before.get(nodeid, "absent from the stored run")
-            if was != outcome:
+            if was != outcome and not moved_for_a_recorded_reason(nodeid, outcome, was):
                 wrong.append(f"{column}: {nodeid}: {outcome}, stored run {was}")
     assert not wrong, ("fast run against the CI releases differs from "
                        f"{STORED.relative_to(ROOT)} (run scripts/judge_mooncake.py --releases "

@@ -24,7 +24,7 @@ def test_the_wheel_works_from_a_project_outside_the_repo(tmp_path: Path) -> None
                           timeout=DEADLINE, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((work / "project" / "report.json").read_text())
-    assert report["schema_version"] == 1 and report["matrix"] == "reference-profiles"
+    assert report["schema_version"] == 2 and report["matrix"] == "reference-profiles"
     for column in ("reference", "reference:legacy"):
         cell = report["columns"][column]["requirements"]["MR-8"]
         assert cell["verdict"] == "pass", (column, cell)

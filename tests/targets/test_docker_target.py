@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from pytest_mooncake.containers import session_engine
-from pytest_mooncake.containers.run_networks import subnet_of
+from pytest_mooncake.container_engine import session_engine
+from pytest_mooncake.container_engine.run_networks import subnet_of
 from pytest_mooncake.targets import UnknownTarget, resolve_target
 from pytest_mooncake.targets.base import Capability, TargetContext, TargetLacks
 from pytest_mooncake.targets.mooncake.placements.containers import (

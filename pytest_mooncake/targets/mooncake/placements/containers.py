@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.containers.labels import SESSION_LABEL, session_labels
-from pytest_mooncake.containers.run_networks import create_network, subnet_of
-from pytest_mooncake.containers.session_engine import ContainerEngine, EngineUnavailable
-from pytest_mooncake.containers.tcp_relay import TcpRelay
+from pytest_mooncake.container_engine.labels import SESSION_LABEL, session_labels
+from pytest_mooncake.container_engine.run_networks import create_network, subnet_of
+from pytest_mooncake.container_engine.session_engine import ContainerEngine, EngineUnavailable
+from pytest_mooncake.container_engine.tcp_relay import TcpRelay
 from pytest_mooncake.images.release_image import RELEASE_LABEL
 from pytest_mooncake.releases.record import recorded
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until, within

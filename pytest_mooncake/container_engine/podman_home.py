@@ -23,7 +23,7 @@ DEFAULT_SUBNET = "198.19.255.0/24"
 """Podman's default network, set so it is in the run's range; never attached to anything."""
 
 CONTAINERS_CONF = """\
-# written by pytest_mooncake.containers.podman_home; regenerated when it differs
+# written by pytest_mooncake.container_engine.podman_home; regenerated when it differs
 [containers]
 default_ulimits = []
 
@@ -37,7 +37,7 @@ default_subnet = "{subnet}"
 """
 
 STORAGE_CONF = """\
-# written by pytest_mooncake.containers.podman_home; regenerated when it differs
+# written by pytest_mooncake.container_engine.podman_home; regenerated when it differs
 [storage]
 driver = "overlay"
 graphroot = "{graph}"

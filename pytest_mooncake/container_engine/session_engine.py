@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_mooncake.containers.labels import remove_orphans, remove_session, session_labels
-from pytest_mooncake.containers.podman_home import PodmanHome, missing_tools, podman_dir
+from pytest_mooncake.container_engine.labels import remove_orphans, remove_session, session_labels
+from pytest_mooncake.container_engine.podman_home import PodmanHome, missing_tools, podman_dir
 from pytest_mooncake.runtime.deadlines import Timeout, within
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -111,7 +111,7 @@ class ContainerEngine:
 
     def _start_keeper(self, podman_socket: Path | None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "pytest_mooncake.containers.keeper",
+        argv = [sys.executable, "-m", "pytest_mooncake.container_engine.keeper",
                 "--session", self.session, "--url", self.url]
         argv += ["--log", str(self.log_path)]
         if podman_socket is not None:

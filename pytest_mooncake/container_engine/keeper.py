@@ -6,7 +6,7 @@ dies with the keeper), prints ``ready URL`` once the engine answers, then waits 
 pytest closing it, exiting, or being SIGKILLed all end it. It then removes every container,
 network and volume labelled with the session, stops the Podman service it started, and exits.
 
-    python -m pytest_mooncake.containers.keeper --session S --url unix:///…/x.sock [--podman SOCKET]
+    python -m pytest_mooncake.container_engine.keeper --session S --url unix:///…/x.sock [--podman SOCKET]
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_mooncake.containers.labels import remove_session
-from pytest_mooncake.containers.podman_home import PodmanHome
+from pytest_mooncake.container_engine.labels import remove_session
+from pytest_mooncake.container_engine.podman_home import PodmanHome
 from pytest_mooncake.runtime.die_with_parent import wrap
 
 READY_TIMEOUT = 60.0
@@ -47,7 +47,7 @@ def _wait_answering(url: str, service: subprocess.Popen | None, deadline: float)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_mooncake.containers.keeper")
+    parser = argparse.ArgumentParser(prog="python -m pytest_mooncake.container_engine.keeper")
     parser.add_argument("--session", required=True)
     parser.add_argument("--url", required=True, help="docker API URL of the engine")
     parser.add_argument("--podman", metavar="SOCKET",
