@@ -91,7 +91,8 @@ MOVED = ROOT / "fixtures" / "reports" / "moved-since-releases.toml"
 
 def moved_for_a_recorded_reason(nodeid: str, outcome: str, was: str) -> bool:
     entries = tomllib.loads(MOVED.read_text()).get("moved", []) if MOVED.exists() else []
-    return any(fnmatch.fnmatchcase(nodeid, e["nodeid"]) and e["now"] == outcome
+    return any((nodeid == e["nodeid"] or fnmatch.fnmatchcase(nodeid, e["nodeid"]))
+               and e["now"] == outcome
                and e["was"] == was and e.get("why") for e in entries)
 
 
