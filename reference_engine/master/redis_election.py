@@ -11,8 +11,8 @@ each is atomic: acquire only when the hash is absent; renew and release only whi
 
 This module has the interface of ``election.py`` (``LeaderElection``/``LeaderSession``), with
 the same validity rule: a leader may serve only until the last renewal it *sent* plus the lease,
-minus a margin, so it stops before Redis could have expired the hash. Not yet wired into the
-reference master, whose OpLog and store-client discovery still live in etcd.
+minus a margin, so it stops before Redis could have expired the hash. A master started with
+``--redis`` elects with it (``ha_backends.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 from reference_engine.master.election import LeaderView
+from reference_engine.master.redis_client import is_redis_failure
 
 ACQUIRE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -66,14 +67,6 @@ def master_view_key(cluster: str) -> str:
 
 def view_version_key(cluster: str) -> str:
     return "mooncake-store/{" + hash_tag(cluster) + "}/master_view_version"
-
-
-def is_redis_failure(exc: BaseException) -> bool:
-    """True for "Redis did not answer" (down, partitioned, timed out), not a programming error."""
-    import redis  # noqa: PLC0415
-
-    return isinstance(exc, (redis.ConnectionError, redis.TimeoutError, TimeoutError,
-                            ConnectionError))
 
 
 class RedisLeaderSession:
