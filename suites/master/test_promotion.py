@@ -65,7 +65,7 @@ def soaked_standby(cluster, means: str = "master_fault_planting") -> tuple[list[
         return keys, leader, standby
     if cluster.replication(standby)["primary_seq"] == 0:
         raise TargetLacks(Capability(means), (
-            f"the leader of {cluster.build} keeps no OpLog in etcd after {len(keys)} "
+            f"the leader of {cluster.build} keeps no OpLog after {len(keys)} "
             f"acknowledged puts (its masters run without --enable_oplog=true: the build has no "
             f"such flag, or the deployment leaves it at its default), so no standby follows "
             f"it: {lagging}"))
@@ -92,7 +92,7 @@ def behind(cluster, standby: int, what: str) -> str | None:
 def said(at: dict) -> str:
     """A replication report in words."""
     text = (f"the standby reported applied sequence {at['applied_seq']}, lag {at['lag']}, role "
-            f"{at['role']}; the leader's durable OpLog in etcd is at {at['primary_seq']}")
+            f"{at['role']}; the leader's durable OpLog is at {at['primary_seq']}")
     return text + (" (it keeps none)" if at["primary_seq"] == 0 else "")
 
 
