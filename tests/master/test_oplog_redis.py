@@ -148,3 +148,18 @@ def test_standby_follows_the_oplog_through_a_cut_from_redis(cluster_id, mc_redis
         standby.stop()
         reader.close()
         session.release()
+
+
+def test_the_master_takes_etcd_or_redis_and_names_a_bad_redis_address(capsys):
+    from reference_engine.master.master_main import parser
+
+    args = parser().parse_args(["--redis", "redis://127.0.0.1:6390", "--cluster-id", "c"])
+    assert (args.redis, args.etcd) == ("127.0.0.1:6390", None)
+    for argv, said in ((["--redis", "127.0.0.1", "--cluster-id", "c"],
+                        "redis address '127.0.0.1': expected host:port or redis://host:port"),
+                       (["--redis", "h:1", "--etcd", "h:2", "--cluster-id", "c"],
+                        "not allowed with argument"),
+                       (["--cluster-id", "c"], "one of the arguments --etcd --redis is required")):
+        with pytest.raises(SystemExit):
+            parser().parse_args(argv)
+        assert said in capsys.readouterr().err
