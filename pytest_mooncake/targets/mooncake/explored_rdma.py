@@ -73,6 +73,7 @@ SCENARIOS = (
     "partial_post_bad_wr",
     "handoff_while_flush_drains",
 )
+HANDOFF = "handoff_while_flush_drains"
 
 
 @dataclass
@@ -98,14 +99,19 @@ class ExploredResult:
     seconds: float
     failure: ExploredRun | None = None
     notes: list[str] = field(default_factory=list)
+    handoffs: int | None = None
+    """Schedules in which slice 0 was posted through both of A's NICs (a local RNIC handoff);
+    None where the scenario does not count them."""
 
     @property
     def found(self) -> bool:
         return self.failure is not None
 
     def summary(self) -> str:
+        handed = (f", {self.handoffs} with a local NIC handoff" if self.handoffs is not None
+                  else "")
         return (f"{self.scenario}: {self.schedules_run} schedule(s) at the verbs boundary "
-                f"({self.distinct} distinct) in {self.seconds:.1f} s, "
+                f"({self.distinct} distinct{handed}) in {self.seconds:.1f} s, "
                 + ("violation" if self.failure else "no violation"))
 
 
@@ -128,6 +134,7 @@ class ClusterScenario:
         self.last: ScheduleOutcome | None = None
         self.memcheck: Path | None = None
         self.memory_errors = 0
+        self.handoffs = 0  # schedules whose slice 0 went through both of A's NICs
         self.slices = 4 if name in ("completion_error_retire_while_posting",
                                     "partial_post_bad_wr") else 2
 
@@ -202,6 +209,9 @@ class ClusterScenario:
         posts = a.ctl.posts()[posts_before:] if a.engine.alive() else []
         polls = points.polls()[polls_before:] if a.engine.alive() else []
         stale = stale_polls(posts, polls)
+        lo, hi = c._slice_range(t, 0)
+        if len({p.dev for p in posts if lo <= p.laddr < hi and not p.refused}) > 1:
+            self.handoffs += 1
         observed = "\n".join(
             [f"  transfer {t}: {status}", *(f"  hazard: {s}" for s in stale)]
             + [f"  post #{p.n} qp={p.qp} wr_id={p.wr_id:#x} laddr={p.laddr:#x} state={p.qp_state}"
@@ -364,7 +374,8 @@ class BoundaryExplorer:
             self.handle._clusters.remove(scenario.cluster)
         failure = (self._run(scenario, result.failure, result.schedules)
                    if result.failure else None)
-        return ExploredResult(name, result.schedules, result.distinct, result.seconds, failure)
+        return ExploredResult(name, result.schedules, result.distinct, result.seconds, failure,
+                              handoffs=scenario.handoffs if name == HANDOFF else None)
 
     def pinned(self, name: str, dedicated_poller: bool = False) -> ExploredRun:
         """The scenario once, in the RFC's shape pinned at the verbs boundary (``StaleLast``:
