@@ -617,16 +617,16 @@ def test_local_handoff_while_flush_completions_drain(mc_completions):
 @pytest.mark.mc_req("CO-10", "CO-9")
 @pytest.mark.mc_requires("scheduler")
 def test_local_handoff_is_safe_under_every_explored_interleaving(mc_completions):
-    """The RFC's sixth story explored: slice 0's first attempt fails, so the slice is rewritten
-    for another attempt (on a build with two local NICs, through the other one: a local RNIC
-    handoff), while the failed QP's flushes still drain; a device-fatal of A's first NIC is one
-    more choice of the strategy. Under every explored order CO-4 and CO-9 must hold: the
-    transfer ends once, what it wrote landed, nothing is left counted or unpolled."""
+    """The RFC's sixth story explored: the slices' first attempts fail and a fatal error of the
+    local NIC one of them went through is one more choice of the strategy, so a failed slice
+    is rewritten for the other local NIC (a local RNIC handoff) while the failed QPs' flushes
+    still drain. Under every explored order CO-4 and CO-9 must hold: the transfer ends once,
+    what it wrote landed, nothing is left counted or unpolled."""
     result = mc_completions.explore(HANDOFF)
     fail_on_violation(result, "CO-10")
     handoffs = getattr(result, "handoffs", None)  # counted where the target can see NICs
     assert handoffs is None or handoffs > 0, (
-        f"precondition: no schedule of the {result.schedules_run} explored handed slice 0 to "
+        f"precondition: no schedule of the {result.schedules_run} explored handed a slice to "
         f"another local NIC, so CO-10's story was never driven")
 
 
