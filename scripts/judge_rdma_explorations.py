@@ -28,7 +28,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from pytest_mooncake.report.exploration_findings import render, replace_region  # noqa: E402
+from pytest_mooncake.report.exploration_findings import (  # noqa: E402
+    TOKEN,
+    render,
+    replace_region,
+)
 
 PAGE = ROOT / "docs" / "reference" / "release-matrix.md"
 REPORT = ROOT / "fixtures" / "reports" / "rdma-exploration.json"
@@ -45,6 +49,20 @@ def explorations(junit: Path) -> dict[str, str]:
         for prop in case.iter("property"):
             if prop.get("name") == "mc_exploration":
                 out[case.get("name", "")] = prop.get("value", "")
+    return out
+
+
+def replay_tokens(junit: Path) -> dict[str, str]:
+    """{test name with its parameters: the --mc-replay token its failure printed} (the JSON
+    report keeps only the start of a failure message; JUnit keeps it whole)."""
+    out: dict[str, str] = {}
+    if not junit.exists():
+        return out
+    for case in ET.parse(junit).iter("testcase"):
+        failure = case.find("failure")
+        found = TOKEN.search(failure.text or "") if failure is not None else None
+        if found:
+            out[case.get("name", "")] = found.group(1)
     return out
 
 
@@ -67,6 +85,8 @@ def run(report: Path, workers: int, seed: int | None, confirm: int) -> dict:
                              f"stored report and page were left as they were")
         doc = json.loads(out.read_text())
         doc["explorations"] = explorations(junit)
+        doc["replay_tokens"] = replay_tokens(junit)
+        doc["replay_tokens_from"] = "the run's own schedule"
     doc["judged"] = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "workers": workers, "wall_seconds": round(wall),

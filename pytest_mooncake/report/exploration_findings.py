@@ -33,12 +33,26 @@ def _short(column: str) -> str:
     return column.rpartition("==")[2] if "==" in column else column
 
 
+def _params(name: str) -> list[str]:
+    return name.partition("[")[2].removesuffix("]").split("-") if "[" in name else []
+
+
+def _in_column(name: str, column: str) -> bool:
+    """Whether a test name's parameters (``[COLUMN-param]``, ``[param-COLUMN]``) name
+    ``column`` (a column label may itself hold a dash: matched as a whole)."""
+    inside = name.partition("[")[2].removesuffix("]")
+    return inside == column or inside.startswith(f"{column}-") or inside.endswith(f"-{column}")
+
+
 def _test(nodeid: str, column: str) -> str:
+    """The test as the page names it: its column dropped from the parameters."""
     name = nodeid.rpartition("::")[2]
-    for cut in (f"-{column}]", f"[{column}]"):
-        if name.endswith(cut):
-            return name[: -len(cut)] + ("]" if cut.startswith("-") else "")
-    return name
+    base, _, inside = name.partition("[")
+    inside = inside.removesuffix("]")
+    for rest in (inside.removeprefix(f"{column}-"), inside.removesuffix(f"-{column}")):
+        if rest != inside:
+            return f"{base}[{rest}]"
+    return base if inside == column else name
 
 
 def _what(message: str) -> str:
@@ -85,7 +99,9 @@ def findings(doc: Mapping[str, Any]) -> list[dict[str, str]]:
                     continue
                 message = t.get("message") or next((r.get("message") for r in runs
                                                     if r.get("message")), "")
-                token = TOKEN.search(message or "")
+                token = TOKEN.search(message or "") or TOKEN.search(
+                    "--mc-replay=" + (doc.get("replay_tokens") or {}).get(
+                        t["nodeid"].rpartition("::")[2], ""))
                 failed_runs = [r for r in runs if r.get("outcome") == "failed"]
                 replay = (failed_runs or runs or [{}])[0].get("replay", "")
                 out.append({"column": column, "requirement": req,
@@ -120,10 +136,12 @@ def render(doc: Mapping[str, Any], source: str) -> str:
     if explored:
         out += ["", "Schedules each exploration ran:", ""]
         for column in columns:
-            lines = sorted(v for k, v in explored.items() if k.endswith(f"{column}]")
-                           or k.endswith(f"-{column}]"))
-            out += [f"- {_short(column)}: {_md(v)}" for v in lines]
-    found = findings(doc)
+            lines = sorted((v, _test(k, column).partition("[")[0]) for k, v in explored.items()
+                           if _in_column(k, column))
+            out += [f"- {_short(column)} `{test}`: {_md(v)}" for v, test in lines]
+    order = {r: i for i, r in enumerate(reqs)}
+    found = sorted(findings(doc), key=lambda f: (columns.index(f["column"]),
+                                                 order.get(f["requirement"], len(order))))
     if found:
         out += ["", "Findings, each with the command replaying its run (the exploration, from "
                 "its seed) and the token replaying its schedule (the verbs calls' order; a "
@@ -136,8 +154,8 @@ def render(doc: Mapping[str, Any], source: str) -> str:
             if f["replay"]:
                 out += ["", "  ```text", f"  {f['replay']}", "  ```"]
             if f["token"]:
-                out += ["", "  that schedule alone: append", "", "  ```text",
-                        f"  --mc-replay={f['token']}", "  ```"]
+                out += ["", f"  that schedule alone ({doc.get('replay_tokens_from', 'this run')})"
+                        ": add", "", "  ```text", f"  --mc-replay={f['token']}", "  ```"]
             out.append("")
     for column in columns:
         reasons: dict[str, list[str]] = {}
