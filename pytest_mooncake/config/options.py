@@ -94,6 +94,11 @@ OPTIONS: tuple[Option, ...] = (
            "fixtures/expectations/NAME.toml): exit 0 when every result is as expected, 1 on a "
            "regression or other change (docs/ci.md). Default: none (pytest's exit status).",
            "FILE.toml|NAME"),
+    Option("durations", "auto", "run the longest tests first, by the per-test durations of a "
+           "--mc-report JSON or a durations table, so xdist workers stay busy to the end "
+           "(with xdist sending one test at a time unless --maxschedchunk is given); none: "
+           "pytest's order. Default: auto = the table the package ships, used only with xdist "
+           "workers (-n N).", "auto|none|FILE.json"),
     Option("expect_strict", "false", "with --mc-expect, an unexpected pass (a FAIL fixed) also "
            "fails the run. Default: false.", switch=True),
     Option("expect_update", "false", "with --mc-expect, write the run's verdicts into the "
@@ -129,6 +134,8 @@ class McConfig:
     expect: str | None = None
     expect_strict: bool = False
     expect_update: bool = False
+    durations: str = "auto"
+    """Where the test order comes from (``config/longest_first.py``): auto, none or a file."""
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -297,5 +304,6 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         expect=expect,
         expect_strict=_switch("expect_strict", raw.get("expect_strict", "false")),
         expect_update=_switch("expect_update", raw.get("expect_update", "false")),
+        durations=raw.get("durations", "auto").strip() or "auto",
         raw=dict(raw),
     )
