@@ -8,7 +8,7 @@ has long finished. Ordered longest first, with xdist sending one test at a time
 Durations come from a report (``--mc-report`` JSON: every test carries ``duration_s``) or from
 the table this package ships (``data/durations.json``, made from the stored release reports by
 ``python -m pytest_mooncake.config.longest_first REPORT.json ... -o FILE``). A test is known
-by its node id with its target's label written ``{target}`` and by its target's family
+by its node id without its column (as ``report diff`` names tests) and by its target's family
 (``reference`` or ``build``), so a table measured on 0.3.13 orders a run of 0.3.14. A test the
 table does not know counts as ``UNKNOWN_S``; ties keep pytest's order. Only the order changes:
 every test still runs, with the same seed, so the verdicts are the ones of any other order
@@ -25,10 +25,11 @@ from typing import Any
 
 import pytest
 
+from pytest_mooncake.report.report_columns import column_free_id
+
 SHIPPED = "durations.json"
 UNKNOWN_S = 1.0
 """What a test the table does not know is taken to last (most tests of the suites take less)."""
-TARGET = "{target}"
 
 
 def family(label: str) -> str:
@@ -37,8 +38,9 @@ def family(label: str) -> str:
 
 
 def key(nodeid: str, label: str) -> str:
-    """A test's node id with its target's label replaced, the same for every build."""
-    return nodeid.replace(label, TARGET) if label else nodeid
+    """A test's node id without its column (``report_columns.column_free_id``): the same in a
+    one-target run, in a matrix and for every build."""
+    return column_free_id(nodeid, label) if label else nodeid
 
 
 def table_from_report(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
