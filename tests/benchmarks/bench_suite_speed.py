@@ -49,7 +49,8 @@ def summary(report: Path) -> dict:
     doc = json.loads(report.read_text())
     tests: dict[str, float] = {}
     verdicts: dict[str, int] = {}
-    for column in doc.get("columns", {}).values():
+    columns = doc.get("columns") or {doc.get("target", ""): doc}  # one target: no columns
+    for column in columns.values():
         for key, count in (column.get("summary", {}).get("verdicts") or {}).items():
             verdicts[key] = verdicts.get(key, 0) + count
         cells = [column.get("requirements", {})] + [
