@@ -478,11 +478,12 @@ class EmulatedRdmaCluster:
 
     def _fail_qps(self, node: Node, qps: list[int]) -> None:
         """QP to ERR and IBV_EVENT_QP_FATAL for each of ``qps``, one at a time: the next once
-        the build acknowledged the event before (or ``EVENT_ACK_BOUND`` passed). Events raised
-        together race the build's own threads (0.3.10-0.3.12 destroy a QP under the endpoint
-        lock while the event thread, having acked the first event, spins on that lock and the
-        second event stays unread: ibv_destroy_qp waits for it forever), so the outcome would
-        be decided by scheduling, not by the fault the test asked for."""
+        the build acknowledged the event before (or ``EVENT_ACK_BOUND`` passed). Raised
+        together for an endpoint's two QPs, 0.3.10 (under load) acknowledged one and left the
+        other unread for 30 s, its transfer never ending, in some runs and not in others: the
+        outcome was decided by scheduling, not by the fault the test asked for. (Its event
+        thread acks one event, then takes the endpoint's lock, which a thread destroying the
+        endpoint's QPs may hold while ibv_destroy_qp waits for the other event's ack.)"""
         self._stirred = True
         for qp in qps:
             acked = node.ctl.counters().acked
