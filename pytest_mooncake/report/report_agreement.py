@@ -37,7 +37,8 @@ class Cell:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT.json")
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json",
+                        help="two or more reports of runs of the same matrix")
     parser.add_argument("--column", metavar="LABEL",
                         help="compare this column of each report (a unique part of its label)")
 

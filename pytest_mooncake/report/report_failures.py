@@ -26,10 +26,12 @@ WIDTH = 160
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT.json")
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json",
+                        help="--mc-report files (one-target or matrix, schema 1 or 2)")
     parser.add_argument("--harness", action="store_true",
                         help="only the messages that show a harness symptom")
-    parser.add_argument("--format", choices=("text", "markdown"), default="text")
+    parser.add_argument("--format", choices=("text", "markdown"), default="text",
+                        help="text lines (default) or a markdown table")
 
 
 def collect(paths: list[str]) -> Counter[tuple[str, Failure]]:

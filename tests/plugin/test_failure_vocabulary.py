@@ -141,3 +141,13 @@ def test_a_fresh_run_failing_with_a_harness_message_is_caught(pytester, capsys) 
     capsys.readouterr()
     assert main(["failures", str(report), "--harness"]) == 1
     assert "settle-deadline" in capsys.readouterr().out
+
+
+def test_the_proof_runs_since_the_fixes_show_no_harness_symptom() -> None:
+    """The three-seed runs of docs/verdict-stability.md (fixtures/reports/stability/), made
+    with the fixes: every failure message speaks of the build."""
+    paths = sorted((ROOT / "fixtures" / "reports" / "stability").glob("*.json"))
+    assert len(paths) >= 9, paths
+    shown = [(p.name, f.requirement, f.symptom.name, f.first_line)
+             for p in paths for f in failures(json.loads(p.read_text())) if f.symptom]
+    assert not shown, shown

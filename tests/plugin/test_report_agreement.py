@@ -59,3 +59,18 @@ def test_one_report_is_a_usage_error(tmp_path, capsys) -> None:
     only = _run(tmp_path, "a.json", 1, {"CO-3": "pass"})
     assert main(["agree", str(only)]) == 2
     assert "agree needs two reports or more" in capsys.readouterr().err
+
+
+STABILITY = ROOT / "fixtures" / "reports" / "stability"
+
+
+def test_the_stored_proof_runs_agree_per_release(capsys) -> None:
+    """The proof of docs/verdict-stability.md: the CO suite on each release with three seeds
+    (fixtures/reports/stability/), one verdict per cell in every run."""
+    by_release: dict[str, list[Path]] = {}
+    for path in sorted(STABILITY.glob("rdma-*-seed*.json")):
+        by_release.setdefault(path.name.split("-seed")[0], []).append(path)
+    assert len(by_release) == 3 and all(len(p) == 3 for p in by_release.values()), by_release
+    for release, paths in by_release.items():
+        assert main(["agree", *map(str, paths)]) == 0, (release, capsys.readouterr().out)
+        assert "11 of 11 cells agree across 3 runs" in capsys.readouterr().out

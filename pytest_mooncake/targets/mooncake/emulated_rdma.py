@@ -472,28 +472,39 @@ class EmulatedRdmaCluster:
     def qp_fatal(self, node: str, peer: str) -> int:
         """QP-fatal on every live QP of ``node`` connected to ``peer``; returns how many."""
         n, p = self._node(node), self._node(peer)
-        qps = self._qp_nums_to(n, p)
-        self._fail_qps(n, qps)
-        return len(qps)
+        return self._fail_qps(n, self._qp_nums_to(n, p))
 
-    def _fail_qps(self, node: Node, qps: list[int]) -> None:
+    def _fail_qps(self, node: Node, qps: list[int]) -> int:
         """QP to ERR and IBV_EVENT_QP_FATAL for each of ``qps``, one at a time: the next once
         the build acknowledged the event before (or ``EVENT_ACK_BOUND`` passed). Raised
         together for an endpoint's two QPs, 0.3.10 (under load) acknowledged one and left the
         other unread for 30 s, its transfer never ending, in some runs and not in others: the
         outcome was decided by scheduling, not by the fault the test asked for. (Its event
         thread acks one event, then takes the endpoint's lock, which a thread destroying the
-        endpoint's QPs may hold while ibv_destroy_qp waits for the other event's ack.)"""
+        endpoint's QPs may hold while ibv_destroy_qp waits for the other event's ack.) A QP the
+        build destroyed or moved to ERR itself after an earlier event is not live any more and
+        is skipped. Returns how many QPs got the event."""
         self._stirred = True
+        raised = 0
         for qp in qps:
-            acked = node.ctl.counters().acked
-            node.ctl.fail_qp(qp)
+            counters = node.ctl.counters()
+            if qp not in counters.qps or counters.qps[qp].state == "err":
+                continue  # the build retired it after the event before: its own reaction
+            acked = counters.acked
+            try:
+                node.ctl.fail_qp(qp)
+            except VerbsControlError:
+                if qp not in node.ctl.counters().qps:
+                    continue  # destroyed by the build between the look and the fault
+                raise
+            raised += 1
             try:
                 wait_until(lambda a=acked: node.ctl.counters().acked > a, EVENT_ACK_BOUND,
                            f"{node.name} to acknowledge QP {qp}'s QP_FATAL", interval=0.01,
                            max_interval=0.05, ignore=(VerbsControlError,))
             except Timeout:
                 continue  # unacknowledged: settle() names it, as what the build did
+        return raised
 
     def device_fatal(self, node: str, nic: str) -> None:
         self._stirred = True
