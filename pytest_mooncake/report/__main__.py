@@ -18,6 +18,8 @@ COMMANDS = {
     "check": "pytest_mooncake.report.report_check",
     "update": "pytest_mooncake.report.report_update",
     "html": "pytest_mooncake.report.dashboard",
+    "failures": "pytest_mooncake.report.report_failures",
+    "agree": "pytest_mooncake.report.report_agreement",
 }
 """Command name -> module."""
 

@@ -123,6 +123,12 @@ class ObservationFailed(AssertionError):
         super().__init__(f"{what}: {seen}")
 
 
+class NotQuiescent(AssertionError):
+    """An RDMA cluster's ``settle()`` reached its deadline: the message says what the target
+    left undone (transfers never ended, events never acknowledged, completions never polled,
+    what kept moving), an observation of the build the waiting test judges."""
+
+
 # ---------------------------------------------------------------------------------- handles
 
 

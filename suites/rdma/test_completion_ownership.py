@@ -66,7 +66,7 @@ def payload(tag: bytes, length: int) -> bytes:
 
 
 def completed(cluster, t: int, what: str) -> None:
-    assert cluster.settle(), f"{what}: the cluster did not settle"
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
     status = cluster.status(t)
     assert status == "COMPLETED", f"{what}: the transfer ended {status}"
 
@@ -208,10 +208,10 @@ def test_stale_completion_changes_nothing(mc_completions):
     cluster.hold(t, 0, tag="old")
     assert cluster.settle(), "the first attempt's completion was never held"
     cluster.force_retry(t, 0)
-    assert cluster.settle(), "the cluster did not settle after the first attempt's QP failed"
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
     status, posted = cluster.status(t), len(cluster.posts(t, 0))
     cluster.release("old")
-    assert cluster.settle(), "the cluster did not settle after the stale completion arrived"
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
     after, posts = cluster.status(t), cluster.posts(t, 0)
     if status != "WAITING":
         assert (after, len(posts)) == (status, posted), (
@@ -467,7 +467,7 @@ def test_every_deletion_cause_retires_the_endpoint(mc_completions, cause):
         cluster.gid_change("A", nic, "::ffff:127.9.9.9")
     else:
         t = cluster.submit("A", "C", SLICE)
-    assert cluster.settle(), f"the cluster did not settle after a {cause}"
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
     still = old & live_qps_to(cluster, "A", "B")
     assert not still, (
         f"after a {cause}, A's QPs {sorted(still)} to B are still live (RTS): the endpoint was "
@@ -504,7 +504,7 @@ def test_stale_endpoint_found_by_a_passive_handshake_drains_before_destruction(m
         f"are still live (RTS); CO-6 requires the stale endpoint a passive handshake finds to be "
         f"retired")
     cluster.release("old")
-    assert cluster.settle(), "the cluster did not settle after the held completion arrived"
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
     assert cluster.status(t) != "WAITING", (
         "A's transfer whose WR was outstanding on the stale endpoint never ended; CO-7 requires "
         "a retired endpoint's posted work to drain (or be reclaimed after the drain timeout)")
