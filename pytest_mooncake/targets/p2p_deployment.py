@@ -7,8 +7,9 @@ handshake frame. Suites still say ``mc_engine("seg-a")`` and ``a.write("seg-b", 
 - ``P2pDirectory`` gives each logical name of the test a ``127.0.0.1:PORT`` that stays its
   name across restarts (a same-name restart is a new process at the same address), claimed
   with the plugin's port claims (``runtime.ports``) and released at close. For real builds the
-  port after it is claimed too: Mooncake draws its RPC port *and* its TCP data port from
-  ``MC_MIN_RPC_PORT..MC_MAX_RPC_PORT``, so the pair is the engine's whole range.
+  two ports after it are claimed too: Mooncake draws its RPC port *and* its TCP data port from
+  ``MC_MIN_RPC_PORT..MC_MAX_RPC_PORT``, so ``P..P+2`` is the engine's whole range (RPC ``P``,
+  data one of the other two, a different one after each restart: ``P2pEngine.restart``).
 - ``P2pMetadata`` is the ``MetadataHandle``: ``get`` of a segment key asks the live peer
   (Metadata frame, as an engine does); everything a store would be needed for (planting,
   deleting, listing, a proxy in front of it) raises ``TargetLacks(metadata_store)`` with a
@@ -37,10 +38,11 @@ REBIND_WAIT_S = 120.0
 class P2pDirectory:
     """Logical segment name -> ``127.0.0.1:PORT`` (see the module doc)."""
 
-    def __init__(self, host: str = "127.0.0.1", paired: bool = False):
+    def __init__(self, host: str = "127.0.0.1", span: int = 1):
         self.host = host
-        self.paired = paired
-        """Claim PORT+1 too (real builds: their data port comes from the same range)."""
+        self.span = span
+        """Ports claimed per name, from PORT up (real builds: 3, their data port comes from the
+        same range as the RPC port)."""
         self._names: dict[str, str] = {}
         self._ports: list[int] = []
 
@@ -59,20 +61,28 @@ class P2pDirectory:
     def _claim(self) -> int:
         for _ in range(64):
             port = free_port(self.host)
-            if not self.paired:
-                self._ports.append(port)
+            more = range(port + 1, port + self.span)
+            claimed = [p for p in more if p < 32768 and claim_port(p)]
+            if len(claimed) == len(more) and all(_bindable(self.host, p) for p in more):
+                self._ports += [port, *more]
                 return port
-            if port + 1 < 32768 and claim_port(port + 1) and _bindable(self.host, port + 1):
-                self._ports += [port, port + 1]
-                return port
-            release_port(port)
-            release_port(port + 1)
-        raise RuntimeError(f"no free pair of adjacent ports on {self.host} after 64 draws")
+            for p in (port, *claimed):
+                release_port(p)
+        raise RuntimeError(f"no {self.span} free adjacent ports on {self.host} after 64 draws")
 
     def close(self) -> None:
         for port in self._ports:
             release_port(port)
         self._ports.clear()
+
+
+def _data_port(raw: bytes | None) -> int | None:
+    """``tcp_data_port`` of a descriptor as a peer answered it (None when there is none)."""
+    try:
+        port = json.loads(raw or b"null").get("tcp_data_port")
+    except (ValueError, AttributeError):
+        return None
+    return port if isinstance(port, int) else None
 
 
 def _is_address(name: str) -> bool:
@@ -184,23 +194,34 @@ class P2pEngine:
     def restart(self, keep_addresses: bool = False) -> None:
         """A new process at the same address. A real build binds its RPC and data ports without
         SO_REUSEADDR, so while the killed process's connections sit in TIME_WAIT (60 s on
-        Linux) the new one finds no port ("unable to find available tcp port"): with a paired
-        directory (real builds) the old process is killed and the restart waits until both
-        ports bind again (``rebind_waits`` records how long), so the restart judged is the
-        one a deployment sees once the port is free."""
-        if self.metadata.directory.paired:
-            self._engine.kill()
-            host, _, port = self.segment_name.rpartition(":")
-            started = time.monotonic()
-            try:
-                wait_until(lambda: _bindable(host, int(port)) and _bindable(host, int(port) + 1),
-                           REBIND_WAIT_S, f"ports {port} and {int(port) + 1} of {self.segment} "
-                           f"to bind again after its process was killed", interval=0.2,
-                           max_interval=1.0)
-            except Timeout as exc:
-                raise ComponentStartError(f"engine {self.segment}: {exc}") from None
-            self.rebind_waits.append(time.monotonic() - started)
-        self._engine.restart(keep_addresses)
+        Linux) the new one finds no port ("unable to find available tcp port"): for a directory
+        of several ports per name (real builds) the old process is killed and the restart waits
+        until its ports bind again (``rebind_waits`` records how long), so the restart judged
+        is the one a deployment sees once the port is free. Unless ``keep_addresses``, the old
+        data port is held while the new process starts, so its data port is a new one, as a
+        process drawing from a deployment's range would have (a stale descriptor must not
+        reach the new process by the accident of an equal port)."""
+        span = self.metadata.directory.span
+        if span < 2:
+            self._engine.restart(keep_addresses)
+            return
+        old_data = None if keep_addresses else _data_port(self.metadata.get(
+            self.metadata.segment_key(self.segment_name)))
+        self._engine.kill()
+        host, _, first = self.segment_name.rpartition(":")
+        ports = range(int(first), int(first) + span)
+        started = time.monotonic()
+        try:
+            wait_until(lambda: all(_bindable(host, p) for p in ports), REBIND_WAIT_S,
+                       f"ports {ports.start}..{ports.stop - 1} of {self.segment} to bind again "
+                       f"after its process was killed", interval=0.2, max_interval=1.0)
+        except Timeout as exc:
+            raise ComponentStartError(f"engine {self.segment}: {exc}") from None
+        self.rebind_waits.append(time.monotonic() - started)
+        with socket.socket() as hold:
+            if old_data in ports:
+                hold.bind((host, old_data))
+            self._engine.restart(keep_addresses)
 
     def __repr__(self) -> str:
         return f"<P2pEngine {self.segment}={self.segment_name} {self._engine!r}>"

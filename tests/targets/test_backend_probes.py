@@ -91,6 +91,6 @@ def test_p2p_handshake_is_asked_of_the_build_apart_from_etcd(release_target, mc_
     store = release_target.metadata_store("p2p")
     try:
         assert store.kind == "p2p" and store.uri == "P2PHANDSHAKE"
-        assert store.accepted == p2p.answer and store.directory.paired
+        assert store.accepted == p2p.answer and store.directory.span == 3
     finally:
         store.close()

@@ -22,8 +22,8 @@ from reference_engine.metadata import KeyLayout
 from reference_engine.metadata.handshake_store import HandshakeStore
 
 
-def test_a_logical_name_keeps_its_address_and_pairs_claim_the_next_port():
-    directory = P2pDirectory(paired=True)
+def test_a_logical_name_keeps_its_address_and_a_span_claims_the_next_ports():
+    directory = P2pDirectory(span=3)
     try:
         a = directory.address("seg-a")
         assert a == directory.address("seg-a") and a.startswith("127.0.0.1:")
@@ -31,7 +31,7 @@ def test_a_logical_name_keeps_its_address_and_pairs_claim_the_next_port():
         assert directory.known("seg-a") == a and directory.known("seg-z") == "seg-z"
         assert directory.address("127.0.0.1:15001") == "127.0.0.1:15001"
         port = int(a.rpartition(":")[2])
-        assert (claims_dir() / str(port)).exists() and (claims_dir() / str(port + 1)).exists()
+        assert all((claims_dir() / str(p)).exists() for p in (port, port + 1, port + 2))
     finally:
         directory.close()
     assert not (claims_dir() / str(port)).exists(), "close releases the claims"

@@ -44,10 +44,10 @@ P2P_URI = "P2PHANDSHAKE"
 def p2p_port_range(segment: str) -> dict[str, str]:
     """The environment that puts a real engine on P2PHANDSHAKE at ``segment`` (``host:P``):
     Mooncake draws its RPC port and then its TCP data port from ``MC_MIN_RPC_PORT..
-    MC_MAX_RPC_PORT``, so the range is ``P..P+1`` (the driver's ``--rpc-port`` starts again
-    until the RPC port is ``P``; the data port is then ``P+1``)."""
+    MC_MAX_RPC_PORT``, so the range is ``P..P+2`` (the driver's ``--rpc-port`` starts again
+    until the RPC port is ``P``; the data port is one of the other two)."""
     port = int(segment.rpartition(":")[2])
-    return {"MC_MIN_RPC_PORT": str(port), "MC_MAX_RPC_PORT": str(port + 1)}
+    return {"MC_MIN_RPC_PORT": str(port), "MC_MAX_RPC_PORT": str(port + 2)}
 
 
 class EngineRestartFailed(AssertionError):

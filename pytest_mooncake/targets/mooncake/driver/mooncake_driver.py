@@ -39,7 +39,7 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 
 RPC_PORT_DRAWS = 40
-"""Starts of a TransferEngine to get the RPC port ``--rpc-port`` asks for (1 in 2 each)."""
+"""Starts of a TransferEngine to get the RPC port ``--rpc-port`` asks for (1 in 3 each)."""
 
 
 class CommandError(Exception):
@@ -145,7 +145,7 @@ class EngineDriver:
     def _initialize(args: argparse.Namespace):
         """An initialised TransferEngine; with ``--rpc-port`` one whose RPC port is that one
         (in P2P mode Mooncake draws it from MC_MIN_RPC_PORT..MC_MAX_RPC_PORT, which the caller
-        narrows to two ports: an engine that drew the other one is dropped and made again)."""
+        narrows to a few ports: an engine that drew another one is dropped and made again)."""
         from mooncake.engine import TransferEngine
 
         call = (f"TransferEngine.initialize({args.segment!r}, {args.metadata!r}, "

@@ -279,7 +279,7 @@ class LocalPlacement(ProcessPlacement):
         answer = engine_accepts(self.install, P2P_URI, self.workdir)
         if not answer.accepted:
             raise TargetLacks(Capability.METADATA_P2P, answer.answer)
-        return P2pMetadata(label, P2pDirectory(paired=True), accepted=answer.answer)
+        return P2pMetadata(label, P2pDirectory(span=3), accepted=answer.answer)
 
     def ha_backend_answer(self, backend: str) -> BackendAnswer:
         """What the build's ``mooncake_master --enable_ha --ha_backend_type=BACKEND`` does on
