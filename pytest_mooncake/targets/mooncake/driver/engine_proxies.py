@@ -39,6 +39,7 @@ joins the engine's threads; on a loaded machine that took over 10 s) before SIGT
 
 
 P2P_URI = "P2PHANDSHAKE"
+P2P_PORT_ENV = "MC_MIN_RPC_PORT"
 
 
 def p2p_port_range(segment: str) -> dict[str, str]:
@@ -47,7 +48,7 @@ def p2p_port_range(segment: str) -> dict[str, str]:
     MC_MAX_RPC_PORT``, so the range is ``P..P+2`` (the driver's ``--rpc-port`` starts again
     until the RPC port is ``P``; the data port is one of the other two)."""
     port = int(segment.rpartition(":")[2])
-    return {"MC_MIN_RPC_PORT": str(port), "MC_MAX_RPC_PORT": str(port + 2)}
+    return {P2P_PORT_ENV: str(port), "MC_MAX_RPC_PORT": str(port + 2)}
 
 
 class EngineRestartFailed(AssertionError):
