@@ -46,9 +46,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("metadata", "etcd", "the transfer-engine metadata backend of the deployment: etcd, "
            "redis (redis://HOST:PORT, Mooncake's Redis plugin), http (the target's own HTTP "
            "metadata server: for real builds the wheel's mooncake.http_metadata_server) or "
-           "http:reference (the reference engine's HTTP metadata server, for any target). "
-           "Tests that name their store keep it. Default: etcd.",
-           "etcd|redis|http|http:reference"),
+           "http:reference (the reference engine's HTTP metadata server, for any target) or "
+           "p2p (P2PHANDSHAKE: no store, peers exchange descriptors on their RPC port; "
+           "segments are named host:port). Tests that name their store keep it. Default: etcd.",
+           "etcd|redis|http|http:reference|p2p"),
     Option("ha", "etcd", "the backend of master HA (leader election, OpLog where the release "
            "keeps it there): etcd or redis (mooncake_master --ha_backend_type). Default: etcd.",
            "etcd|redis"),
@@ -184,7 +185,7 @@ def _positive_int(name: str, value: str) -> int:
     return n
 
 
-METADATA_BACKENDS = ("etcd", "redis", "http", "http:reference")
+METADATA_BACKENDS = ("etcd", "redis", "http", "http:reference", "p2p")
 HA_BACKENDS = ("etcd", "redis")
 
 

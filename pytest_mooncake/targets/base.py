@@ -54,6 +54,12 @@ class Capability(str, enum.Enum):
     METADATA_HTTP = "metadata_http"
     METADATA_REDIS = "metadata_redis"
     """Engines on ``redis://HOST:PORT`` metadata (Mooncake's Redis plugin)."""
+    METADATA_P2P = "metadata_p2p"
+    """Engines on ``P2PHANDSHAKE`` metadata: no store; a segment is named ``host:port`` of its
+    RPC port and peers ask each other for descriptors there (``--mc-metadata=p2p``)."""
+    METADATA_STORE = "metadata_store"
+    """A metadata store the test reads, plants and deletes keys in and puts a proxy in front
+    of: every backend but P2P handshake, where a deployment lacks it."""
     METADATA_FAULTS = "metadata_faults"
     """Route an engine's metadata traffic through a fault proxy."""
     RDMA_CONTROL = "rdma_control"
@@ -501,7 +507,7 @@ def dedicated_poller_env(value: bool | str) -> dict[str, str]:
 
 METADATA_CAPABILITIES = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP,
                          "http:reference": Capability.METADATA_HTTP,
-                         "redis": Capability.METADATA_REDIS}
+                         "redis": Capability.METADATA_REDIS, "p2p": Capability.METADATA_P2P}
 """The capability a metadata store of each kind needs."""
 
 

@@ -25,7 +25,7 @@ ENGINE_CAPABILITIES = frozenset({
     Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
     Capability.CACHE_CONTROL, Capability.CACHE_TTL, Capability.FORCED_REFRESH,
     Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD, Capability.METADATA_HTTP,
-    Capability.METADATA_REDIS, Capability.REGISTER_MEMORY,
+    Capability.METADATA_REDIS, Capability.METADATA_P2P, Capability.REGISTER_MEMORY,
 })
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
@@ -65,7 +65,10 @@ class ReferenceTarget(Target):
         return self._engines
 
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
-        return self._engine_parts().metadata_store(kind)
+        store = self._engine_parts().metadata_store(kind)
+        if kind == "p2p":
+            store.deployment = self.label
+        return store
 
     def start_engine(self, segment: str, metadata: MetadataHandle, **options: Any
                      ) -> EngineHandle:
