@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+from pytest_mooncake.report.command_errors import CommandError
+
 COMMANDS = {
     "diff": "pytest_mooncake.report.report_diff",
     "merge": "pytest_mooncake.report.report_merge",
@@ -24,10 +26,6 @@ COMMANDS = {
 """Command name -> module."""
 
 EXIT_USAGE = 2
-
-
-class CommandError(Exception):
-    """A command's input is wrong (a file missing, no such column): message, exit 2."""
 
 
 def parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from pytest_mooncake.report.__main__ import CommandError
+from pytest_mooncake.report.command_errors import CommandError
 from pytest_mooncake.report.report_columns import Column, columns, pick, read_report
 
 HELP = "do N reports give the same verdict in every cell? (exit 0 yes, 1 no)"

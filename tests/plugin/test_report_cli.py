@@ -138,6 +138,17 @@ def test_merge_refuses_a_column_from_two_runs(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "m.json").exists()
 
 
+def test_a_wrong_input_is_a_usage_error_through_python_dash_m(tmp_path: Path) -> None:
+    """As a pipeline runs it (``python -m``), not through ``main()``: the command's error class
+    must be the one the dispatcher catches (it was not: a traceback and exit 1)."""
+    done = subprocess.run([sys.executable, "-m", "pytest_mooncake.report", "merge", str(RELEASE),
+                           str(RELEASES), "-o", str(tmp_path / "m.json")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: column 'reference' is in both"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_check_the_stored_runs_against_the_shipped_expectations(capsys) -> None:
     status, out, _ = cli(capsys, "check", RELEASES, "--expect", "releases")
     assert status == 0, out
