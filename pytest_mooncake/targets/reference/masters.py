@@ -412,11 +412,13 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         import reference_engine
         from reference_engine.master.protocol import MASTER_VERSION
 
+        try:
+            listeners = ((MOONCAKE_PROTOCOL, self.wire_listener(self.leader())),)
+        except TimeoutError:  # no leader now: no Mooncake-wire address to hand out
+            listeners = ()
         return MasterEndpoint(PROTOCOL, tuple(self.etcd), self.cluster_id, MASTER_VERSION,
                               f"reference-engine {reference_engine.__version__} "
-                              f"({self.profile})",
-                              listeners=((MOONCAKE_PROTOCOL,
-                                          self.wire_listener(self.leader())),))
+                              f"({self.profile})", listeners=listeners)
 
     def client(self, index: int = 0) -> ClientProcess:
         return self.clients[index]
