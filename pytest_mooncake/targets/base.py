@@ -315,6 +315,8 @@ class MasterEndpoint:
     """The implementation that started them (``Target.version``), for messages."""
     host_reachable: bool = True
     """False when the etcd endpoints are only reachable inside a container network."""
+    redis: str | None = None
+    """``host:port`` of the Redis the leader is elected on instead (masters on Redis HA)."""
     listeners: tuple[tuple[str, str], ...] = ()
     """Other protocols the leader answers, each on a listener of its own: ``(protocol,
     host:port)`` (a reference master's Mooncake-wire listener). A client speaking one of them
@@ -356,7 +358,8 @@ class MasterClusterHandle(Protocol):
     def start_master(self, index: int | None = None,
                      etcd: str | list[str] | None = None) -> int:
         """Start a new master, or restart master ``index`` on its old ports; ``etcd``: the
-        endpoints this master uses instead of the cluster's (per-master etcd routing)."""
+        endpoints this master uses instead of the cluster's (per-master etcd routing). A
+        cluster on Redis HA takes ``redis="host:port"`` instead (the reference's does)."""
         ...
 
     def kill_master(self, index: int) -> None:

@@ -28,6 +28,9 @@ def test_the_shipped_backends_matrix_has_each_backend_of_each_judged_target() ->
                    "mooncake==0.3.14"):
         assert {(target, b) for b in ("etcd", "redis", "http")} <= seen, target
     assert any(c.ha == "redis" for c in columns)
+    # the reference's masters run on Redis HA: both profiles get a column of their own
+    assert {(c.target, c.ha) for c in columns if c.ha == "redis" and not c.metadata} == {
+        ("reference", "redis"), ("reference:legacy", "redis")}
 
 
 def test_a_bad_backend_in_a_matrix_names_the_field(tmp_path) -> None:

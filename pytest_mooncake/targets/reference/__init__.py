@@ -31,6 +31,7 @@ MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
     Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER, Capability.PROMOTABILITY,
     Capability.MASTER_WIRE,
+    Capability.HA_REDIS,
 })
 RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER,
                                Capability.RDMA_STATE})
@@ -76,24 +77,21 @@ class ReferenceTarget(Target):
         return self._engine_parts().start_engine(segment, metadata, **options)
 
     def master_cluster(self, masters: int = 2, clients: int = 1, **options: Any) -> Any:
-        """HA masters + store-client processes on mc_etcd; options: see ReferenceMasterCluster."""
+        """HA masters + store-client processes on the deployment's HA backend (``--mc-ha``):
+        mc_etcd, or mc_redis (leader hash and OpLog in Redis); options: see
+        ReferenceMasterCluster."""
         from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster
 
-        ha = self.deployment_backends()["ha"]
-        if ha != "etcd":
-            from pytest_mooncake.targets.base import TargetLacks
-
-            raise TargetLacks(Capability.HA_REDIS, (
-                f"the reference engine's masters elect their leader and keep their OpLog in "
-                f"etcd only; --mc-ha={ha} asks for {ha} (not implemented in the reference yet)"))
+        redis = self.ctx.redis_address() if self.deployment_backends()["ha"] == "redis" else None
+        etcd = [] if redis else self.ctx.etcd_endpoints()
 
         workdir = self.ctx.workdir / "masters"
         workdir.mkdir(parents=True, exist_ok=True)
         import tempfile
 
         profile = options.pop("profile", self.profile)
-        return ReferenceMasterCluster(self.ctx.etcd_endpoints(), Path(tempfile.mkdtemp(dir=workdir)),
-                                      profile, masters, clients, **options)
+        return ReferenceMasterCluster(etcd, Path(tempfile.mkdtemp(dir=workdir)), profile,
+                                      masters, clients, redis=redis, **options)
 
     def store_client(self, master: MasterEndpoint, client_id: str | None = None,
                      version: str | None = None, wait_attached: bool = True) -> Any:
@@ -112,7 +110,7 @@ class ReferenceTarget(Target):
         client_id = client_id or f"{self.profile}-client-{uuid.uuid4().hex[:8]}"
         client = start_client_process(list(master.etcd), master.cluster_id, workdir,
                                       len(self._store_clients), client_id, self.profile, version,
-                                      wait_attached=wait_attached)
+                                      wait_attached=wait_attached, redis=master.redis)
         self._store_clients.append(client)
         return client
 
