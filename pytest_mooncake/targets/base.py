@@ -329,6 +329,14 @@ class MasterEndpoint:
     """False when the etcd endpoints are only reachable inside a container network."""
     redis: str | None = None
     """``host:port`` of the Redis the leader is elected on instead (masters on Redis HA)."""
+    listeners: tuple[tuple[str, str], ...] = ()
+    """Other protocols the leader answers, each on a listener of its own: ``(protocol,
+    host:port)`` (a reference master's Mooncake-wire listener). A client speaking one of them
+    attaches to that address, without HA discovery."""
+
+    def address_for(self, protocol: str) -> str | None:
+        """The leader's listener for ``protocol`` when it is not ``self.protocol``."""
+        return dict(self.listeners).get(protocol)
 
 
 PLANTED_DESCRIPTORS = ("overlap", "unknown_segment")
@@ -537,7 +545,11 @@ class Target:
     capabilities: frozenset[Capability] = frozenset()
     master_protocol: str = ""
     """The RPC protocol this target's masters and store clients speak ("" when it has none):
-    a store client of one target attaches to another's masters only when both name the same."""
+    a store client of one target attaches to another's masters only when both name the same,
+    or the masters answer the client's protocol on a listener of their own."""
+    master_listener_protocols: tuple[str, ...] = ()
+    """Other protocols its masters answer, each on a listener of their own
+    (``MasterEndpoint.listeners``): the reference's masters answer mooncake_master's RPC."""
     verbs_mode: str = "auto"
     """``--mc-verbs`` as ``use_verbs`` last set it."""
     binds_any_host: bool = False
@@ -570,6 +582,12 @@ class Target:
     @property
     def version(self) -> str:
         return "unknown"
+
+    @property
+    def protocol_version(self) -> str:
+        """The master-protocol version this target's store clients announce ("": none, or
+        not known here); what a wire client stands in for them offers (``wire_client``)."""
+        return ""
 
     @property
     def notes(self) -> str:
@@ -637,7 +655,8 @@ class Target:
         reason = self.missing(Capability.FOREIGN_MASTER)
         if reason:
             return TargetLacks(Capability.FOREIGN_MASTER, reason)
-        if not self.master_protocol or master.protocol != self.master_protocol:
+        if not self.master_protocol or (master.protocol != self.master_protocol
+                                        and master.address_for(self.master_protocol) is None):
             return TargetLacks(Capability.FOREIGN_MASTER, (
                 f"store clients of {self.version} speak no master protocol but their own "
                 f"({self.master_protocol or 'none'}); the masters of {master.build} speak "

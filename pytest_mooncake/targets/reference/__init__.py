@@ -30,6 +30,7 @@ ENGINE_CAPABILITIES = frozenset({
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
     Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER, Capability.PROMOTABILITY,
+    Capability.MASTER_WIRE,
     Capability.HA_REDIS,
 })
 RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER,
@@ -44,6 +45,9 @@ class ReferenceTarget(Target):
     master_protocol = "reference-json-rpc"
     """Its masters and store clients speak the reference master protocol (length-prefixed
     JSON over TCP); ``targets/reference/masters.py`` spells it ``PROTOCOL``."""
+    master_listener_protocols = ("mooncake-coro-rpc",)
+    """Each master also answers mooncake_master's RPC on a listener of its own
+    (``targets/reference/wire_listeners.py``), where a release's store client attaches."""
 
     def __init__(self, profile: str = "rfc"):
         super().__init__(None if profile == "rfc" else profile)
@@ -151,6 +155,12 @@ class ReferenceTarget(Target):
         import reference_engine
 
         return f"reference-engine {reference_engine.__version__} ({self.profile})"
+
+    @property
+    def protocol_version(self) -> str:
+        from reference_engine.master.protocol import MASTER_VERSION
+
+        return MASTER_VERSION
 
     def lack_reason(self, capability: Capability) -> str:
         return f"the reference engine does not implement {capability.value} yet"

@@ -24,7 +24,9 @@ from pytest_mooncake.targets.base import (
     TargetError,
     planted_kind,
 )
+from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL as MOONCAKE_PROTOCOL
 from pytest_mooncake.targets.process_masters import ProcessMasters
+from pytest_mooncake.targets.reference.wire_listeners import CoroListeners
 
 PLANT_OP_PUT_END = 1
 
@@ -165,9 +167,10 @@ def start_client_process(etcd: list[str], cluster_id: str, workdir: Path, index:
     return handle
 
 
-class ReferenceMasterCluster(ProcessMasters):
+class ReferenceMasterCluster(CoroListeners, ProcessMasters):
     """N reference masters and M store-client processes of one profile on one etcd, or on one
-    Redis (``redis="host:port"``: leader hash and OpLog in Redis, ``--mc-ha=redis``).
+    Redis (``redis="host:port"``: leader hash and OpLog in Redis, ``--mc-ha=redis``); each
+    master also answers mooncake_master's RPC on a listener of its own (``wire_listeners``).
 
     Options: ``profile`` (rfc/legacy), ``lease_ttl`` (s, etcd minimum 2), ``poll_interval``,
     ``client_ttl``, ``partial_restore``, ``snapshots`` (a shared snapshot dir),
@@ -429,13 +432,18 @@ class ReferenceMasterCluster(ProcessMasters):
 
     def endpoint(self) -> MasterEndpoint:
         """Where store clients of another reference target (another profile) find these
-        masters: the cluster's etcd and cluster id, the reference master protocol."""
+        masters: the cluster's etcd and cluster id, the reference master protocol; and where a
+        Mooncake release's client finds the leader's Mooncake-wire listener."""
         import reference_engine
         from reference_engine.master.protocol import MASTER_VERSION
 
+        try:
+            listeners = ((MOONCAKE_PROTOCOL, self.wire_listener(self.leader())),)
+        except TimeoutError:  # no leader now: no Mooncake-wire address to hand out
+            listeners = ()
         return MasterEndpoint(PROTOCOL, tuple(self.etcd), self.cluster_id, MASTER_VERSION,
                               f"reference-engine {reference_engine.__version__} "
-                              f"({self.profile})", redis=self.redis)
+                              f"({self.profile})", redis=self.redis, listeners=listeners)
 
     def client(self, index: int = 0) -> ClientProcess:
         return self.clients[index]
@@ -522,6 +530,7 @@ class ReferenceMasterCluster(ProcessMasters):
         return "\n".join(parts)
 
     def close(self) -> None:
+        self.close_wire_listeners()
         for client in self._library_clients:
             client.close()
         self._library_clients.clear()
