@@ -659,11 +659,17 @@ class DockerPlacement(ProcessPlacement):
             self._relays[address] = TcpRelay(listen_host, (host, int(port)))
         return self._relays[address].address
 
+    def etcd_on_host(self) -> str:
+        """The session's etcd container as this host's processes address it: a relay on
+        127.0.0.1 (a fault proxy's upstream must be loopback)."""
+        inside, _ = self.lab().etcd()
+        return self.relay(inside, "127.0.0.1")
+
     def metadata_store(self, kind: str) -> MetadataHandle:
         if kind == "http":
             return self.start_http_metadata()
         inside, _ = self.lab().etcd()
-        return EtcdMetadata([inside], origin=[self.relay(inside, "127.0.0.1")])
+        return EtcdMetadata([inside], origin=[self.etcd_on_host()])
 
     def start_http_metadata(self) -> HttpMetadata:
         """The wheel's own HTTP metadata server in a container of the image, on its address."""
@@ -706,3 +712,15 @@ class DockerTarget(MooncakeFamilyTarget):
     @property
     def client(self) -> Any:
         return self.placement.client
+
+    def peer_etcd(self) -> list[str] | None:
+        """The etcd components a skew role starts on this host (the reference engine of a
+        mixed pair) must share with the containers: the session's etcd container, through its
+        loopback relay, the same address ``metadata_store("etcd")`` names."""
+        return [self.placement.etcd_on_host()]
+
+    def peer_host(self, who: str) -> str:
+        """Where a skew role's components on this host listen so containers reach them: this
+        host's end of the session network (its ``.1``); loopback is not reachable from a
+        container's network namespace."""
+        return self.placement.lab().gateway
