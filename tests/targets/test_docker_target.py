@@ -181,3 +181,29 @@ def test_engines_in_containers_transfer_and_restart_under_the_same_name(docker_t
         a.stop()
         b.stop()
         meta.close()
+
+
+def test_engines_in_containers_move_bytes_over_emulated_rdma(docker_target):
+    """Engine containers on one emulated fabric: RDMA work requests between two containers
+    (``process_vm_writev`` by host pid), each NIC controlled through a socket named by the
+    engine's host pid (the containers share the host's pid namespace)."""
+    docker_target.use_verbs("emulated:mlx5_0,mlx5_1")
+    assert docker_target.missing(Capability.RDMA_CONTROL) is None
+    handle = docker_target.rdma(seed=7)
+    try:
+        cluster = handle.cluster()
+        cluster.add_node("A", ["mlx5_0"])
+        cluster.add_node("B", ["mlx5_1"])
+        for node in cluster.nodes.values():
+            process = node.engine.process
+            assert process.container.attrs["HostConfig"]["PidMode"] == "host"
+            assert cluster.fabric.control_socket(process.pid).exists()
+        payload = bytes(range(256)) * 33
+        cluster.write_local("A", 0, payload)
+        out = cluster.submit("A", "B", len(payload))
+        assert cluster.settle() and cluster.status(out) == "COMPLETED"
+        assert cluster.read("B", 0, len(payload)) == payload
+        assert cluster.posts(out, 0), "the bytes moved, but not as RDMA work requests"
+        assert not cluster.check()
+    finally:
+        handle.close()

@@ -39,6 +39,10 @@ from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetError
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
 from pytest_mooncake.targets.mooncake.install import DRIVER
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
+from pytest_mooncake.targets.mooncake.placements.container_fabric import (
+    ImageEnvironment,
+    fabric_run_options,
+)
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 
@@ -53,12 +57,9 @@ _IMAGE_RE = re.compile(
     r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?/)?"  # registry host[:port]/
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
-CONTAINER_LACKS = {
-    Capability.RDMA_CONTROL: ("the docker target does not bind the emulated libibverbs "
-                              "(pytest_mooncake/verbs) and its control directory into containers "
-                              "yet"),
-}
-"""What an image built here lacks although its release has the means (this placement's gaps)."""
+CONTAINER_LACKS: dict[Capability, str] = {}
+"""What an image built here lacks although its release has the means (this placement's gaps;
+emulated RDMA runs in containers sharing the host's pid namespace, ``container_fabric.py``)."""
 SUPPORTED = frozenset({Capability.ENGINE, Capability.ENGINE_RESTART, Capability.METADATA_ETCD,
                        Capability.MASTER_CLUSTER, Capability.PROMOTABILITY})
 """(promotability is probed live by the first ``promotable()`` of a running master)"""
@@ -328,13 +329,14 @@ class DockerLab:
 
     def run(self, name: str, argv: Sequence[str], env: Mapping[str, str], address: str,
             image: str | None = None) -> Any:
+        volumes = {str(self.workdir): {"bind": str(self.workdir), "mode": "rw"},
+                   self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}}
+        options = {"volumes": volumes, **fabric_run_options(env, volumes)}
         container = self.client.containers.run(
             image or self.image, list(argv), detach=True, name=self.container_name(name),
             hostname=self.container_name(name)[:63], network=self.network.name,
             networking_config={self.network.name: self.endpoint(address)},
-            environment=dict(env), labels=self.labels,
-            volumes={str(self.workdir): {"bind": str(self.workdir), "mode": "rw"},
-                     self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}},
+            environment=dict(env), labels=self.labels, **options,
         )
         self.containers.append(container)
         return container
@@ -407,9 +409,11 @@ class ContainerLauncher:
     master_rpc = {"rpc_address": ADDRESS}
     control_port = CONTROL_PORT
 
-    def __init__(self, lab: DockerLab, version: str):
+    def __init__(self, lab: DockerLab, version: str, install: ImageEnvironment | None = None):
         self.lab = lab
         self.version = version
+        self.install = install or ImageEnvironment({})
+        """What an emulated RDMA cluster asks of ``launcher.install.env`` (the image's own)."""
         self._ports = itertools.count(20000)
         self.master_flags = assumed_master_flags(version)
 
@@ -484,6 +488,8 @@ class DockerPlacement(ProcessPlacement):
         self._caps: frozenset[Capability] | None = None
         self._no_engine: str | None = None
         self._lab: DockerLab | None = None
+        self.image_env = ImageEnvironment({})
+        self.verbs_mode = "auto"
 
     def probe(self) -> str | None:
         """Find the container engine once (``containers.session_engine``: DOCKER_HOST, a
@@ -536,6 +542,7 @@ class DockerPlacement(ProcessPlacement):
             self.facts["image"] = f"not present locally ({type(exc).__name__}); pulled on first use"
             return
         labels = getattr(image, "labels", None) or {}
+        self.image_env = ImageEnvironment.of(image)
         self.facts["image"] = getattr(image, "short_id", None) or getattr(image, "id", "?")
         self.facts["release"] = labels.get(RELEASE_LABEL)
         self.facts["image_version"] = labels.get("org.opencontainers.image.version") or \
@@ -555,6 +562,8 @@ class DockerPlacement(ProcessPlacement):
         )
 
         self.release_placement = LocalPlacement(locate_release(release))
+        self.release_placement.use_verbs(self.verbs_mode)
+        self.facts["verbs"] = self.release_placement.verbs.mode
         caps = self.release_placement.capabilities
         self._lacks = dict(self.release_placement._lacks)
         self.cache_knobs = self.release_placement.cache_knobs
@@ -569,6 +578,25 @@ class DockerPlacement(ProcessPlacement):
     def capabilities(self) -> frozenset[Capability]:
         self.probe()
         return self._caps or frozenset()
+
+    def use_verbs(self, mode: str) -> None:
+        """``--mc-verbs``, given before any capability is asked: the release's probe judges
+        RDMA control on that layer (emulated devices work in containers, ``container_fabric``)."""
+        self.verbs_mode = mode
+
+    def rdma(self, options: dict[str, Any]) -> Any:
+        """Engine containers on emulated RDMA devices, controlled through their verbs sockets
+        as the release's engines on this host are (``emulated_rdma.MooncakeRdma``)."""
+        from pytest_mooncake.targets.mooncake.emulated_rdma import MooncakeRdma  # noqa: PLC0415
+
+        self.probe()
+        if self.release_placement is None:
+            raise TargetLacks(Capability.RDMA_CONTROL, self.lack_reason(Capability.RDMA_CONTROL))
+        return MooncakeRdma(self, self.release_placement.verbs, self._lacks,
+                            int(options.get("seed") or 0),
+                            self.release_placement.facts.get("probe", {}).get("package_dir"),
+                            schedules=options.get("schedules"), strategy=options.get("strategy"),
+                            replay=options.get("replay"))
 
     def lack_reason(self, capability: Capability) -> str:
         reason = self.probe()
@@ -623,7 +651,7 @@ class DockerPlacement(ProcessPlacement):
             self.container_engine = None
 
     def launcher(self) -> ContainerLauncher:
-        launcher = ContainerLauncher(self.lab(), self.version)
+        launcher = ContainerLauncher(self.lab(), self.version, self.image_env)
         if self.release_placement is not None:
             launcher.master_flags = MasterFlags.of(self.release_placement.release_facts())
         return launcher
