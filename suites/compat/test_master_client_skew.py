@@ -134,7 +134,7 @@ def mixed(mc_skew):
 
 
 @pytest.mark.mc_req("MP-8")
-@pytest.mark.mc_skew("master-client", "release-master-client")
+@pytest.mark.mc_skew("master-client", "release-master-client", "image-master-client")
 def test_a_mixed_cluster_serves_reads_and_writes_of_both_builds(mixed):
     mixed.start()
     where = mixed.where()

@@ -39,11 +39,13 @@ from pytest_mooncake.targets.base import Capability, MetadataHandle, TargetError
 from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
 from pytest_mooncake.targets.mooncake.install import DRIVER
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
+from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
+from pytest_mooncake.targets.mooncake.placements import container_run
 from pytest_mooncake.targets.mooncake.placements.container_fabric import (
     ImageEnvironment,
     fabric_run_options,
 )
-from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
+from pytest_mooncake.targets.mooncake.placements.container_run import ContainerRun
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -116,8 +118,10 @@ class ContainerProcess:
 
     def __init__(self, lab: DockerLab, name: str, argv: Sequence[str],
                  env: Mapping[str, str] | None, ready: ReadyProbe | None,
-                 ready_timeout: float, publish: Sequence[int] = ()):
+                 ready_timeout: float, publish: Sequence[int] = (), image: str | None = None):
         self.lab = lab
+        self.image = image
+        """The image it runs (None: the lab's; a skew role's target runs its own)."""
         self.name = name
         self.argv = [str(a) for a in argv]
         self.env = dict(env or {})
@@ -137,7 +141,7 @@ class ContainerProcess:
         self._exited, self._cpid = None, None
         env = {"MC_TCP_BIND_ADDRESS": ADDRESS, **self.env}
         env = {k: v.replace(ADDRESS, self.address) for k, v in env.items()}
-        self.container = self.lab.run(self.unique_name, argv, env, self.address)
+        self.container = self.lab.run(self.unique_name, argv, env, self.address, self.image)
         self.starts += 1
         if self.ready is not None:
             self._wait_ready()
@@ -281,12 +285,21 @@ class DockerLab:
         self.etcd_image = etcd_image or image
         self.labels = dict(labels or {SESSION_LABEL: session})
         self.driver_dir = str(DRIVER.parent)
+        self.mounts: dict[str, dict[str, str]] = {
+            self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}}
+        self.share(self.workdir)
         self._network: Any = None
         self._hosts: Iterator[Any] | None = None
         self._reserved: dict[str, str] = {}
         self._serial = itertools.count(1)
         self.containers: list[Any] = []
         self._etcd: ContainerProcess | None = None
+
+    def share(self, directory: Path) -> None:
+        """Bind-mount ``directory`` (a target's work directory: drivers' ready files) at the
+        same path into every container started from now on."""
+        path = str(directory)
+        self.mounts.setdefault(path, {"bind": path, "mode": "rw"})
 
     def container_name(self, name: str) -> str:
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"mc-{self.session}-{name}")[:120]
@@ -329,8 +342,7 @@ class DockerLab:
 
     def run(self, name: str, argv: Sequence[str], env: Mapping[str, str], address: str,
             image: str | None = None) -> Any:
-        volumes = {str(self.workdir): {"bind": str(self.workdir), "mode": "rw"},
-                   self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}}
+        volumes = dict(self.mounts)
         options = {"volumes": volumes, **fabric_run_options(env, volumes)}
         container = self.client.containers.run(
             image or self.image, list(argv), detach=True, name=self.container_name(name),
@@ -409,9 +421,11 @@ class ContainerLauncher:
     master_rpc = {"rpc_address": ADDRESS}
     control_port = CONTROL_PORT
 
-    def __init__(self, lab: DockerLab, version: str, install: ImageEnvironment | None = None):
+    def __init__(self, lab: DockerLab, version: str, install: ImageEnvironment | None = None,
+                 image: str | None = None):
         self.lab = lab
         self.version = version
+        self.image = image
         self.install = install or ImageEnvironment({})
         """What an emulated RDMA cluster asks of ``launcher.install.env`` (the image's own)."""
         self._ports = itertools.count(20000)
@@ -420,7 +434,8 @@ class ContainerLauncher:
     def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None,
               ready: ReadyProbe | None, ready_timeout: float,
               publish: Sequence[int] = ()) -> ContainerProcess:
-        return ContainerProcess(self.lab, name, argv, env, ready, ready_timeout, publish).start()
+        return ContainerProcess(self.lab, name, argv, env, ready, ready_timeout, publish,
+                                self.image).start()
 
     def host_port(self, process: Any, port: int) -> int:
         return process.published(port)
@@ -469,6 +484,9 @@ class DockerPlacement(ProcessPlacement):
     engine_ready_timeout = 60.0
     etcd_routing = ("every mooncake_master container gets the lab's etcd endpoints, and a host "
                     "proxy address would not be reachable from inside the session network")
+    reaches_container_masters = True
+    """Its store clients are containers on the run's shared network (``container_run``), where
+    the masters of every docker target of the run listen."""
 
     def __init__(self, image: str, client_factory: Callable[[float], Any] | None = None,
                  ping_timeout: float = 3.0):
@@ -476,6 +494,8 @@ class DockerPlacement(ProcessPlacement):
         self.variant = image
         self.client_factory = client_factory
         self.container_engine: ContainerEngine | None = None
+        self._run: ContainerRun | None = None
+        """The process's shared engine, network and etcd (``container_run``)."""
         self.ping_timeout = ping_timeout
         self.client: Any = None
         self.facts: dict[str, Any] = {}
@@ -510,12 +530,12 @@ class DockerPlacement(ProcessPlacement):
         return self._no_engine
 
     def _open_engine(self) -> None:
-        engine = ContainerEngine(api_timeout=API_TIMEOUT)
         try:
-            engine.start()
+            self._run = container_run.acquire(API_TIMEOUT)
         except EngineUnavailable as exc:
             self._no_engine = str(exc)
             return
+        engine = self._run.engine
         self.container_engine, self.client = engine, engine.client
         self.facts["engine"] = engine.how
 
@@ -630,28 +650,34 @@ class DockerPlacement(ProcessPlacement):
                         f"build it: python -m pytest_mooncake.images build "
                         f"{self.image.rpartition(':')[2]}"))
                 self.client.images.pull(self.image)
-            if self.container_engine is not None:
-                session, labels = self.container_engine.session, self.container_engine.labels
+            if self._run is not None:
+                self._lab = self._run.lab_for(self.workdir, self._new_lab)
             else:
-                session = f"{os.getpid()}-{self.ctx.seed % 100000}"
-                labels = session_labels(session)
-            self._lab = DockerLab(self.client, self.image, session, self.workdir,
-                                  os.environ.get("MC_DOCKER_ETCD_IMAGE"), labels)
+                self._lab = self._new_lab()
         return self._lab
+
+    def _new_lab(self) -> DockerLab:
+        if self.container_engine is not None:
+            session, labels = self.container_engine.session, self.container_engine.labels
+        else:
+            session = f"{os.getpid()}-{self.ctx.seed % 100000}"
+            labels = session_labels(session)
+        return DockerLab(self.client, self.image, session, self.workdir,
+                         os.environ.get("MC_DOCKER_ETCD_IMAGE"), labels)
 
     def close(self) -> None:
         for relay in self._relays.values():
             relay.close()
         self._relays.clear()
+        if self._run is not None:  # the last target of the process removes the lab
+            container_run.release(self._run)
+            self._run, self._lab, self.container_engine = None, None, None
         if self._lab is not None:
             self._lab.close()
             self._lab = None
-        if self.container_engine is not None:
-            self.container_engine.close()
-            self.container_engine = None
 
     def launcher(self) -> ContainerLauncher:
-        launcher = ContainerLauncher(self.lab(), self.version, self.image_env)
+        launcher = ContainerLauncher(self.lab(), self.version, self.image_env, self.image)
         if self.release_placement is not None:
             launcher.master_flags = MasterFlags.of(self.release_placement.release_facts())
         return launcher
@@ -681,7 +707,10 @@ class DockerPlacement(ProcessPlacement):
         return metadata.through(self.relay(used, self.lab().gateway))
 
     def relay(self, address: str, listen_host: str) -> str:
-        """Where ``listen_host`` reaches ``address`` (a relay made once per address)."""
+        """Where ``listen_host`` reaches ``address`` (a relay made once per address, shared by
+        the process's docker targets)."""
+        if self._run is not None:
+            return self._run.relay(address, listen_host)
         if address not in self._relays:
             host, _, port = address.rpartition(":")
             self._relays[address] = TcpRelay(listen_host, (host, int(port)))
@@ -716,6 +745,9 @@ class DockerTarget(MooncakeFamilyTarget):
     """``--mc-target=docker:IMAGE``: the family adapter with a ``DockerPlacement``."""
 
     kind = "docker"
+    binds_any_host = True
+    """Beside another target's components (a skew role) its containers listen on their own
+    session-network addresses, which this host and the run's other containers reach."""
 
     def __init__(self, image: str, client_factory: Callable[[float], Any] | None = None,
                  ping_timeout: float = 3.0):
