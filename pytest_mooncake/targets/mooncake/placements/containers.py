@@ -272,6 +272,28 @@ class ContainerProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
+class ContainerStoreServer:
+    """A metadata store container as the session's ``mc_etcd`` server looks to a test that
+    stops it (the store-outage suites): ``stop`` ends the store's process (the container and its
+    address stay, so clients are refused at once), ``start`` replaces it at the same address
+    with the same data directory and waits until it is healthy."""
+
+    owned = True
+
+    def __init__(self, process: ContainerProcess, endpoints: list[str]):
+        self.process = process
+        self.endpoints = endpoints
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def start(self) -> None:
+        self.process.start()
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+
 class DockerLab:
     """The session's containers on its own network (an internal /24 of 198.18.0.0/15,
     ``containers.run_networks``), each at a fixed address by name; ``close`` removes them all."""
@@ -377,23 +399,25 @@ class DockerLab:
         """Start (once) an etcd container; (endpoint on the network, endpoint on this host:
         the same address, which this host reaches directly)."""
         if self._etcd is None:
-            argv = ["etcd", "--name", "mc-etcd", "--data-dir", "/tmp/etcd-data",
+            # its data in the (bind-mounted) work directory: a stopped etcd started again (the
+            # store-outage tests, ``etcd_server``) is a new container that keeps the keys
+            argv = ["etcd", "--name", "mc-etcd", "--data-dir", str(self.workdir / "etcd-data"),
                     "--listen-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
                     "--advertise-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
                     "--listen-peer-urls", f"http://{ADDRESS}:2380"]
-            proc = ContainerProcess(self, "etcd", argv, {}, None, ready_timeout)
-            argv = [a.replace(ADDRESS, proc.address) for a in argv]
-            proc.container = self.run(proc.unique_name, argv, {}, proc.address,
-                                      image=self.etcd_image)
 
             def healthy(p: ContainerProcess) -> bool:
                 return etcd_healthy(f"{p.address}:{ETCD_PORT}")
 
-            proc.ready = healthy
-            proc._wait_ready()
-            self._etcd = proc
+            self._etcd = ContainerProcess(self, "etcd", argv, {}, healthy, ready_timeout,
+                                          image=self.etcd_image).start()
         endpoint = f"{self._etcd.address}:{ETCD_PORT}"
         return endpoint, endpoint
+
+    def etcd_server(self, endpoints: Sequence[str]) -> ContainerStoreServer:
+        """The etcd container as a store server a test may stop and start again."""
+        self.etcd()
+        return ContainerStoreServer(self._etcd, list(endpoints))
 
     def close(self) -> list[str]:
         """Remove every container and the network; returns what could not be removed."""
@@ -669,6 +693,8 @@ class DockerPlacement(ProcessPlacement):
         for relay in self._relays.values():
             relay.close()
         self._relays.clear()
+        if self.release_placement is not None and self.release_placement.ctx is not None:
+            self.release_placement.close()  # what store_on_this_host started
         if self._run is not None:  # the last target of the process removes the lab
             container_run.release(self._run)
             self._run, self._lab, self.container_engine = None, None, None
@@ -699,8 +725,8 @@ class DockerPlacement(ProcessPlacement):
         return super().engine(segment, self.reachable(metadata), options, lacks)
 
     def reachable(self, metadata: MetadataHandle) -> MetadataHandle:
-        used = (metadata.endpoints[0] if isinstance(metadata, EtcdMetadata)
-                else getattr(metadata, "host_port", ""))
+        used = getattr(metadata, "host_port", None) or (getattr(metadata, "endpoints", None)
+                                                         or [""])[0]
         host, _, port = used.rpartition(":")
         if not host.startswith("127.") or len(getattr(metadata, "endpoints", [used])) != 1:
             return metadata
@@ -725,8 +751,23 @@ class DockerPlacement(ProcessPlacement):
     def metadata_store(self, kind: str) -> MetadataHandle:
         if kind == "http":
             return self.start_http_metadata()
+        if kind in ("redis", "http:reference"):
+            return self.store_on_this_host(kind)
         inside, _ = self.lab().etcd()
         return EtcdMetadata([inside], origin=[self.etcd_on_host()])
+
+    def store_on_this_host(self, kind: str) -> MetadataHandle:
+        """A store the release's own placement serves on this host's loopback, reached by the
+        containers through a relay on the bridge (``engine``): the session Redis, once the
+        image's wheel showed it takes ``redis://`` (n/a with the wheel's own answer, as for the
+        release on this host), or the reference engine's HTTP metadata server."""
+        host = self.release_placement
+        if host is None:
+            capability = Capability.METADATA_REDIS if kind == "redis" else Capability.METADATA_HTTP
+            raise TargetLacks(capability, self.lack_reason(capability))
+        if host.ctx is None:
+            host.open(self.ctx)
+        return host.redis_metadata() if kind == "redis" else host.start_reference_http_metadata()
 
     def start_http_metadata(self) -> HttpMetadata:
         """The wheel's own HTTP metadata server in a container of the image, on its address."""
@@ -772,6 +813,15 @@ class DockerTarget(MooncakeFamilyTarget):
     @property
     def client(self) -> Any:
         return self.placement.client
+
+    def metadata_server(self, metadata: MetadataHandle) -> ContainerStoreServer | None:
+        """The server behind ``metadata`` when it is this target's etcd container (a test that
+        stops the store stops that container's etcd, not the session's on this host)."""
+        if getattr(metadata, "kind", None) != "etcd":
+            return None
+        if metadata.address != self.placement.etcd_on_host():
+            return None
+        return self.placement.lab().etcd_server([metadata.address])
 
     def peer_etcd(self) -> list[str] | None:
         """The etcd components a skew role starts on this host (the reference engine of a
