@@ -7,7 +7,8 @@ transferring at every step.
 
 Each upgrade is what an operator does: stop the process, start the new build under the same
 segment name. Run once per upgrade path of pytest_mooncake/data/skew/rolling-upgrade.toml, from an old
-build to the target under test.
+build to the target under test; release-upgrade.toml upgrades one real release to another
+(processes), image-upgrade.toml one release image to another (containers).
 """
 
 from __future__ import annotations
