@@ -74,7 +74,7 @@ want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing pytest-mooncake[dev,mooncake] into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install -q -e ".[dev,mooncake]"
+  "$VENV/bin/python" -m pip install -q -e ".[dev,mooncake,kubernetes]"
   echo "$want" > "$stamp"
 fi
 

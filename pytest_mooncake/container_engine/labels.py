@@ -24,8 +24,8 @@ def remove_labelled(client: Any, filters: Mapping[str, Any]) -> list[str]:
                          ("volume", lambda o: o.remove(force=True))):
         collection = getattr(client, kind + "s")
         try:
-            found = (collection.list(all=True, filters=dict(filters)) if kind == "container"
-                     else collection.list(filters=dict(filters)))
+            found = (collection.list(all=True, filters=dict(filters), ignore_removed=True)
+                     if kind == "container" else collection.list(filters=dict(filters)))
         except Exception as exc:  # noqa: BLE001 (report, keep removing the other kinds)
             problems.append(f"listing {kind}s: {exc}")
             continue
@@ -45,7 +45,10 @@ def remove_session(client: Any, session: str) -> list[str]:
 def remove_orphans(client: Any) -> list[str]:
     """Remove what runs whose owner process is gone left behind (their keeper died too)."""
     owners: set[str] = set()
-    for collection in (client.containers.list(all=True, filters={"label": [OWNER_LABEL]}),
+    # ignore_removed: another run may remove its containers between the listing and the
+    # inspection of each (seen here: a 404 that stopped the engine's start)
+    for collection in (client.containers.list(all=True, filters={"label": [OWNER_LABEL]},
+                                              ignore_removed=True),
                        client.networks.list(filters={"label": [OWNER_LABEL]})):
         for obj in collection:
             owner = (getattr(obj, "labels", None) or obj.attrs.get("Labels") or {}).get(OWNER_LABEL)

@@ -148,7 +148,7 @@ class MasterWireClients:
             raise TargetLacks(Capability.MASTER_WIRE, (
                 f"master {index}'s RPC port {m.rpc_port} is not reachable from the test "
                 f"process ({type(exc).__name__}: {exc})")) from None
-        return f"127.0.0.1:{port}"
+        return f"{self.launcher.host_address(m.process)}:{port}"  # a container's own address
 
     def wire_probe(self, index: int) -> ProbeResult:
         """The probe of master ``index`` (run once per master address, without writing)."""

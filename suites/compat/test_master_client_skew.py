@@ -2,8 +2,9 @@
 
 pytest_mooncake/data/skew/master-client.toml pairs the target's masters with clients of the reference's two
 profiles (masters upgraded first) and the target's clients with reference masters of both
-profiles (clients upgraded first); each client announces its build's own version, and the mixed
-cluster must serve both builds' reads and writes. pytest_mooncake/data/skew/master-version-skew.toml has
+profiles (clients upgraded first); release-master-client.toml and image-master-client.toml pair
+real releases (processes) and release images (containers) both ways; each client announces its
+build's own version, and the mixed cluster must serve both builds' reads and writes. pytest_mooncake/data/skew/master-version-skew.toml has
 clients announce a skewed version: a compatible one (same major version: the RFC's relaxed
 major-version check, unknown fields ignored) is accepted for reads and writes alike; an
 incompatible one (another major) is rejected for reads and writes alike, with a master-side
@@ -136,7 +137,7 @@ def mixed(mc_skew):
 
 
 @pytest.mark.mc_req("MP-8")
-@pytest.mark.mc_skew("master-client", "release-master-client")
+@pytest.mark.mc_skew("master-client", "release-master-client", "image-master-client")
 def test_a_mixed_cluster_serves_reads_and_writes_of_both_builds(mixed):
     mixed.start()
     where = mixed.where()

@@ -7,7 +7,8 @@ transferring at every step.
 
 Each upgrade is what an operator does: stop the process, start the new build under the same
 segment name. Run once per upgrade path of pytest_mooncake/data/skew/rolling-upgrade.toml, from an old
-build to the target under test.
+build to the target under test; release-upgrade.toml upgrades one real release to another
+(processes), image-upgrade.toml one release image to another (containers).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def keeps_transferring(reader, writer, step: str, payload: bytes) -> None:
 
 
 @pytest.mark.mc_req("MR-17")
-@pytest.mark.mc_skew("rolling-upgrade", "release-upgrade")
+@pytest.mark.mc_skew("rolling-upgrade", "release-upgrade", "image-upgrade")
 def test_rollout_order_keeps_a_mixed_cluster_transferring(cluster, mc_skew):
     writer = cluster.start("old", "seg-w")
     reader = cluster.start("old", "seg-r")
@@ -89,7 +90,7 @@ def test_rollout_order_keeps_a_mixed_cluster_transferring(cluster, mc_skew):
 
 
 @pytest.mark.mc_req("MR-8", "MR-17")
-@pytest.mark.mc_skew("rolling-upgrade", "release-upgrade")
+@pytest.mark.mc_skew("rolling-upgrade", "release-upgrade", "image-upgrade")
 def test_old_readers_read_new_descriptors(cluster, mc_skew):
     writer = cluster.start("new", "seg-w")
     old_reader = cluster.start("old", "seg-r")

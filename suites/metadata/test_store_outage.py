@@ -27,9 +27,12 @@ pytestmark = [pytest.mark.mc_requires("engine", "cache_control"),
 
 
 @pytest.fixture
-def store_server(request, mc_metadata):
-    """The session's etcd or Redis that ``mc_metadata`` is, restarted when the test ends."""
-    server = request.getfixturevalue("mc_" + mc_metadata.kind)
+def store_server(request, mc_target, mc_metadata):
+    """The session's etcd or Redis that ``mc_metadata`` is (or the target's own server of it,
+    ``metadata_server``: the docker target's etcd container), restarted when the test ends."""
+    own = getattr(mc_target, "metadata_server", None)
+    server = (own(mc_metadata) if own is not None else None) or \
+        request.getfixturevalue("mc_" + mc_metadata.kind)
     if not server.owned:
         raise TargetLacks("metadata_faults", f"the {mc_metadata.kind} given by address "
                           f"({server.endpoints[0]}) is not the session's to stop")

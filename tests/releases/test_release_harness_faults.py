@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import uuid
 from pathlib import Path
@@ -250,13 +251,16 @@ def test_a_component_start_error_in_a_test_body_is_an_error_verdict(pytester):
 
 
 def test_no_shipped_skew_matrix_names_the_installed_wheel():
-    """A role is the column's build ("@target"), a reference profile or a release by version:
-    never ``mooncake`` (whatever wheel the plugin's environment holds)."""
+    """A role is the column's build ("@target"), a reference profile, a release by version or
+    a release image by its tag (``docker:localhost/mooncake:0.3.14``): never ``mooncake``
+    (whatever wheel the plugin's environment holds)."""
     for path in sorted(shipped_dir("skew").glob("*.toml")):
         matrix = load_matrix(path)
         for impl in matrix.implementations.values():
+            image = impl.target.partition("docker:")[2]
             assert impl.target == "@target" or impl.target.startswith("reference") or \
-                "==" in impl.target, f"{path.name}: {impl.name} runs {impl.target!r}"
+                "==" in impl.target or re.search(r":\d+\.\d+\.\d+", image), \
+                f"{path.name}: {impl.name} runs {impl.target!r}"
     mixed = load_matrix(shipped_dir("skew") / "mixed-engines.toml")
     assert all(any(mixed.implementations[i].target == "@target" for _, i in pair.roles)
                for pair in mixed.pairs)

@@ -181,3 +181,80 @@ def test_engines_in_containers_transfer_and_restart_under_the_same_name(docker_t
         a.stop()
         b.stop()
         meta.close()
+
+
+def test_engines_in_containers_move_bytes_over_emulated_rdma(docker_target):
+    """Engine containers on one emulated fabric: RDMA work requests between two containers
+    (``process_vm_writev`` by host pid), each NIC controlled through a socket named by the
+    engine's host pid (the containers share the host's pid namespace)."""
+    docker_target.use_verbs("emulated:mlx5_0,mlx5_1")
+    assert docker_target.missing(Capability.RDMA_CONTROL) is None
+    handle = docker_target.rdma(seed=7)
+    try:
+        cluster = handle.cluster()
+        cluster.add_node("A", ["mlx5_0"])
+        cluster.add_node("B", ["mlx5_1"])
+        for node in cluster.nodes.values():
+            process = node.engine.process
+            assert process.container.attrs["HostConfig"]["PidMode"] == "host"
+            assert cluster.fabric.control_socket(process.pid).exists()
+        payload = bytes(range(256)) * 33
+        cluster.write_local("A", 0, payload)
+        out = cluster.submit("A", "B", len(payload))
+        assert cluster.settle() and cluster.status(out) == "COMPLETED"
+        assert cluster.read("B", 0, len(payload)) == payload
+        assert cluster.posts(out, 0), "the bytes moved, but not as RDMA work requests"
+        assert not cluster.check()
+    finally:
+        handle.close()
+
+
+def test_docker_targets_of_one_process_share_network_etcd_and_relays(docker_target,
+                                                                    tmp_path_factory):
+    """A skew role's docker target (another image in a rolling upgrade; here the same image,
+    which the engine treats alike) joins the session target's network and etcd: its engines and
+    the session's find and reach each other, and closing the role leaves the session's lab."""
+    role = DockerTarget(RELEASE_IMAGE)
+    role.open(TargetContext(seed=8, workdir=tmp_path_factory.mktemp("docker-role")))
+    lab = docker_target.placement.lab()
+    meta = docker_target.metadata_store("etcd")
+    try:
+        assert role.placement.lab() is lab
+        role_meta = role.metadata_store("etcd")
+        assert role_meta.address == meta.address == docker_target.peer_etcd()[0]
+        assert docker_target.peer_host("skew role old") == lab.gateway
+        a = docker_target.start_engine("share-a", meta)
+        b = role.start_engine("share-b", role_meta)
+        try:
+            assert b.write(a.segment, 0, b"across-targets").ok
+            assert a.local_read(0, 14) == b"across-targets"
+        finally:
+            a.stop()
+            b.stop()
+    finally:
+        role.close()
+    assert docker_target.placement.lab() is lab and lab.network is not None
+    c = docker_target.start_engine("share-c", meta)
+    assert c.alive()
+    c.stop()
+    meta.close()
+
+
+def test_the_etcd_container_stops_and_starts_again_with_its_keys(docker_target):
+    """What the store-outage suites stop under the docker target: its etcd container, which
+    refuses while stopped and keeps its keys when started again (same address)."""
+    meta = docker_target.metadata_store("etcd")
+    meta.put("mc-test/outage", b"kept")
+    server = docker_target.metadata_server(meta)
+    assert server is not None and server.alive()
+    address = server.process.address
+    server.stop()
+    assert not server.alive()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((address, 2379), timeout=5)
+    server.start()
+    assert server.alive() and server.process.address == address
+    fresh = docker_target.metadata_store("etcd")
+    assert fresh.get("mc-test/outage") == b"kept"
+    fresh.close()
+    meta.close()

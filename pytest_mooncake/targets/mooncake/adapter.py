@@ -283,7 +283,8 @@ class MooncakeFamilyTarget(Target):
         lacks = self.store_client_lacks(master, version)
         if lacks:
             raise lacks
-        if not master.host_reachable:
+        if not master.host_reachable and not getattr(self.placement,
+                                                     "reaches_container_masters", False):
             raise TargetLacks(Capability.FOREIGN_MASTER, (
                 f"the masters of {master.build} are reachable only inside their container "
                 f"network; store clients of {self.version} run on this host"))

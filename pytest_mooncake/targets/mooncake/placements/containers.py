@@ -40,6 +40,12 @@ from pytest_mooncake.targets.mooncake.adapter import MooncakeFamilyTarget
 from pytest_mooncake.targets.mooncake.install import DRIVER
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata, HttpMetadata
+from pytest_mooncake.targets.mooncake.placements import container_run
+from pytest_mooncake.targets.mooncake.placements.container_fabric import (
+    ImageEnvironment,
+    fabric_run_options,
+)
+from pytest_mooncake.targets.mooncake.placements.container_run import ContainerRun
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -53,12 +59,9 @@ _IMAGE_RE = re.compile(
     r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?/)?"  # registry host[:port]/
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
-CONTAINER_LACKS = {
-    Capability.RDMA_CONTROL: ("the docker target does not bind the emulated libibverbs "
-                              "(pytest_mooncake/verbs) and its control directory into containers "
-                              "yet"),
-}
-"""What an image built here lacks although its release has the means (this placement's gaps)."""
+CONTAINER_LACKS: dict[Capability, str] = {}
+"""What an image built here lacks although its release has the means (this placement's gaps;
+emulated RDMA runs in containers sharing the host's pid namespace, ``container_fabric.py``)."""
 SUPPORTED = frozenset({Capability.ENGINE, Capability.ENGINE_RESTART, Capability.METADATA_ETCD,
                        Capability.MASTER_CLUSTER, Capability.PROMOTABILITY})
 """(promotability is probed live by the first ``promotable()`` of a running master)"""
@@ -115,8 +118,10 @@ class ContainerProcess:
 
     def __init__(self, lab: DockerLab, name: str, argv: Sequence[str],
                  env: Mapping[str, str] | None, ready: ReadyProbe | None,
-                 ready_timeout: float, publish: Sequence[int] = ()):
+                 ready_timeout: float, publish: Sequence[int] = (), image: str | None = None):
         self.lab = lab
+        self.image = image
+        """The image it runs (None: the lab's; a skew role's target runs its own)."""
         self.name = name
         self.argv = [str(a) for a in argv]
         self.env = dict(env or {})
@@ -136,7 +141,7 @@ class ContainerProcess:
         self._exited, self._cpid = None, None
         env = {"MC_TCP_BIND_ADDRESS": ADDRESS, **self.env}
         env = {k: v.replace(ADDRESS, self.address) for k, v in env.items()}
-        self.container = self.lab.run(self.unique_name, argv, env, self.address)
+        self.container = self.lab.run(self.unique_name, argv, env, self.address, self.image)
         self.starts += 1
         if self.ready is not None:
             self._wait_ready()
@@ -267,6 +272,28 @@ class ContainerProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
+class ContainerStoreServer:
+    """A metadata store container as the session's ``mc_etcd`` server looks to a test that
+    stops it (the store-outage suites): ``stop`` ends the store's process (the container and its
+    address stay, so clients are refused at once), ``start`` replaces it at the same address
+    with the same data directory and waits until it is healthy."""
+
+    owned = True
+
+    def __init__(self, process: ContainerProcess, endpoints: list[str]):
+        self.process = process
+        self.endpoints = endpoints
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def start(self) -> None:
+        self.process.start()
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+
 class DockerLab:
     """The session's containers on its own network (an internal /24 of 198.18.0.0/15,
     ``containers.run_networks``), each at a fixed address by name; ``close`` removes them all."""
@@ -280,12 +307,21 @@ class DockerLab:
         self.etcd_image = etcd_image or image
         self.labels = dict(labels or {SESSION_LABEL: session})
         self.driver_dir = str(DRIVER.parent)
+        self.mounts: dict[str, dict[str, str]] = {
+            self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}}
+        self.share(self.workdir)
         self._network: Any = None
         self._hosts: Iterator[Any] | None = None
         self._reserved: dict[str, str] = {}
         self._serial = itertools.count(1)
         self.containers: list[Any] = []
         self._etcd: ContainerProcess | None = None
+
+    def share(self, directory: Path) -> None:
+        """Bind-mount ``directory`` (a target's work directory: drivers' ready files) at the
+        same path into every container started from now on."""
+        path = str(directory)
+        self.mounts.setdefault(path, {"bind": path, "mode": "rw"})
 
     def container_name(self, name: str) -> str:
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"mc-{self.session}-{name}")[:120]
@@ -328,13 +364,13 @@ class DockerLab:
 
     def run(self, name: str, argv: Sequence[str], env: Mapping[str, str], address: str,
             image: str | None = None) -> Any:
+        volumes = dict(self.mounts)
+        options = {"volumes": volumes, **fabric_run_options(env, volumes)}
         container = self.client.containers.run(
             image or self.image, list(argv), detach=True, name=self.container_name(name),
             hostname=self.container_name(name)[:63], network=self.network.name,
             networking_config={self.network.name: self.endpoint(address)},
-            environment=dict(env), labels=self.labels,
-            volumes={str(self.workdir): {"bind": str(self.workdir), "mode": "rw"},
-                     self.driver_dir: {"bind": DRIVER_DIR_IN_CONTAINER, "mode": "ro"}},
+            environment=dict(env), labels=self.labels, **options,
         )
         self.containers.append(container)
         return container
@@ -363,23 +399,25 @@ class DockerLab:
         """Start (once) an etcd container; (endpoint on the network, endpoint on this host:
         the same address, which this host reaches directly)."""
         if self._etcd is None:
-            argv = ["etcd", "--name", "mc-etcd", "--data-dir", "/tmp/etcd-data",
+            # its data in the (bind-mounted) work directory: a stopped etcd started again (the
+            # store-outage tests, ``etcd_server``) is a new container that keeps the keys
+            argv = ["etcd", "--name", "mc-etcd", "--data-dir", str(self.workdir / "etcd-data"),
                     "--listen-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
                     "--advertise-client-urls", f"http://{ADDRESS}:{ETCD_PORT}",
                     "--listen-peer-urls", f"http://{ADDRESS}:2380"]
-            proc = ContainerProcess(self, "etcd", argv, {}, None, ready_timeout)
-            argv = [a.replace(ADDRESS, proc.address) for a in argv]
-            proc.container = self.run(proc.unique_name, argv, {}, proc.address,
-                                      image=self.etcd_image)
 
             def healthy(p: ContainerProcess) -> bool:
                 return etcd_healthy(f"{p.address}:{ETCD_PORT}")
 
-            proc.ready = healthy
-            proc._wait_ready()
-            self._etcd = proc
+            self._etcd = ContainerProcess(self, "etcd", argv, {}, healthy, ready_timeout,
+                                          image=self.etcd_image).start()
         endpoint = f"{self._etcd.address}:{ETCD_PORT}"
         return endpoint, endpoint
+
+    def etcd_server(self, endpoints: Sequence[str]) -> ContainerStoreServer:
+        """The etcd container as a store server a test may stop and start again."""
+        self.etcd()
+        return ContainerStoreServer(self._etcd, list(endpoints))
 
     def close(self) -> list[str]:
         """Remove every container and the network; returns what could not be removed."""
@@ -407,16 +445,21 @@ class ContainerLauncher:
     master_rpc = {"rpc_address": ADDRESS}
     control_port = CONTROL_PORT
 
-    def __init__(self, lab: DockerLab, version: str):
+    def __init__(self, lab: DockerLab, version: str, install: ImageEnvironment | None = None,
+                 image: str | None = None):
         self.lab = lab
         self.version = version
+        self.image = image
+        self.install = install or ImageEnvironment({})
+        """What an emulated RDMA cluster asks of ``launcher.install.env`` (the image's own)."""
         self._ports = itertools.count(20000)
         self.master_flags = assumed_master_flags(version)
 
     def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None,
               ready: ReadyProbe | None, ready_timeout: float,
               publish: Sequence[int] = ()) -> ContainerProcess:
-        return ContainerProcess(self.lab, name, argv, env, ready, ready_timeout, publish).start()
+        return ContainerProcess(self.lab, name, argv, env, ready, ready_timeout, publish,
+                                self.image).start()
 
     def host_port(self, process: Any, port: int) -> int:
         return process.published(port)
@@ -465,6 +508,9 @@ class DockerPlacement(ProcessPlacement):
     engine_ready_timeout = 60.0
     etcd_routing = ("every mooncake_master container gets the lab's etcd endpoints, and a host "
                     "proxy address would not be reachable from inside the session network")
+    reaches_container_masters = True
+    """Its store clients are containers on the run's shared network (``container_run``), where
+    the masters of every docker target of the run listen."""
 
     def __init__(self, image: str, client_factory: Callable[[float], Any] | None = None,
                  ping_timeout: float = 3.0):
@@ -472,6 +518,8 @@ class DockerPlacement(ProcessPlacement):
         self.variant = image
         self.client_factory = client_factory
         self.container_engine: ContainerEngine | None = None
+        self._run: ContainerRun | None = None
+        """The process's shared engine, network and etcd (``container_run``)."""
         self.ping_timeout = ping_timeout
         self.client: Any = None
         self.facts: dict[str, Any] = {}
@@ -484,6 +532,8 @@ class DockerPlacement(ProcessPlacement):
         self._caps: frozenset[Capability] | None = None
         self._no_engine: str | None = None
         self._lab: DockerLab | None = None
+        self.image_env = ImageEnvironment({})
+        self.verbs_mode = "auto"
 
     def probe(self) -> str | None:
         """Find the container engine once (``containers.session_engine``: DOCKER_HOST, a
@@ -504,12 +554,12 @@ class DockerPlacement(ProcessPlacement):
         return self._no_engine
 
     def _open_engine(self) -> None:
-        engine = ContainerEngine(api_timeout=API_TIMEOUT)
         try:
-            engine.start()
+            self._run = container_run.acquire(API_TIMEOUT)
         except EngineUnavailable as exc:
             self._no_engine = str(exc)
             return
+        engine = self._run.engine
         self.container_engine, self.client = engine, engine.client
         self.facts["engine"] = engine.how
 
@@ -536,6 +586,7 @@ class DockerPlacement(ProcessPlacement):
             self.facts["image"] = f"not present locally ({type(exc).__name__}); pulled on first use"
             return
         labels = getattr(image, "labels", None) or {}
+        self.image_env = ImageEnvironment.of(image)
         self.facts["image"] = getattr(image, "short_id", None) or getattr(image, "id", "?")
         self.facts["release"] = labels.get(RELEASE_LABEL)
         self.facts["image_version"] = labels.get("org.opencontainers.image.version") or \
@@ -555,6 +606,8 @@ class DockerPlacement(ProcessPlacement):
         )
 
         self.release_placement = LocalPlacement(locate_release(release))
+        self.release_placement.use_verbs(self.verbs_mode)
+        self.facts["verbs"] = self.release_placement.verbs.mode
         caps = self.release_placement.capabilities
         self._lacks = dict(self.release_placement._lacks)
         self.cache_knobs = self.release_placement.cache_knobs
@@ -569,6 +622,25 @@ class DockerPlacement(ProcessPlacement):
     def capabilities(self) -> frozenset[Capability]:
         self.probe()
         return self._caps or frozenset()
+
+    def use_verbs(self, mode: str) -> None:
+        """``--mc-verbs``, given before any capability is asked: the release's probe judges
+        RDMA control on that layer (emulated devices work in containers, ``container_fabric``)."""
+        self.verbs_mode = mode
+
+    def rdma(self, options: dict[str, Any]) -> Any:
+        """Engine containers on emulated RDMA devices, controlled through their verbs sockets
+        as the release's engines on this host are (``emulated_rdma.MooncakeRdma``)."""
+        from pytest_mooncake.targets.mooncake.emulated_rdma import MooncakeRdma  # noqa: PLC0415
+
+        self.probe()
+        if self.release_placement is None:
+            raise TargetLacks(Capability.RDMA_CONTROL, self.lack_reason(Capability.RDMA_CONTROL))
+        return MooncakeRdma(self, self.release_placement.verbs, self._lacks,
+                            int(options.get("seed") or 0),
+                            self.release_placement.facts.get("probe", {}).get("package_dir"),
+                            schedules=options.get("schedules"), strategy=options.get("strategy"),
+                            replay=options.get("replay"))
 
     def lack_reason(self, capability: Capability) -> str:
         reason = self.probe()
@@ -602,28 +674,36 @@ class DockerPlacement(ProcessPlacement):
                         f"build it: python -m pytest_mooncake.images build "
                         f"{self.image.rpartition(':')[2]}"))
                 self.client.images.pull(self.image)
-            if self.container_engine is not None:
-                session, labels = self.container_engine.session, self.container_engine.labels
+            if self._run is not None:
+                self._lab = self._run.lab_for(self.workdir, self._new_lab)
             else:
-                session = f"{os.getpid()}-{self.ctx.seed % 100000}"
-                labels = session_labels(session)
-            self._lab = DockerLab(self.client, self.image, session, self.workdir,
-                                  os.environ.get("MC_DOCKER_ETCD_IMAGE"), labels)
+                self._lab = self._new_lab()
         return self._lab
+
+    def _new_lab(self) -> DockerLab:
+        if self.container_engine is not None:
+            session, labels = self.container_engine.session, self.container_engine.labels
+        else:
+            session = f"{os.getpid()}-{self.ctx.seed % 100000}"
+            labels = session_labels(session)
+        return DockerLab(self.client, self.image, session, self.workdir,
+                         os.environ.get("MC_DOCKER_ETCD_IMAGE"), labels)
 
     def close(self) -> None:
         for relay in self._relays.values():
             relay.close()
         self._relays.clear()
+        if self.release_placement is not None and self.release_placement.ctx is not None:
+            self.release_placement.close()  # what store_on_this_host started
+        if self._run is not None:  # the last target of the process removes the lab
+            container_run.release(self._run)
+            self._run, self._lab, self.container_engine = None, None, None
         if self._lab is not None:
             self._lab.close()
             self._lab = None
-        if self.container_engine is not None:
-            self.container_engine.close()
-            self.container_engine = None
 
     def launcher(self) -> ContainerLauncher:
-        launcher = ContainerLauncher(self.lab(), self.version)
+        launcher = ContainerLauncher(self.lab(), self.version, self.image_env, self.image)
         if self.release_placement is not None:
             launcher.master_flags = MasterFlags.of(self.release_placement.release_facts())
         return launcher
@@ -645,25 +725,49 @@ class DockerPlacement(ProcessPlacement):
         return super().engine(segment, self.reachable(metadata), options, lacks)
 
     def reachable(self, metadata: MetadataHandle) -> MetadataHandle:
-        used = (metadata.endpoints[0] if isinstance(metadata, EtcdMetadata)
-                else getattr(metadata, "host_port", ""))
+        used = getattr(metadata, "host_port", None) or (getattr(metadata, "endpoints", None)
+                                                         or [""])[0]
         host, _, port = used.rpartition(":")
         if not host.startswith("127.") or len(getattr(metadata, "endpoints", [used])) != 1:
             return metadata
         return metadata.through(self.relay(used, self.lab().gateway))
 
     def relay(self, address: str, listen_host: str) -> str:
-        """Where ``listen_host`` reaches ``address`` (a relay made once per address)."""
+        """Where ``listen_host`` reaches ``address`` (a relay made once per address, shared by
+        the process's docker targets)."""
+        if self._run is not None:
+            return self._run.relay(address, listen_host)
         if address not in self._relays:
             host, _, port = address.rpartition(":")
             self._relays[address] = TcpRelay(listen_host, (host, int(port)))
         return self._relays[address].address
 
+    def etcd_on_host(self) -> str:
+        """The session's etcd container as this host's processes address it: a relay on
+        127.0.0.1 (a fault proxy's upstream must be loopback)."""
+        inside, _ = self.lab().etcd()
+        return self.relay(inside, "127.0.0.1")
+
     def metadata_store(self, kind: str) -> MetadataHandle:
         if kind == "http":
             return self.start_http_metadata()
+        if kind in ("redis", "http:reference"):
+            return self.store_on_this_host(kind)
         inside, _ = self.lab().etcd()
-        return EtcdMetadata([inside], origin=[self.relay(inside, "127.0.0.1")])
+        return EtcdMetadata([inside], origin=[self.etcd_on_host()])
+
+    def store_on_this_host(self, kind: str) -> MetadataHandle:
+        """A store the release's own placement serves on this host's loopback, reached by the
+        containers through a relay on the bridge (``engine``): the session Redis, once the
+        image's wheel showed it takes ``redis://`` (n/a with the wheel's own answer, as for the
+        release on this host), or the reference engine's HTTP metadata server."""
+        host = self.release_placement
+        if host is None:
+            capability = Capability.METADATA_REDIS if kind == "redis" else Capability.METADATA_HTTP
+            raise TargetLacks(capability, self.lack_reason(capability))
+        if host.ctx is None:
+            host.open(self.ctx)
+        return host.redis_metadata() if kind == "redis" else host.start_reference_http_metadata()
 
     def start_http_metadata(self) -> HttpMetadata:
         """The wheel's own HTTP metadata server in a container of the image, on its address."""
@@ -682,6 +786,9 @@ class DockerTarget(MooncakeFamilyTarget):
     """``--mc-target=docker:IMAGE``: the family adapter with a ``DockerPlacement``."""
 
     kind = "docker"
+    binds_any_host = True
+    """Beside another target's components (a skew role) its containers listen on their own
+    session-network addresses, which this host and the run's other containers reach."""
 
     def __init__(self, image: str, client_factory: Callable[[float], Any] | None = None,
                  ping_timeout: float = 3.0):
@@ -706,3 +813,24 @@ class DockerTarget(MooncakeFamilyTarget):
     @property
     def client(self) -> Any:
         return self.placement.client
+
+    def metadata_server(self, metadata: MetadataHandle) -> ContainerStoreServer | None:
+        """The server behind ``metadata`` when it is this target's etcd container (a test that
+        stops the store stops that container's etcd, not the session's on this host)."""
+        if getattr(metadata, "kind", None) != "etcd":
+            return None
+        if metadata.address != self.placement.etcd_on_host():
+            return None
+        return self.placement.lab().etcd_server([metadata.address])
+
+    def peer_etcd(self) -> list[str] | None:
+        """The etcd components a skew role starts on this host (the reference engine of a
+        mixed pair) must share with the containers: the session's etcd container, through its
+        loopback relay, the same address ``metadata_store("etcd")`` names."""
+        return [self.placement.etcd_on_host()]
+
+    def peer_host(self, who: str) -> str:
+        """Where a skew role's components on this host listen so containers reach them: this
+        host's end of the session network (its ``.1``); loopback is not reachable from a
+        container's network namespace."""
+        return self.placement.lab().gateway
