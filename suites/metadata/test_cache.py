@@ -341,6 +341,27 @@ def test_malformed_values_never_replace_a_valid_snapshot(mc_engine, mc_metadata)
     assert held, f"{mc_metadata.uri} refused every malformed value the test planted"
 
 
+@pytest.mark.mc_req("MR-4")
+@pytest.mark.mc_demands("cache_ttl")
+def test_a_failed_refresh_keeps_the_last_valid_snapshot_not_an_older_one(mc_engine, mc_metadata):
+    """The "last" edge of "keeps the previous snapshot": after A's descriptor changed once and B
+    installed the new version, a malformed value keeps that last version, not the first one B
+    ever saw."""
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    first = published(mc_metadata, "seg-a")
+    assert shows(b.lookup("seg-a"), first), described(b.lookup("seg-a"))
+    last = with_probe_buffer(first, "second-version", first=True)
+    plant(mc_metadata, "seg-a", last)
+    assert picks_up(b, "seg-a", last, WAIT), (
+        f"B never installed A's second valid version within {WAIT:g}s ({bound_of(b)})")
+    bad = malformed_values(first)[1]
+    plant(mc_metadata, "seg-a", bad.raw)
+    keeps_serving(b, "seg-a", last, 2 * ttl_s(b, SHORT_TTL_MS),
+                  f"B keeping A's last valid descriptor (the second version) after {bad.why} was "
+                  f"planted (MR-4: a failed refresh keeps the previous snapshot, the last one)")
+
+
 @pytest.mark.mc_req("MR-3")
 @pytest.mark.mc_demands("cache_ttl")
 def test_a_buffer_ending_at_the_last_address_is_installed(mc_engine, mc_metadata):
