@@ -4,10 +4,11 @@ check against what pytest collects is ``tests/plugin/test_requirement_edges.py``
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+import tomllib
 
 CASES = {
     "range": ("inside", "edge", "straddling", "outside"),

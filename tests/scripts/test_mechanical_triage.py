@@ -13,9 +13,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import mutants as mutants_script  # noqa: E402
 from mutation.catalogue import CatalogueError  # noqa: E402
 from mutation.mechanical import TRIAGE, generate, load_tested, load_triage  # noqa: E402
+
+import mutants as mutants_script  # noqa: E402
 
 
 def test_every_tested_entry_names_a_mutant_of_this_tree_and_tests_that_exist():
