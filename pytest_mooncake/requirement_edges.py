@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import tomllib
+from pytest_mooncake.report.catalogue import tomllib
 
 CASES = {
     "range": ("inside", "edge", "straddling", "outside"),
