@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mooncake.config import markers
+from pytest_mooncake.config import longest_first, markers
 from pytest_mooncake.config import options as mc_options
 from pytest_mooncake.config.item_facts import (
     requirement_ids,
@@ -43,6 +43,7 @@ from pytest_mooncake.report.catalogue import load_catalogue
 from pytest_mooncake.report.confirmation_runs import ConfirmationRuns
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.expectation_gate import ExpectationGate
+from pytest_mooncake.report.expected_failures import expected_failures
 from pytest_mooncake.report.failure_logs import attach_passing_logs, show_failure_logs, tail
 from pytest_mooncake.report.json_report import RunFacts
 from pytest_mooncake.report.junit_properties import add_run_properties
@@ -89,6 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for label in targets:
         matrix.add_column(label)
     config.stash[MC_MATRIX] = matrix
+    longest_first.install(config, mc_config.durations, lambda item: target_for(item).label)
     ci_contract.check_ids(mc_config.fail_on, matrix.catalogue)
     recorder = None
     if not hasattr(config, "workerinput"):
@@ -107,7 +109,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                   mc_config.fail_on, lambda: _column_facts(config),
                                   ConfirmationRuns(command, mc_config.confirm,
                                                    lambda: _rerun_dir(config),
-                                                   lambda d: _rerun_outputs(config, d)),
+                                                   lambda d: _rerun_outputs(config, d),
+                                                   _known_failures(mc_config, gate)),
                                   gate)
         config.pluginmanager.register(recorder, "mooncake-matrix")
     if config.pluginmanager.hasplugin("xdist"):
@@ -241,6 +244,13 @@ def _column_facts(config: pytest.Config) -> dict[str, dict[str, Any]]:
         if deployment is not None:
             facts[label]["deployment"] = deployment
     return facts
+
+
+def _known_failures(mc: mc_options.McConfig, gate: ExpectationGate | None) -> Any:
+    """What ``--mc-confirm-only=deviations`` leaves un-re-run (None: every failed test is)."""
+    if mc.confirm_only != "deviations" or gate is None:
+        return None
+    return lambda matrix: expected_failures(matrix, gate.expectations)
 
 
 def _matrix_header(config: pytest.Config) -> list[str]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the shipped expectations files from the stored release matrix run.
+"""Write the shipped expectations files from the stored release matrix run and the later runs.
 
 Every column of ``fixtures/reports/releases.json`` becomes
 ``pytest_mooncake/data/expectations/NAME@PROFILE.toml`` (``mooncake-0.3.13.post1@ha-oplog``,
@@ -9,6 +9,13 @@ masters with the OpLog in etcd), and the two matrices get a ``[columns]`` file e
 its reasons, issue links and verdict sets are kept. A requirement that gets a FAIL or n/a without
 a reason gets what the run saw as its reason (the failing test's message, the means it lacked).
 
+Later, narrower stored runs (``LATER_RUNS``: the profiles run, the RDMA explorations, ...)
+judged some requirements again, some with tests the matrix run did not have yet. They overlay
+the matrix run's results for the same build, profile and backends, oldest first, requirement by
+requirement (``overlay``): a later run that ran every test the earlier one had for a
+requirement replaces its verdict; one that ran some of them replaces those tests' outcomes and
+the verdict rule judges the union. Each file's header names the runs it was written from.
+
     python scripts/generate_expectations.py            # rewrite from the stored reports
     python scripts/generate_expectations.py --check    # exit 1 when a file would change
 """
@@ -17,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,6 +40,7 @@ from pytest_mooncake.report.expectation_update import (  # noqa: E402
 )
 from pytest_mooncake.report.expectations import load_expectations  # noqa: E402
 from pytest_mooncake.report.report_columns import Column, columns, read_report  # noqa: E402
+from pytest_mooncake.report.verdict_rule import VERDICT_INTERMITTENT, verdict  # noqa: E402
 from pytest_mooncake.schemas.shipped_files import shipped_dir  # noqa: E402
 
 PROFILE = "ha-oplog"
@@ -38,6 +48,15 @@ RELEASES = ROOT / "fixtures" / "reports" / "releases.json"
 RELEASE = ROOT / "fixtures" / "reports" / "release.json"
 PROFILES_RUN = ROOT / "fixtures" / "reports" / "profiles.json"
 """Both deployment profiles of 0.3.13.post1 and 0.3.14 on the master requirements."""
+LATER_RUNS = [ROOT / "fixtures" / "reports" / name for name in (
+    "profiles.json",            # 0.3.13.post1 / 0.3.14, both profiles, MP-4 and MP-6
+    "release-profiles.json",    # the release matrix with re-runs: 0.3.13.post1, both profiles
+    "rdma-exploration.json",    # suites/rdma explored at the verbs boundary, 0.3.13.post1/0.3.14
+    "releases-master.json",     # suites/master of every release, both profiles
+    "master-wire.json",         # MP-7/MP-8 through the master's own wire
+)]
+"""Stored runs after the matrix run, overlaid on it in the order they started."""
+ETCD_BACKENDS = {"metadata": "etcd", "ha": "etcd"}
 DEFAULTS = "defaults"
 OUT = shipped_dir("expectations")
 REASON_LIMIT = 200
@@ -64,39 +83,108 @@ def seen(column: Column, req: str) -> str:
     return ""
 
 
-def header(column: Column, source: Path, profile: str = PROFILE) -> str:
+def header(column: Column, source: Path, profile: str = PROFILE,
+           runs: tuple[str, ...] = ()) -> str:
+    later = (f"# laid over by the later runs of the same build and profile: {', '.join(runs)}.\n"
+             if runs else "")
     if profile != PROFILE:
         return (f"# Expected verdicts of {column.version} deployed @{profile} (HA masters on "
-                f"etcd, no --enable_oplog),\n# from {PROFILES_RUN.relative_to(ROOT)} where it "
-                f"judged a requirement, else {source.relative_to(ROOT)}\n# (column "
+                f"etcd, no --enable_oplog),\n# from {source.relative_to(ROOT)} (column "
                 f"{column.label.split('@')[0]!r}: the same build; profiles differ in master "
-                f"flags only).\n# Written by scripts/generate_expectations.py, kept by "
+                f"flags only),\n{later}# Written by scripts/generate_expectations.py, kept by "
                 f"--mc-expect-update; the format is docs/ci.md's.\n")
     return (f"# Expected verdicts of {column.version} ({PROFILE} profile: HA masters, OpLog in "
-            f"etcd),\n# from the stored run {source.relative_to(ROOT)} (column {column.label!r}).\n"
-            f"# Written by scripts/generate_expectations.py, kept by --mc-expect-update; the "
-            f"format is docs/ci.md's.\n")
+            f"etcd),\n# from the stored run {source.relative_to(ROOT)} (column {column.label!r}),\n"
+            f"{later}# Written by scripts/generate_expectations.py, kept by --mc-expect-update; "
+            f"the format is docs/ci.md's.\n")
 
 
-def profiled_columns(source: Path) -> list[tuple[str, Column, str]]:
-    """(label, column, profile) of a stored report, plus, for each release column of the
-    default profile, its ``@defaults`` column: the focused profiles run's results
-    (``PROFILES_RUN``) over the same build's where it judged the requirement, the release run's
-    elsewhere (the profiles differ only in master flags; on 0.3.10-0.3.12 not even there)."""
+GENERATED_HEADER = "# Expected verdicts of "
+"""How this script's own header starts: replaced on each write; other leading comments stay."""
+
+
+def column_profile(column: Column) -> str:
+    """The deployment profile a column was judged under (the matrix run's is ``ha-oplog``)."""
+    profile = (column.document.get("deployment") or {}).get("profile") or {}
+    if isinstance(profile, dict) and profile.get("name"):
+        return str(profile["name"])
+    return DEFAULTS if column.label.endswith(f"@{DEFAULTS}") else PROFILE
+
+
+def on_etcd(column: Column) -> bool:
+    backends = (column.document.get("deployment") or {}).get("backends") or ETCD_BACKENDS
+    return dict(backends) == ETCD_BACKENDS
+
+
+def overlay(base: Mapping[str, Any], later: Mapping[str, Any],
+            proxies: set[str] | None = None) -> dict[str, Any]:
+    """``base``'s requirements with ``later``'s laid over them (both ``{REQ: {"verdict",
+    "tests", ...}}``): see the module's docstring. ``proxies``: requirements whose base results
+    were judged under another profile (a ``@defaults`` file starts from the ``ha-oplog`` run):
+    the first run of the file's own profile replaces them whole, and they leave the set."""
+    out = dict(base)
+    proxies = set() if proxies is None else proxies
+    for req, entry in later.items():
+        old = out.get(req)
+        if entry.get("verdict") is None:
+            continue
+        if old is None or req in proxies:
+            out[req] = entry
+            proxies.discard(req)
+            continue
+        ids = {t["nodeid"] for t in entry.get("tests", [])}
+        kept = [t for t in old.get("tests", []) if t["nodeid"] not in ids]
+        if not kept:
+            out[req] = entry
+            continue
+        tests = kept + list(entry.get("tests", []))
+        got = verdict(t["outcome"] for t in tests)
+        if entry["verdict"] == VERDICT_INTERMITTENT and got != "FAIL":
+            got = VERDICT_INTERMITTENT
+        out[req] = {**entry, "verdict": got, "tests": tests}
+    return out
+
+
+def later_columns() -> list[tuple[str, Column, str]]:
+    """(expectations file name, column, run's file) of every later run's column on etcd, oldest
+    run first."""
+    runs = []
+    for path in LATER_RUNS:
+        if path.is_file():
+            report = read_report(path)
+            runs.append((str(report.get("started", "")), path, report))
+    out = []
+    for _, path, report in sorted(runs, key=lambda r: r[0]):
+        for column in columns(report).values():
+            if on_etcd(column):
+                out.append((file_name(column, column_profile(column)), column,
+                            str(path.relative_to(ROOT))))
+    return out
+
+
+def profiled_columns(source: Path) -> list[tuple[str, Column, str, tuple[str, ...]]]:
+    """(label, column, profile, later runs used) of a stored report, plus, for each release column of the
+    default profile, its ``@defaults`` column, each with the later runs of the same build and
+    profile laid over it. A ``@defaults`` column starts from the matrix run's results (the
+    profiles differ only in master flags; on 0.3.10-0.3.12 not even there)."""
     found = columns(read_report(source))
-    focused = columns(read_report(PROFILES_RUN)) if PROFILES_RUN.is_file() else {}
+    later = later_columns()
     out = []
     for label, column in found.items():
-        out.append((label, column, PROFILE))
-        if column.version.startswith("reference-engine"):
-            continue
+        variants = [(label, PROFILE)]
         spec = label if "==" in label or label.startswith("mooncake") else ""
-        if not spec:
-            continue
-        other = focused.get(f"{label}@{DEFAULTS}")
-        reqs = {**column.requirements, **(other.requirements if other else {})}
-        out.append((f"{label}@{DEFAULTS}", Column(f"{label}@{DEFAULTS}", column.version,
-                                                  column.seed, reqs), DEFAULTS))
+        if spec and not column.version.startswith("reference-engine"):
+            variants.append((f"{label}@{DEFAULTS}", DEFAULTS))
+        for name, profile in variants:
+            reqs: Mapping[str, Any] = column.requirements
+            proxies = set(reqs) if profile != PROFILE else set()
+            used = []
+            for other_name, other, run in later:
+                if other_name == file_name(column, profile):
+                    reqs = overlay(reqs, other.requirements, proxies)
+                    used.append(run)
+            merged = Column(name, column.version, column.seed, reqs)
+            out.append((name, merged, profile, tuple(dict.fromkeys(used))))
     return out
 
 
@@ -105,7 +193,7 @@ def documents() -> dict[Path, str]:
     out: dict[Path, str] = {}
     matrices: dict[str, dict[str, str]] = {}
     for source, matrix in ((RELEASES, "releases"), (RELEASE, "release")):
-        for label, column, profile in profiled_columns(source):
+        for label, column, profile, runs in profiled_columns(source):
             name = file_name(column, profile)
             matrices.setdefault(matrix, {})[label] = name
             path = OUT / f"{name}.toml"
@@ -114,6 +202,10 @@ def documents() -> dict[Path, str]:
             old = load_expectations(str(path)).single if path.is_file() else None
             doc = updated_document(column, old, profile, order)
             for req, value in doc["requirements"].items():
+                before = old.requirements.get(req) if old else None
+                if (before and column.verdict(req) not in before.verdicts
+                        and isinstance(value, dict)):
+                    value.pop("reason", None)  # it explained the verdict the runs no longer give
                 if column.verdict(req) in ("FAIL", "n/a", "error") and (
                         isinstance(value, str) or not value.get("reason")):
                     reason = seen(column, req)
@@ -123,8 +215,10 @@ def documents() -> dict[Path, str]:
                                                     "reason": reason,
                                                     **{k: v for k, v in value.items()
                                                        if k not in ("verdict", "reason")}}
-            out[path] = ((leading_comments(path) or header(column, source, profile))
-                         + tomli_w.dumps(doc))
+            kept = leading_comments(path)
+            if not kept or kept.startswith(GENERATED_HEADER):
+                kept = header(column, source, profile, runs) + "\n"
+            out[path] = kept + tomli_w.dumps(doc)
     for matrix, by_label in matrices.items():
         out[OUT / f"{matrix}.toml"] = (
             f"# The {matrix} matrix (--mc-matrix={matrix}): each column's expectations file.\n"

@@ -86,19 +86,10 @@ def test_verdicts_match_the_expected_ones(matrix_report: dict, profile: str, col
                        + "\n\nrun output:\n" + matrix_report["_output"])
 
 
-NOT_YET_ON_THE_REFERENCE = {"master_wire"}
-"""Means the reference engine does not have yet, so their tests are n/a there: ``master_wire``
-(mooncake_master's own coro_rpc) reaches a reference master only through
-``targets/reference/coro_gateway.py``, which no reference master cluster starts yet (issue #30).
-Every requirement those tests name is still judged pass on the reference by its other tests."""
-
-
 def test_nothing_is_skipped_on_the_reference_target(matrix_report: dict) -> None:
     skipped = [t["nodeid"] + ": " + t.get("reason", "")
                for req in matrix_report["columns"]["reference"]["requirements"].values()
-               for t in req["tests"] if t["outcome"] != "passed"
-               and not (t["outcome"] == "skipped"
-                        and t.get("capability") in NOT_YET_ON_THE_REFERENCE)]
+               for t in req["tests"] if t["outcome"] != "passed"]
     assert not skipped, "tests not passing on the rfc reference target:\n  " + "\n  ".join(skipped)
 
 

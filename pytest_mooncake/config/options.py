@@ -46,9 +46,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("metadata", "etcd", "the transfer-engine metadata backend of the deployment: etcd, "
            "redis (redis://HOST:PORT, Mooncake's Redis plugin), http (the target's own HTTP "
            "metadata server: for real builds the wheel's mooncake.http_metadata_server) or "
-           "http:reference (the reference engine's HTTP metadata server, for any target). "
-           "Tests that name their store keep it. Default: etcd.",
-           "etcd|redis|http|http:reference"),
+           "http:reference (the reference engine's HTTP metadata server, for any target) or "
+           "p2p (P2PHANDSHAKE: no store, peers exchange descriptors on their RPC port; "
+           "segments are named host:port). Tests that name their store keep it. Default: etcd.",
+           "etcd|redis|http|http:reference|p2p"),
     Option("ha", "etcd", "the backend of master HA (leader election, OpLog where the release "
            "keeps it there): etcd or redis (mooncake_master --ha_backend_type). Default: etcd.",
            "etcd|redis"),
@@ -89,11 +90,20 @@ OPTIONS: tuple[Option, ...] = (
            "requirement stays FAIL: first with the run's seed, then with seeds drawn from it, "
            "each in a fresh pytest session; a test seen both failing and passing makes its "
            "requirement intermittent (k/N). 0: no re-runs. Default: 2.", "N"),
+    Option("confirm_only", "all", "which failed tests --mc-confirm re-runs: all, or "
+           "deviations (needs --mc-expect): only those whose FAIL the expectations do not "
+           "expect; a known FAIL keeps its one run, recorded in the report's "
+           "reruns.not_rerun (docs/speed.md). Default: all.", "all|deviations"),
     Option("expect", "", "compare the verdicts with an expectations file (TOML; a path, or the "
            "name of a shipped one such as mooncake-0.3.13.post1@ha-oplog or of the project's "
            "fixtures/expectations/NAME.toml): exit 0 when every result is as expected, 1 on a "
            "regression or other change (docs/ci.md). Default: none (pytest's exit status).",
            "FILE.toml|NAME"),
+    Option("durations", "auto", "run the longest tests first, by the per-test durations of a "
+           "--mc-report JSON or a durations table, so xdist workers stay busy to the end "
+           "(with xdist sending one test at a time unless --maxschedchunk is given); none: "
+           "pytest's order. Default: auto = the table the package ships, used only with xdist "
+           "workers (-n N).", "auto|none|FILE.json"),
     Option("expect_strict", "false", "with --mc-expect, an unexpected pass (a FAIL fixed) also "
            "fails the run. Default: false.", switch=True),
     Option("expect_update", "false", "with --mc-expect, write the run's verdicts into the "
@@ -129,6 +139,10 @@ class McConfig:
     expect: str | None = None
     expect_strict: bool = False
     expect_update: bool = False
+    durations: str = "auto"
+    confirm_only: str = "all"
+    """Which failed tests are re-run (``report/expected_failures.py``): all or deviations."""
+    """Where the test order comes from (``config/longest_first.py``): auto, none or a file."""
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -171,7 +185,7 @@ def _positive_int(name: str, value: str) -> int:
     return n
 
 
-METADATA_BACKENDS = ("etcd", "redis", "http", "http:reference")
+METADATA_BACKENDS = ("etcd", "redis", "http", "http:reference", "p2p")
 HA_BACKENDS = ("etcd", "redis")
 
 
@@ -237,6 +251,14 @@ def _verbs(value: str) -> str:
     raise pytest.UsageError(f"--mc-verbs must be one of {VERBS_HELP} (got {value!r})")
 
 
+def _confirm_only(value: str, expect: str | None) -> str:
+    chosen = _choice("confirm_only", value, ("all", "deviations"))
+    if chosen == "deviations" and not expect:
+        raise pytest.UsageError("--mc-confirm-only=deviations needs --mc-expect=FILE|NAME (the "
+                                "expectations say which FAILs are known)")
+    return chosen
+
+
 def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
     seed_text = raw["seed"].strip()
     if inherited_seed is not None:
@@ -297,5 +319,7 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         expect=expect,
         expect_strict=_switch("expect_strict", raw.get("expect_strict", "false")),
         expect_update=_switch("expect_update", raw.get("expect_update", "false")),
+        durations=raw.get("durations", "auto").strip() or "auto",
+        confirm_only=_confirm_only(raw.get("confirm_only", "all"), expect),
         raw=dict(raw),
     )

@@ -3,16 +3,20 @@
 Isolation, by construction: a node's namespace has one interface (``eth0``, its lab address
 /24) and loopback, so its only routes are the lab subnet's; it has no default route, and a
 packet for any other address fails in the node with "network unreachable" before it is sent.
-The bridge holds only the lab's veth ends, IPv4 forwarding is switched off for packets arriving
-on it (``net.ipv4.conf.<bridge>.forwarding = 0``) and IPv6 is disabled on every lab link, so
-nothing the nodes send can leave through the host either.
+The bridge holds only the lab's veth ends, IPv6 is disabled on every lab link, and the lab's own
+nftables table (``inet mclab_<name>``) drops every packet the host would route into or out of
+the bridge, so nothing the nodes send can leave through the host either. The bridge's
+``forwarding`` sysctl is switched off too, but it is not the guard: a container engine raising
+``net.ipv4.ip_forward`` (Podman does, on its first network) turns it back on for every
+interface, and the nft rule does not depend on it.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_mooncake.lab import host
 from pytest_mooncake.lab.host import LabError
@@ -26,11 +30,55 @@ from pytest_mooncake.lab.layout import (
 )
 
 
+def firewall_table(name: str) -> str:
+    """The lab's nftables table (family ``inet``): nft names take no dashes."""
+    return f"mclab_{name}"
+
+
+def _firewall_ruleset(layout: LabLayout) -> str:
+    br, table = layout.bridge, firewall_table(layout.name)
+    # Routed traffic only: frames bridged between two lab ports enter and leave on the bridge
+    # itself (also with br_netfilter loaded), so they match neither rule.
+    return (f"table inet {table} {{\n"
+            f"  chain forward {{\n"
+            f"    type filter hook forward priority -10; policy accept;\n"
+            f"    iifname \"{br}\" oifname != \"{br}\" drop\n"
+            f"    oifname \"{br}\" iifname != \"{br}\" drop\n"
+            f"  }}\n"
+            f"}}\n")
+
+
+def firewall_drops(name: str) -> list[tuple[str, str]]:
+    """The (direction, interface) pairs the lab's table drops now: ``[]`` when it is absent."""
+    done = host.run("nft", "-j", "list", "table", "inet", firewall_table(name), check=False)
+    if done.returncode != 0:
+        return []
+    drops = []
+    for item in json.loads(done.stdout).get("nftables", []):
+        rule = item.get("rule")
+        if not rule or not any("drop" in e for e in rule.get("expr", [])):
+            continue
+        for e in rule["expr"]:
+            m = e.get("match", {})
+            if m.get("op") == "==" and m.get("left", {}).get("meta", {}).get("key") in (
+                    "iifname", "oifname"):
+                drops.append((m["left"]["meta"]["key"], m["right"]))
+    return drops
+
+
+def firewall_tables() -> list[str]:
+    """Names of the labs whose nftables table is on the host."""
+    done = host.run("nft", "list", "tables", check=False)
+    return [m.group(1) for m in re.finditer(r"^table inet mclab_([a-z0-9]{1,6})$",
+                                            done.stdout, re.M)]
+
+
 def build_bridge(layout: LabLayout) -> None:
     br = layout.bridge
     host.run("ip", "link", "add", br, "type", "bridge")
     host.write_sysctl(f"/proc/sys/net/ipv6/conf/{br}/disable_ipv6", "1")
     host.write_sysctl(f"/proc/sys/net/ipv4/conf/{br}/forwarding", "0")
+    host.run("nft", "-f", "-", stdin=_firewall_ruleset(layout))
     host.run("ip", "addr", "add", f"{layout.host_address}/24", "dev", br)
     host.run("ip", "link", "set", br, "up")
 
@@ -94,9 +142,10 @@ def subnets_on_bridges() -> set[str]:
 class Leftovers:
     namespaces: list[str]
     links: list[str]
+    firewall: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.namespaces or self.links)
+        return bool(self.namespaces or self.links or self.firewall)
 
 
 def leftovers(name: str) -> Leftovers:
@@ -105,7 +154,8 @@ def leftovers(name: str) -> Leftovers:
     link_re = re.compile("^(" + re.escape(link_prefix(name)) + r"\d+p?|mclab-" + re.escape(name)
                          + ")$")
     return Leftovers([n for n in host.netns_list() if ns_re.match(n)],
-                     [n for n in host.link_names() if link_re.match(n.split("@")[0])])
+                     [n for n in host.link_names() if link_re.match(n.split("@")[0])],
+                     [firewall_table(name)] if name in firewall_tables() else [])
 
 
 def lab_names_on_host() -> set[str]:
@@ -119,7 +169,7 @@ def lab_names_on_host() -> set[str]:
         m = re.match(r"^mclab-([a-z0-9]{1,6})$", n)
         if m:
             names.add(m.group(1))
-    return names
+    return names | set(firewall_tables())
 
 
 def tear_down(name: str) -> list[str]:
@@ -144,6 +194,10 @@ def tear_down(name: str) -> list[str]:
         done = host.run("ip", "link", "del", link.split("@")[0], check=False)
         if done.returncode != 0 and "Cannot find device" not in done.stderr:
             problems.append(f"ip link del {link}: {done.stderr.strip()}")
+    for table in leftovers(name).firewall:
+        done = host.run("nft", "delete", "table", "inet", table, check=False)
+        if done.returncode != 0:
+            problems.append(f"nft delete table inet {table}: {done.stderr.strip()}")
     final = leftovers(name)
     if final:
         problems.append(f"still present: {final}")

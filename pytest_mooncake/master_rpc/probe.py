@@ -41,6 +41,10 @@ class ProbeResult:
     version_channel: str = ""
     """How a client's version reaches this master, as probed: what it answered to a
     ServiceReady carrying a version string."""
+    takes_version: bool = False
+    """The master read the version a ServiceReady carried (refused the probe's with a
+    Mooncake ErrorCode, or answered another version than to ServiceReady()) instead of
+    ignoring it."""
 
     @property
     def usable(self) -> bool:
@@ -93,7 +97,8 @@ def probe(address: str, timeout: float = 5.0, seed: int = 0, write: bool = True
         ping = c.ping((rng.getrandbits(64), rng.getrandbits(64)))
         result.steps.append(Step("Ping", ping.ok and ping.matches_layout is not False,
                                  shown(ping)))
-        result.version_channel = _version_channel(c, result.master_version)
+        result.takes_version, result.version_channel = _version_channel(
+            c, result.master_version)
     for candidate in reversed(LAYOUTS):
         steps, failure = _round_trip(address, candidate, timeout, rng, write)
         if failure is None:
@@ -104,9 +109,12 @@ def probe(address: str, timeout: float = 5.0, seed: int = 0, write: bool = True
     return result
 
 
-def _version_channel(c: MasterRpcClient, master_version: str | None) -> str:
+def _version_channel(c: MasterRpcClient, master_version: str | None) -> tuple[bool, str]:
     """Offer the master a client version the only way its handshake could carry one: as an
-    argument of ServiceReady, whose handler takes none."""
+    argument of ServiceReady, whose handler takes none in every release. A master that
+    answers it with a Mooncake ErrorCode, or with another version than ServiceReady()'s, read
+    it (a reference master behind ``targets/reference/coro_gateway.py``); one that answers
+    as to ServiceReady() ignored it."""
     offered = "0.0.0-probe"
     try:
         raw = c.exchange("ServiceReady", sp.serialize(sp.STR, offered))
@@ -114,8 +122,15 @@ def _version_channel(c: MasterRpcClient, master_version: str | None) -> str:
         seen = f"refused it (coro_rpc {RPC_ERRORS.get(exc.code, exc.code)})"
     else:
         answer = decode_answer("ServiceReady", expected(sp.STR), raw)
+        if not answer.ok or answer.value != master_version:
+            c.close()  # the connection now carries the offered version
+            judged = (f"refused it ({error_name(answer.error)})" if not answer.ok else
+                      f"accepted it, answering the version it judged it against "
+                      f"{answer.value!r}")
+            return True, (f"ServiceReady(version): offered {offered!r}, the master {judged}; "
+                          f"ServiceReady() answers {master_version!r}")
         seen = f"ignored it and answered {answer.value!r}"
-    return (f"none: ServiceReady() takes no argument (offered a version string {offered!r} "
+    return False, (f"none: ServiceReady() takes no argument (offered a version string {offered!r} "
             f"with it, the master {seen}) and answers the master's own version "
             f"{master_version!r}; the release's client compares that with its own "
             f"(master_client.cpp MasterClient::Connect) and the master never learns a "

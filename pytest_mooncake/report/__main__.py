@@ -12,20 +12,20 @@ import argparse
 import importlib
 import sys
 
+from pytest_mooncake.report.command_errors import CommandError
+
 COMMANDS = {
     "diff": "pytest_mooncake.report.report_diff",
     "merge": "pytest_mooncake.report.report_merge",
     "check": "pytest_mooncake.report.report_check",
     "update": "pytest_mooncake.report.report_update",
     "html": "pytest_mooncake.report.dashboard",
+    "failures": "pytest_mooncake.report.report_failures",
+    "agree": "pytest_mooncake.report.report_agreement",
 }
 """Command name -> module."""
 
 EXIT_USAGE = 2
-
-
-class CommandError(Exception):
-    """A command's input is wrong (a file missing, no such column): message, exit 2."""
 
 
 def parser() -> argparse.ArgumentParser:

@@ -92,7 +92,8 @@ class ConfirmationRuns:
     """The re-runs of one session (``count`` of them; 0: none)."""
 
     def __init__(self, command: PytestCommand, count: int, workdir: Callable[[], Path],
-                 outputs: Callable[[Path], dict[str, str]] | None = None):
+                 outputs: Callable[[Path], dict[str, str]] | None = None,
+                 leave: Callable[[ConformanceMatrix], dict[str, str]] | None = None):
         self.command = command
         self.count = count
         self.workdir = workdir
@@ -100,12 +101,22 @@ class ConfirmationRuns:
         self.outputs = outputs or (lambda _: {})
         """Extra outputs a re-run must write elsewhere (JUnit XML, Allure), given its directory."""
         self.records: list[RerunRecord] = []
+        self.leave = leave
+        """Failed tests not to re-run, with why (``expected_failures``: known FAILs)."""
+        self.left: dict[str, str] = {}
 
     def run(self, matrix: ConformanceMatrix, say: Callable[[str], None]) -> list[RerunRecord]:
         """Re-run the matrix's failed tests ``count`` times and fold their outcomes into it."""
         nodeids = matrix.failed_nodeids()
         if not nodeids or self.count <= 0:
             return []
+        self.left = self.leave(matrix) if self.leave is not None else {}
+        if self.left:
+            say(f"not re-run: {len(self.left)} failed test(s) whose FAIL the expectations "
+                f"expect (--mc-confirm-only=deviations)")
+            nodeids = [n for n in nodeids if n not in self.left]
+            if not nodeids:
+                return []
         spent = {t.nodeid: t.duration for req, key in matrix.cells()
                  for t in matrix.tests(req, key) if t.outcome == FAILED}
         deadline = BASE_DEADLINE + DEADLINE_FACTOR * sum(spent.values())

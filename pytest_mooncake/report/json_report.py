@@ -58,6 +58,8 @@ class RunFacts:
     fail_on_problems: list[str] = field(default_factory=list)
     confirm: int = 0
     """The re-run bound (``--mc-confirm``)."""
+    not_rerun: dict[str, str] = field(default_factory=dict)
+    """Failed tests left at one run, with why (``--mc-confirm-only=deviations``)."""
     reruns: list[RerunRecord] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -162,6 +164,8 @@ def to_json(matrix: ConformanceMatrix, run: RunFacts) -> dict[str, Any]:
         doc.update(_column(matrix, first))
     doc["fail_on"] = {"rule": run.fail_on, "problems": list(run.fail_on_problems)}
     doc["reruns"] = {"bound": run.confirm, "runs": [r.as_json() for r in run.reruns]}
+    if run.not_rerun:
+        doc["reruns"]["not_rerun"] = dict(run.not_rerun)
     doc.update(run.extra)
     return doc
 

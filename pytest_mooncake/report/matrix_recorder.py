@@ -217,6 +217,7 @@ class MatrixRecorder:
                                     f"{self.confirm.count})")
         say = reporter.write_line if reporter is not None else print
         self.run.reruns = self.confirm.run(self.matrix, say)
+        self.run.not_rerun = dict(self.confirm.left)
         add_rerun_properties(config, self.matrix)
         mark_reruns(allure_results_dir(config), self.matrix)
         if (session.exitstatus == pytest.ExitCode.TESTS_FAILED and self.run_failures

@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_mooncake.report.__main__ import CommandError
+    from pytest_mooncake.report.command_errors import CommandError
 
     docs = [(path, read_report(path)) for path in args.reports]
     try:

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_mooncake.report.__main__ import CommandError
+    from pytest_mooncake.report.command_errors import CommandError
     from pytest_mooncake.report.catalogue import load_catalogue
 
     found = columns(read_report(args.report))

@@ -20,11 +20,8 @@ from typing import Any
 from pytest_mooncake.runtime.abandoned_dirs import OwnedDir, sweep_pytest_temp
 from pytest_mooncake.runtime.loopback_http import http_request
 from pytest_mooncake.runtime.ports import free_port, release_port
-from pytest_mooncake.runtime.processes import (
-    ManagedProcess,
-    ProcessExitedEarly,
-    ProcessStartError,
-)
+from pytest_mooncake.runtime.processes import ManagedProcess
+from pytest_mooncake.runtime.served_process import Readiness, ServedProcess
 
 INSTALL_HINT = (
     "no etcd binary found on PATH: install it with `apt-get install -y etcd-server` "
@@ -108,10 +105,10 @@ class _EtcdClientMixin:
         return any(etcd_healthy(e) for e in self.endpoints)
 
 
-class EtcdServer(_EtcdClientMixin):
+class EtcdServer(_EtcdClientMixin, ServedProcess):
     """A single-member etcd on loopback that we start, stop and restart ourselves."""
 
-    owned = True
+    unavailable = EtcdUnavailable
 
     def __init__(self, data_dir: Path, log_path: Path, binary: str | None = None,
                  ready_timeout: float | None = None):
@@ -142,32 +139,16 @@ class EtcdServer(_EtcdClientMixin):
     def start(self) -> EtcdServer:
         if self._owned_data is None:
             self._owned_data = OwnedDir(self.data_dir)
-        try:
-            self.process.start()
-        except ProcessStartError as exc:
-            timed_out = not isinstance(exc, ProcessExitedEarly)
-            raise EtcdUnavailable(self._not_healthy(timed_out)) from None
-        return self
+        return super().start()
 
-    def _not_healthy(self, timed_out: bool) -> str:
-        """One line: what happened, where the log is, what to do."""
-        probe = f"GET http://{self.endpoints[0]}/health"
-        if timed_out:
-            what = (f"{probe} did not report healthy within {self.ready_timeout:g}s (killed it; "
-                    f"raise {READY_TIMEOUT_ENV} if this machine is only slow)")
-        else:
-            what = f"it exited with {self.process.returncode} before {probe} reported healthy"
-        return (f"etcd ({self.binary}) did not become healthy: {what}; see the etcd log "
-                f"(shown below, and at {self.process.log_path}), then fix what it says, set "
-                f"MC_ETCD_BIN to a working etcd (`apt-get install -y etcd-server`), or pass "
-                f"--mc-etcd=HOST:PORT of an etcd you run yourself")
-
-    def stop(self) -> None:
-        """Stop etcd (SIGTERM, then SIGKILL); data dir and ports are kept for ``start``."""
-        self.process.terminate()
-
-    def kill(self) -> None:
-        self.process.kill()
+    def readiness(self) -> Readiness:
+        return Readiness(
+            server=f"etcd ({self.binary})", probe=f"GET http://{self.endpoints[0]}/health",
+            ready="report healthy", became="reported healthy", state="healthy",
+            log="the etcd log",
+            fix=("set MC_ETCD_BIN to a working etcd (`apt-get install -y etcd-server`), or "
+                 "pass --mc-etcd=HOST:PORT of an etcd you run yourself"),
+            timeout_env=READY_TIMEOUT_ENV)
 
     def close(self) -> None:
         """Stop etcd for good: its ports are released and its data directory removed (etcd
@@ -180,12 +161,6 @@ class EtcdServer(_EtcdClientMixin):
             if not self.process.alive() and self._owned_data is not None:
                 self._owned_data.release()
                 self._owned_data = None
-
-    def alive(self) -> bool:
-        return self.process.alive()
-
-    def log_text(self) -> str:
-        return self.process.log_text()
 
 
 DATA_DIR_PATTERNS = ("pytest-*/etcd*/data", "pytest-*/popen-gw*/etcd*/data")

@@ -18,11 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.runtime.ports import free_port, release_port
-from pytest_mooncake.runtime.processes import (
-    ManagedProcess,
-    ProcessExitedEarly,
-    ProcessStartError,
-)
+from pytest_mooncake.runtime.processes import ManagedProcess
+from pytest_mooncake.runtime.served_process import Readiness, ServedProcess
 
 INSTALL_HINT = (
     "no redis-server binary found on PATH: install it with `apt-get install -y redis-server` "
@@ -112,10 +109,10 @@ class _RedisAddressMixin:
         return redis_answers(self.address)
 
 
-class RedisServer(_RedisAddressMixin):
+class RedisServer(_RedisAddressMixin, ServedProcess):
     """A single ``redis-server`` on loopback that we start, stop and restart ourselves."""
 
-    owned = True
+    unavailable = RedisUnavailable
 
     def __init__(self, workdir: Path, log_path: Path, binary: str | None = None,
                  ready_timeout: float | None = None, password: str | None = None):
@@ -140,33 +137,13 @@ class RedisServer(_RedisAddressMixin):
         )
         self.process.ready.__doc__ = f"PING at {self.address} answers PONG"
 
-    def start(self) -> RedisServer:
-        try:
-            self.process.start()
-        except ProcessStartError as exc:
-            timed_out = not isinstance(exc, ProcessExitedEarly)
-            raise RedisUnavailable(self._not_ready(timed_out)) from None
-        return self
-
-    def _not_ready(self, timed_out: bool) -> str:
-        """One line: what happened, where the log is, what to do."""
-        probe = f"PING at {self.address}"
-        if timed_out:
-            what = (f"{probe} did not answer PONG within {self.ready_timeout:g}s (killed it; "
-                    f"raise {READY_TIMEOUT_ENV} if this machine is only slow)")
-        else:
-            what = f"it exited with {self.process.returncode} before {probe} answered PONG"
-        return (f"redis-server ({self.binary}) did not become ready: {what}; see its log "
-                f"(shown below, and at {self.process.log_path}), then fix what it says, set "
-                f"MC_REDIS_BIN to a working redis-server, or pass --mc-redis=HOST:PORT of a "
-                f"Redis you run yourself")
-
-    def stop(self) -> None:
-        """Stop Redis (SIGTERM, then SIGKILL); the port is kept for ``start``."""
-        self.process.terminate()
-
-    def kill(self) -> None:
-        self.process.kill()
+    def readiness(self) -> Readiness:
+        return Readiness(
+            server=f"redis-server ({self.binary})", probe=f"PING at {self.address}",
+            ready="answer PONG", became="answered PONG", state="ready", log="its log",
+            fix=("set MC_REDIS_BIN to a working redis-server, or pass --mc-redis=HOST:PORT of "
+                 "a Redis you run yourself"),
+            timeout_env=READY_TIMEOUT_ENV)
 
     def close(self) -> None:
         """Stop Redis for good and release its port."""
@@ -174,12 +151,6 @@ class RedisServer(_RedisAddressMixin):
             self.process.terminate()
         finally:
             release_port(self.port)
-
-    def alive(self) -> bool:
-        return self.process.alive()
-
-    def log_text(self) -> str:
-        return self.process.log_text()
 
 
 class ExternalRedis(_RedisAddressMixin):

@@ -3,7 +3,7 @@ targets, a matrix column each.
 
     [[column]]
     target = "reference:legacy"         # as --mc-target spells it
-    metadata = "redis"                  # optional: the column's --mc-metadata (etcd|redis|http|http:reference)
+    metadata = "redis"                  # optional: the column's --mc-metadata (etcd|redis|http|http:reference|p2p)
     ha = "etcd"                         # optional: the column's --mc-ha (etcd|redis)
 """
 
@@ -19,7 +19,7 @@ from pytest_mooncake.schemas.toml_documents import StrictTable, TargetSpec
 class RunColumn(StrictTable):
     target: TargetSpec = Field(
         description='the target of this column, as --mc-target spells it ("NAME[:VARIANT]")')
-    metadata: Literal["etcd", "redis", "http", "http:reference"] | None = Field(
+    metadata: Literal["etcd", "redis", "http", "http:reference", "p2p"] | None = Field(
         None, description="the column's transfer-engine metadata backend (as --mc-metadata); "
                           "default: the session's")
     ha: Literal["etcd", "redis"] | None = Field(

@@ -54,6 +54,12 @@ class Capability(str, enum.Enum):
     METADATA_HTTP = "metadata_http"
     METADATA_REDIS = "metadata_redis"
     """Engines on ``redis://HOST:PORT`` metadata (Mooncake's Redis plugin)."""
+    METADATA_P2P = "metadata_p2p"
+    """Engines on ``P2PHANDSHAKE`` metadata: no store; a segment is named ``host:port`` of its
+    RPC port and peers ask each other for descriptors there (``--mc-metadata=p2p``)."""
+    METADATA_STORE = "metadata_store"
+    """A metadata store the test reads, plants and deletes keys in and puts a proxy in front
+    of: every backend but P2P handshake, where a deployment lacks it."""
     METADATA_FAULTS = "metadata_faults"
     """Route an engine's metadata traffic through a fault proxy."""
     RDMA_CONTROL = "rdma_control"
@@ -121,6 +127,12 @@ class ObservationFailed(AssertionError):
         self.what = what
         self.seen = seen
         super().__init__(f"{what}: {seen}")
+
+
+class NotQuiescent(AssertionError):
+    """An RDMA cluster's ``settle()`` reached its deadline: the message says what the target
+    left undone (transfers never ended, events never acknowledged, completions never polled,
+    what kept moving), an observation of the build the waiting test judges."""
 
 
 # ---------------------------------------------------------------------------------- handles
@@ -315,6 +327,16 @@ class MasterEndpoint:
     """The implementation that started them (``Target.version``), for messages."""
     host_reachable: bool = True
     """False when the etcd endpoints are only reachable inside a container network."""
+    redis: str | None = None
+    """``host:port`` of the Redis the leader is elected on instead (masters on Redis HA)."""
+    listeners: tuple[tuple[str, str], ...] = ()
+    """Other protocols the leader answers, each on a listener of its own: ``(protocol,
+    host:port)`` (a reference master's Mooncake-wire listener). A client speaking one of them
+    attaches to that address, without HA discovery."""
+
+    def address_for(self, protocol: str) -> str | None:
+        """The leader's listener for ``protocol`` when it is not ``self.protocol``."""
+        return dict(self.listeners).get(protocol)
 
 
 PLANTED_DESCRIPTORS = ("overlap", "unknown_segment", "malformed")
@@ -350,7 +372,8 @@ class MasterClusterHandle(Protocol):
     def start_master(self, index: int | None = None,
                      etcd: str | list[str] | None = None) -> int:
         """Start a new master, or restart master ``index`` on its old ports; ``etcd``: the
-        endpoints this master uses instead of the cluster's (per-master etcd routing)."""
+        endpoints this master uses instead of the cluster's (per-master etcd routing). A
+        cluster on Redis HA takes ``redis="host:port"`` instead (the reference's does)."""
         ...
 
     def kill_master(self, index: int) -> None:
@@ -494,7 +517,7 @@ def dedicated_poller_env(value: bool | str) -> dict[str, str]:
 
 METADATA_CAPABILITIES = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP,
                          "http:reference": Capability.METADATA_HTTP,
-                         "redis": Capability.METADATA_REDIS}
+                         "redis": Capability.METADATA_REDIS, "p2p": Capability.METADATA_P2P}
 """The capability a metadata store of each kind needs."""
 
 
@@ -524,7 +547,11 @@ class Target:
     capabilities: frozenset[Capability] = frozenset()
     master_protocol: str = ""
     """The RPC protocol this target's masters and store clients speak ("" when it has none):
-    a store client of one target attaches to another's masters only when both name the same."""
+    a store client of one target attaches to another's masters only when both name the same,
+    or the masters answer the client's protocol on a listener of their own."""
+    master_listener_protocols: tuple[str, ...] = ()
+    """Other protocols its masters answer, each on a listener of their own
+    (``MasterEndpoint.listeners``): the reference's masters answer mooncake_master's RPC."""
     verbs_mode: str = "auto"
     """``--mc-verbs`` as ``use_verbs`` last set it."""
     binds_any_host: bool = False
@@ -557,6 +584,12 @@ class Target:
     @property
     def version(self) -> str:
         return "unknown"
+
+    @property
+    def protocol_version(self) -> str:
+        """The master-protocol version this target's store clients announce ("": none, or
+        not known here); what a wire client stands in for them offers (``wire_client``)."""
+        return ""
 
     @property
     def notes(self) -> str:
@@ -624,7 +657,8 @@ class Target:
         reason = self.missing(Capability.FOREIGN_MASTER)
         if reason:
             return TargetLacks(Capability.FOREIGN_MASTER, reason)
-        if not self.master_protocol or master.protocol != self.master_protocol:
+        if not self.master_protocol or (master.protocol != self.master_protocol
+                                        and master.address_for(self.master_protocol) is None):
             return TargetLacks(Capability.FOREIGN_MASTER, (
                 f"store clients of {self.version} speak no master protocol but their own "
                 f"({self.master_protocol or 'none'}); the masters of {master.build} speak "

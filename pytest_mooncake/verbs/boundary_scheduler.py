@@ -110,6 +110,10 @@ class Labeller:
         return out
 
 
+def _always() -> bool:
+    return True
+
+
 class BoundaryScheduler:
     """Drives the scheduling points of ``points`` (one per process) through one schedule."""
 
@@ -158,7 +162,8 @@ class BoundaryScheduler:
         label sequence) dictates; it ends when ``finished()`` and nothing is runnable, at
         ``max_steps``, or after ``stall_s`` of nothing runnable. ``faults``: one-shot actions
         (a QP-fatal, a device event) that are candidates at every step until chosen once, so
-        the strategy places them among the verbs calls. The points are turned off at the end
+        the strategy places them among the verbs calls; one with a ``ready()`` method is a
+        candidate only at steps where it returns True. The points are turned off at the end
         (everyone goes on, everything held is delivered)."""
         pending_faults = dict(faults or {})
         slots = [Slot(i) for i in range(MAX_ACTORS)]
@@ -173,7 +178,8 @@ class BoundaryScheduler:
                 actions = self._snapshot(labeller, run)
                 if actions:  # a fault is a choice only beside something that runs anyway
                     actions += [Action(f"fault:{name}", f"fault:{name}", -1, False, 0,
-                                       f"fault {name}") for name in sorted(pending_faults)]
+                                       f"fault {name}") for name in sorted(pending_faults)
+                                if getattr(pending_faults[name], "ready", _always)()]
                 if not actions:
                     if finished():
                         return run

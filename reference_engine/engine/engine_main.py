@@ -21,7 +21,8 @@ import threading
 from reference_engine.engine.control import MAX_REQUEST, ControlServer, Dispatcher, max_transfer
 from reference_engine.engine.core import Engine
 from reference_engine.hub import BINARY_LIMITS, add_limit_flags, limits_from
-from reference_engine.metadata import MetadataUriError, open_store
+from reference_engine.metadata import MetadataUriError, open_store, parse_uri
+from reference_engine.metadata.handshake_store import HandshakeStore
 from reference_engine.profiles import PROFILES, get_profile
 from reference_engine.stop_signals import stop_on_signals, wait_until_stopped
 from reference_engine.transport import TcpTransport
@@ -46,9 +47,13 @@ def parser() -> argparse.ArgumentParser:
                     "control port drives it (write, read, lookup, stats, ...).",
         epilog="example: python -m reference_engine engine --name seg-a "
                "--metadata 127.0.0.1:2379 --ttl-ms 200")
-    p.add_argument("--name", required=True, help="segment name")
+    p.add_argument("--name", required=True,
+                   help="segment name; with P2PHANDSHAKE metadata host[:port], the address the "
+                        "handshake daemon listens on (no port or 0: any free one), and the "
+                        "segment name is host:port")
     p.add_argument("--metadata", required=True,
-                   help="etcd://h:p[;h:p], h:p (etcd), redis://h:p or http://h:p/metadata")
+                   help="etcd://h:p[;h:p], h:p (etcd), redis://h:p, http://h:p/metadata or "
+                        "P2PHANDSHAKE (no store: peers ask each other)")
     p.add_argument("--protocol", default="tcp", choices=["tcp"],
                    help="transport of the data path (tcp; RDMA runs in the simulator)")
     p.add_argument("--profile", default="rfc", choices=sorted(PROFILES),
@@ -80,7 +85,11 @@ def main(argv: list[str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("reference_engine.engine")
     try:
-        store = open_store(args.metadata)
+        if parse_uri(args.metadata).kind == "p2p":
+            store = HandshakeStore(args.name)
+            args.name = store.segment_name
+        else:
+            store = open_store(args.metadata)
         transport = TcpTransport(args.host, args.data_port, limits=limits_from(args, "data-"))
         engine = Engine(args.name, store, get_profile(args.profile), ttl_ms=args.ttl_ms,
                         buffer_size=args.buffer_size, fixed_address=args.fixed_address,

@@ -27,15 +27,14 @@ class LeaderView:
     lease_id: int
 
 
-class LeaderSession:
-    """Held leadership: a lease we keep alive until ``release``."""
+class LeasedSession:
+    """Held leadership under a lease of ``ttl`` seconds, whatever keeps it (strategy: a
+    subclass renews and releases on its store). Valid only until the last renewal that was
+    *sent* and answered plus the TTL the store granted, minus ``margin``."""
 
-    def __init__(self, client: Any, lease: Any, view: LeaderView, ttl: int, margin: float,
-                 granted_at: float | None = None):
-        """``granted_at``: ``time.monotonic()`` just before the lease grant was sent (etcd's
-        TTL can have started no earlier); default now."""
-        self._client = client
-        self.lease = lease
+    def __init__(self, view: LeaderView, ttl: float, margin: float, granted_at: float | None):
+        """``granted_at``: ``time.monotonic()`` just before the acquisition was sent (the
+        store's TTL can have started no earlier); default now."""
         self.view = view
         self.ttl = ttl
         self.margin = margin
@@ -52,22 +51,42 @@ class LeaderSession:
         return not self.released and time.monotonic() < self._valid_until
 
     def keepalive(self) -> bool:
-        """Renew the lease once; False when the lease is gone or etcd did not answer."""
+        """Renew the lease once; False when the lease is gone or the store did not answer."""
         sent = time.monotonic()
-        try:
-            responses = list(self._client.refresh_lease(self.lease.id))
-        except Exception as exc:  # noqa: BLE001
-            if is_etcd_failure(exc):
-                return False
-            raise
-        ttl = responses[-1].TTL if responses else 0
-        if ttl <= 0:
+        granted = self._renew()
+        if granted is None:
+            return False
+        if granted <= 0:
             with self._lock:
                 self._valid_until = 0.0
             return False
         with self._lock:
-            self._valid_until = max(self._valid_until, sent + ttl - self.margin)
+            self._valid_until = max(self._valid_until, sent + granted - self.margin)
         return True
+
+    def _renew(self) -> float | None:
+        """Renew on the store: the TTL granted (seconds), 0 when the lease is no longer ours,
+        None when the store did not answer."""
+        raise NotImplementedError
+
+
+class LeaderSession(LeasedSession):
+    """Held leadership on etcd: a lease we keep alive until ``release``."""
+
+    def __init__(self, client: Any, lease: Any, view: LeaderView, ttl: int, margin: float,
+                 granted_at: float | None = None):
+        super().__init__(view, ttl, margin, granted_at)
+        self._client = client
+        self.lease = lease
+
+    def _renew(self) -> float | None:
+        try:
+            responses = list(self._client.refresh_lease(self.lease.id))
+        except Exception as exc:  # noqa: BLE001
+            if is_etcd_failure(exc):
+                return None
+            raise
+        return responses[-1].TTL if responses else 0
 
     def still_holds_key(self, key: str) -> bool:
         value, meta = self._client.get(key)

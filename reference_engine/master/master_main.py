@@ -10,6 +10,7 @@ import threading
 
 from reference_engine.hub import BINARY_LIMITS, HTTP_LIMITS, add_limit_flags, limits_from
 from reference_engine.master.etcd_client import parse_endpoints
+from reference_engine.master.redis_client import parse_address
 from reference_engine.profiles import PROFILES
 
 
@@ -20,21 +21,34 @@ def host_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def redis_address(value: str) -> str:
+    try:
+        return parse_address(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m reference_engine master",
-                                description="A reference Mooncake store master with etcd HA.")
-    p.add_argument("--etcd", required=True, help="etcd endpoints, host:port[,host:port]")
+                                description="A reference Mooncake store master with etcd or Redis HA.")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--etcd", help="etcd endpoints, host:port[,host:port]: the leader key, "
+                                      "OpLog and handover record live there")
+    where.add_argument("--redis", type=redis_address, metavar="HOST:PORT",
+                       help="a Redis instead of etcd: the leader hash (Mooncake's "
+                            "RedisLeaderCoordinator) and the OpLog (its Redis OpLog backend)")
     p.add_argument("--cluster-id", required=True,
-                   help="the HA group: masters with the same id elect one leader on --etcd")
+                   help="the HA group: masters with the same id elect one leader on "
+                        "--etcd/--redis")
     p.add_argument("--rpc", type=host_port, default=("127.0.0.1", 0), help="RPC listen HOST:PORT")
     p.add_argument("--admin", type=host_port, default=("127.0.0.1", 0), help="admin HTTP HOST:PORT")
     p.add_argument("--profile", choices=tuple(PROFILES), default="rfc",
                    help="rfc (the RFC's promotion safety, default) or legacy (Mooncake 0.3.13's)")
-    p.add_argument("--lease-ttl", type=int, default=2, help="leader lease TTL, seconds")
+    p.add_argument("--lease-ttl", type=int, default=2, help="leader lease TTL, seconds (etcd lease or Redis PEXPIRE)")
     p.add_argument("--poll-interval", type=float, default=0.1, help="OpLog/election poll, seconds")
     p.add_argument("--client-ttl", type=float, default=10.0, help="client heartbeat TTL, seconds")
     p.add_argument("--kv-lease-ttl", type=float, default=10.0, help="object read lease, seconds")
-    p.add_argument("--etcd-timeout", type=float, default=1.0, help="per etcd call, seconds")
+    p.add_argument("--etcd-timeout", type=float, default=1.0, help="per etcd (or Redis) call, seconds")
     p.add_argument("--write-timeout", type=float, default=5.0,
                    help="how long a write waits to become durable, seconds")
     p.add_argument("--catch-up-timeout", type=float, default=5.0,
@@ -68,7 +82,8 @@ def main(argv: list[str]) -> int:
     from reference_engine.master.node import MasterConfig, MasterNode
 
     cfg = MasterConfig(
-        etcd=parse_endpoints(args.etcd), cluster_id=args.cluster_id, rpc=args.rpc,
+        etcd=parse_endpoints(args.etcd) if args.etcd else [], redis=args.redis,
+        cluster_id=args.cluster_id, rpc=args.rpc,
         admin=args.admin, profile=args.profile, lease_ttl=args.lease_ttl,
         poll_interval=args.poll_interval, client_ttl=args.client_ttl,
         kv_lease_ttl=args.kv_lease_ttl, etcd_timeout=args.etcd_timeout,

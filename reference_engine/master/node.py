@@ -19,11 +19,12 @@ from typing import Any
 
 from reference_engine.hub import BINARY_LIMITS, HTTP_LIMITS, Limits
 from reference_engine.master.admin import AdminServer
-from reference_engine.master.election import LeaderElection, LeaderSession, LeaderView
+from reference_engine.master.election import LeaderSession, LeaderView
 from reference_engine.master.error_codes import ErrorCode, MasterError
-from reference_engine.master.etcd_client import connect, is_etcd_failure
+from reference_engine.master.ha_backends import open_ha_backend
+from reference_engine.master.ha_failures import is_ha_store_failure
 from reference_engine.master.node_view import Replication, sample_replication
-from reference_engine.master.oplog_store import Fenced, OpLogStore
+from reference_engine.master.oplog_store import Fenced
 from reference_engine.master.promotion import ValidationReport
 from reference_engine.master.protocol import MASTER_VERSION
 from reference_engine.master.rpc_server import Connection, RpcServer
@@ -41,6 +42,8 @@ log = logging.getLogger("reference_engine.master")
 class MasterConfig:
     etcd: list[str]
     cluster_id: str
+    redis: str | None = None
+    """``host:port`` of the Redis the masters keep their HA state in instead of etcd."""
     rpc: tuple[str, int] = ("127.0.0.1", 0)
     admin: tuple[str, int] = ("127.0.0.1", 0)
     profile: str = "rfc"
@@ -70,14 +73,15 @@ class MasterNode:
         self.profile = get_profile(cfg.profile)
         self.policies = self.profile.master_policies(
             partial_restore=cfg.partial_restore, warmup_seconds=cfg.warmup, lease_ttl=cfg.lease_ttl)
-        self.etcd = connect(cfg.etcd, timeout=cfg.etcd_timeout)
-        self.store = OpLogStore(self.etcd, cfg.cluster_id)
+        self.ha = open_ha_backend(f"redis://{cfg.redis}" if cfg.redis else cfg.etcd,
+                                  timeout=cfg.etcd_timeout)
+        self.store = self.ha.oplog_store(cfg.cluster_id)
         self.snapshots = SnapshotStore(cfg.snapshot_dir) if cfg.snapshot_dir else None
         self.rpc = RpcServer(cfg.rpc[0], cfg.rpc[1], self._hello, self._handle, cfg.rpc_limits)
         self.address = self.rpc.address
-        self.election = LeaderElection(self.etcd, cfg.cluster_id, self.address, cfg.lease_ttl,
-                                       margin=min(0.5, cfg.lease_ttl / 4))
-        self.handover_key = f"mooncake-store/{cfg.cluster_id.rstrip('/')}/handover"
+        self.election = self.ha.election(cfg.cluster_id, self.address, cfg.lease_ttl,
+                                         margin=min(0.5, cfg.lease_ttl / 4))
+        self.handover_key = self.ha.record_key(cfg.cluster_id, "handover")
         self.standby: HotStandby | None = None
         self.session: LeaderSession | None = None
         self.service: MasterService | None = None
@@ -99,8 +103,9 @@ class MasterNode:
     def run(self) -> None:
         self.rpc.start()
         self.admin.start()
-        log.info("master %s (profile %s, version %s) admin %s, cluster %s", self.address,
-                 self.profile.name, MASTER_VERSION, self.admin.address, self.cfg.cluster_id)
+        log.info("master %s (profile %s, version %s) admin %s, cluster %s on %s", self.address,
+                 self.profile.name, MASTER_VERSION, self.admin.address, self.cfg.cluster_id,
+                 self.ha.location)
         try:
             while not self._stop.is_set():
                 self.standby = HotStandby(self.store, self.policies.baseline, self.cfg.poll_interval,
@@ -165,7 +170,7 @@ class MasterNode:
                     log.info("acquired leadership, view_version %d (%s)", session.view_version, reason)
                     return session
             except Exception as exc:  # noqa: BLE001
-                if not is_etcd_failure(exc):
+                if not is_ha_store_failure(exc):
                     raise
                 self.runtime_state = "standby"
         return None
@@ -178,7 +183,7 @@ class MasterNode:
         self.runtime_state = "standby"
 
     def _handover_names_other(self) -> bool:
-        raw, _ = self.etcd.get(self.handover_key)
+        raw = self.ha.read_record(self.handover_key)
         if raw is None:
             return False
         try:
@@ -236,7 +241,7 @@ class MasterNode:
         try:
             standby.refresh_primary()
         except Exception as exc:  # noqa: BLE001
-            if not is_etcd_failure(exc):
+            if not is_ha_store_failure(exc):
                 raise
         return self.policies.promotability.assess(standby).to_json()
 
@@ -254,9 +259,9 @@ class MasterNode:
             return 409, {"promoted": False, "refused": True, "reason": reason,
                          "promotable": self.policies.promotability.assess(standby).to_json()}
         view = self.election.current()
-        lease = self.etcd.lease(self.cfg.handover_ttl)
-        self.etcd.put(self.handover_key, json.dumps(
-            {"successor": self.address, "from_view": view.view_version if view else 0}), lease=lease)
+        self.ha.write_record(self.handover_key, json.dumps(
+            {"successor": self.address, "from_view": view.view_version if view else 0}),
+            self.cfg.handover_ttl)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.serving:
@@ -290,14 +295,14 @@ class MasterNode:
                      session.view_version, service.key_count())
             while not self._lead_stop.wait(min(0.1, self.cfg.poll_interval)):
                 if not session.valid():
-                    self._step_down("lease not certainly alive (etcd unreachable or lease lost)")
+                    self._step_down(f"lease not certainly alive ({self.ha.name} unreachable or lease lost)")
                     break
                 service.tick()
                 if self._handover_requested(session):
                     self._step_down("planned handover to another standby")
                     break
         except Exception as exc:  # noqa: BLE001
-            if not (is_etcd_failure(exc) or isinstance(exc, Fenced)):
+            if not (is_ha_store_failure(exc) or isinstance(exc, Fenced)):
                 raise
             log.error("leadership failed: %s", exc)
         finally:
@@ -345,9 +350,9 @@ class MasterNode:
 
     def _handover_requested(self, session: LeaderSession) -> bool:
         try:
-            raw, _ = self.etcd.get(self.handover_key)
+            raw = self.ha.read_record(self.handover_key)
         except Exception as exc:  # noqa: BLE001
-            if is_etcd_failure(exc):
+            if is_ha_store_failure(exc):
                 return False
             raise
         if raw is None:

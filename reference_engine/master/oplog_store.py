@@ -7,6 +7,7 @@ the one the writer extends, then put the batch record and the new prefix togethe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,40 @@ class StoredPrefix:
     """The exact bytes in etcd (None when the key is absent), compared in transactions."""
 
 
+def stored_prefix(raw: bytes | None, key: str) -> StoredPrefix:
+    """The durable prefix stored as ``raw`` at ``key`` (None: absent, the empty prefix)."""
+    if raw is None:
+        return StoredPrefix(DurablePrefix(), None)
+    try:
+        return StoredPrefix(DurablePrefix.decode(raw, key), raw)
+    except ValueError as exc:
+        raise OpLogInconsistent(str(exc)) from None
+
+
+def contiguous_batches(found: Iterable[tuple[str, bytes | None]], after_batch_id: int,
+                       last: int, upto_batch_id: int, where: str) -> list[BatchRecord]:
+    """The records of batches ``after_batch_id+1 .. last`` from ``(key, raw)`` pairs in key
+    order (raw None: the record is gone), or ``OpLogInconsistent`` naming the first one that
+    is missing, out of order or undecodable in ``where``."""
+    out = []
+    expected = after_batch_id + 1
+    for key, raw in found:
+        if raw is None:
+            break
+        try:
+            rec = BatchRecord.decode(raw, key)
+        except ValueError as exc:
+            raise OpLogInconsistent(str(exc)) from None
+        if rec.batch_id != expected:
+            raise OpLogInconsistent(f"{key}: expected batch {expected}, found {rec.batch_id}")
+        out.append(rec)
+        expected += 1
+    if expected <= last:
+        raise OpLogInconsistent(f"batch {expected} is missing from {where} (trimmed or lost); "
+                                f"prefix is at batch {upto_batch_id}")
+    return out
+
+
 class OpLogStore:
     def __init__(self, client: Any, cluster: str):
         self.client = client
@@ -37,13 +72,8 @@ class OpLogStore:
     # ---------------------------------------------------------------- reads
 
     def read_prefix(self) -> StoredPrefix:
-        raw, _ = self.client.get(self.keys.durable_prefix)
-        if raw is None:
-            return StoredPrefix(DurablePrefix(), None)
-        try:
-            return StoredPrefix(DurablePrefix.decode(raw, self.keys.durable_prefix), raw)
-        except ValueError as exc:
-            raise OpLogInconsistent(str(exc)) from None
+        return stored_prefix(self.client.get(self.keys.durable_prefix)[0],
+                             self.keys.durable_prefix)
 
     def read_batches(self, after_batch_id: int, upto_batch_id: int, limit: int = 1024) -> list[BatchRecord]:
         """Batches ``after_batch_id+1 .. upto_batch_id`` (at most ``limit``), contiguous or an error."""
@@ -52,23 +82,8 @@ class OpLogStore:
         last = min(upto_batch_id, after_batch_id + limit)
         start = self.keys.batch(after_batch_id + 1)
         end = self.keys.batch(last + 1)
-        out = []
-        expected = after_batch_id + 1
-        for raw, meta in self.client.get_range(start, end):
-            key = meta.key.decode()
-            try:
-                rec = BatchRecord.decode(raw, key)
-            except ValueError as exc:
-                raise OpLogInconsistent(str(exc)) from None
-            if rec.batch_id != expected:
-                raise OpLogInconsistent(f"{key}: expected batch {expected}, found {rec.batch_id}")
-            out.append(rec)
-            expected += 1
-        if expected <= last:
-            raise OpLogInconsistent(
-                f"batch {expected} is missing from etcd (trimmed or lost); prefix is at batch {upto_batch_id}"
-            )
-        return out
+        found = ((meta.key.decode(), raw) for raw, meta in self.client.get_range(start, end))
+        return contiguous_batches(found, after_batch_id, last, upto_batch_id, "etcd")
 
     def read_producer_view(self) -> int:
         raw, _ = self.client.get(self.keys.producer_view)

@@ -11,18 +11,18 @@ each is atomic: acquire only when the hash is absent; renew and release only whi
 
 This module has the interface of ``election.py`` (``LeaderElection``/``LeaderSession``), with
 the same validity rule: a leader may serve only until the last renewal it *sent* plus the lease,
-minus a margin, so it stops before Redis could have expired the hash. Not yet wired into the
-reference master, whose OpLog and store-client discovery still live in etcd.
+minus a margin, so it stops before Redis could have expired the hash. A master started with
+``--redis`` elects with it (``ha_backends.py``).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from typing import Any
 
-from reference_engine.master.election import LeaderView
+from reference_engine.master.election import LeaderView, LeasedSession
+from reference_engine.master.redis_client import is_redis_failure
 
 ACQUIRE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -68,52 +68,24 @@ def view_version_key(cluster: str) -> str:
     return "mooncake-store/{" + hash_tag(cluster) + "}/master_view_version"
 
 
-def is_redis_failure(exc: BaseException) -> bool:
-    """True for "Redis did not answer" (down, partitioned, timed out), not a programming error."""
-    import redis  # noqa: PLC0415
-
-    return isinstance(exc, (redis.ConnectionError, redis.TimeoutError, TimeoutError,
-                            ConnectionError))
-
-
-class RedisLeaderSession:
+class RedisLeaderSession(LeasedSession):
     """Held leadership: the hash we renew until ``release``."""
 
     def __init__(self, election: RedisLeaderElection, view: LeaderView, token: str,
                  granted_at: float):
+        super().__init__(view, election.ttl, election.margin, granted_at)
         self._election = election
-        self.view = view
         self.token = token
-        self.ttl = election.ttl
-        self.margin = election.margin
-        self._valid_until = granted_at + self.ttl - self.margin
-        self._lock = threading.Lock()
-        self.released = False
 
-    @property
-    def view_version(self) -> int:
-        return self.view.view_version
-
-    def valid(self) -> bool:
-        return not self.released and time.monotonic() < self._valid_until
-
-    def keepalive(self) -> bool:
-        """Renew the lease once; False when the hash is no longer ours or Redis did not answer."""
-        sent = time.monotonic()
+    def _renew(self) -> float | None:
         try:
             renewed = self._election.renew_script(keys=[self._election.key],
                                                   args=[self.token, self._election.ttl_ms])
         except Exception as exc:  # noqa: BLE001
             if is_redis_failure(exc):
-                return False
+                return None
             raise
-        if int(renewed) != 1:
-            with self._lock:
-                self._valid_until = 0.0
-            return False
-        with self._lock:
-            self._valid_until = max(self._valid_until, sent + self.ttl - self.margin)
-        return True
+        return self.ttl if int(renewed) == 1 else 0
 
     def still_holds_key(self, key: str | None = None) -> bool:
         owner = self._election.client.hget(key or self._election.key, "owner_token")

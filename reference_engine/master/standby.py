@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reference_engine.master.applier import OpLogApplier, SequenceGap
-from reference_engine.master.etcd_client import is_etcd_failure
+from reference_engine.master.ha_failures import is_ha_store_failure
 from reference_engine.master.oplog_store import OpLogInconsistent, OpLogStore
 from reference_engine.master.promotion import PromotionContext
 from reference_engine.master.replicated import ReplicatedState
@@ -106,7 +106,7 @@ class HotStandby:
             try:
                 self.store.read_prefix()
             except Exception as exc:  # noqa: BLE001
-                if not is_etcd_failure(exc):
+                if not is_ha_store_failure(exc):
                     raise
                 self._stop.wait(self.poll_interval)
                 continue
@@ -141,7 +141,7 @@ class HotStandby:
                 self.machine.fire(E.MAX_ERRORS_REACHED)
             return False
         except Exception as exc:  # noqa: BLE001
-            if not is_etcd_failure(exc):
+            if not is_ha_store_failure(exc):
                 raise
             if self.machine.state is StandbyState.WATCHING:
                 self.machine.fire(E.DISCONNECTED)

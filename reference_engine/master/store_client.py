@@ -1,4 +1,4 @@
-"""The store client library: finds the leader through etcd, keeps a segment mounted, reattaches.
+"""The store client library: finds the leader through etcd (or Redis: ``redis://host:port``), keeps a segment mounted, reattaches.
 
 A maintenance thread pings the master every ``heartbeat_interval``; on NEED_REMOUNT it remounts
 its segments; when the connection breaks or the master answers NOT_LEADER it detaches, asks the
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reference_engine.master.error_codes import ErrorCode, MasterError
-from reference_engine.master.etcd_client import connect, is_etcd_failure, parse_endpoints
+from reference_engine.master.ha_backends import open_ha_backend
+from reference_engine.master.ha_failures import is_ha_store_failure
 from reference_engine.master.master_policies import ReattachPolicy
 from reference_engine.master.model import SegmentInfo
-from reference_engine.master.oplog import master_view_key
 from reference_engine.master.protocol import (
     MASTER_VERSION,
     ConnectionClosed,
@@ -112,7 +112,6 @@ class StoreClient:
         etcd_timeout: float = 1.0,
         policy: ReattachPolicy | None = None,
     ):
-        self.endpoints = parse_endpoints(etcd)
         self.cluster_id = cluster_id
         self.client_id = client_id or f"client-{uuid.uuid4().hex[:8]}"
         self.version = version
@@ -123,8 +122,7 @@ class StoreClient:
         self.call_timeout = call_timeout
         self.heartbeat_interval = heartbeat_interval
         self.policy = policy or resolve_profile(profile).reattach_policy(stall_seconds)
-        self.etcd = connect(self.endpoints, timeout=etcd_timeout)
-        self.leader_key = master_view_key(cluster_id)
+        self.ha = open_ha_backend(etcd, timeout=etcd_timeout)
         self.stats = ClientStats()
         self._link: _Link | None = None
         self._last_leader: str | None = None
@@ -161,7 +159,7 @@ class StoreClient:
                 self._link = None
             self._state.notify_all()
         try:
-            self.etcd.close()
+            self.ha.close()
         except Exception:  # noqa: BLE001
             pass
 
@@ -283,16 +281,15 @@ class StoreClient:
 
     def _attach(self) -> bool:
         try:
-            value, _ = self.etcd.get(self.leader_key)
+            address = self.ha.leader_address(self.cluster_id)
         except Exception as exc:  # noqa: BLE001
-            if not is_etcd_failure(exc):
+            if not is_ha_store_failure(exc):
                 raise
-            self.stats.last_error = f"etcd: {type(exc).__name__}"
+            self.stats.last_error = f"{self.ha.name}: {type(exc).__name__}"
             return False
-        if value is None:
-            self.stats.last_error = "no leader in etcd"
+        if address is None:
+            self.stats.last_error = f"no leader in {self.ha.name}"
             return False
-        address = value.decode()
         try:
             link = self._open(address)
             if self.segments:
@@ -354,10 +351,10 @@ class StoreClient:
             if link is None:
                 continue
             try:
-                value, _ = self.etcd.get(self.leader_key)
+                address = self.ha.leader_address(self.cluster_id)
             except Exception as exc:  # noqa: BLE001
-                if not is_etcd_failure(exc):
+                if not is_ha_store_failure(exc):
                     raise
                 continue
-            if value is not None and value.decode(errors="replace") != link.address:
-                self._detach(link, f"leader key now names {value.decode(errors='replace')}")
+            if address is not None and address != link.address:
+                self._detach(link, f"leader key now names {address}")

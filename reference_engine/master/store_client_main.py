@@ -33,8 +33,11 @@ def parser() -> argparse.ArgumentParser:
                     "/exists, /remove).",
         epilog="example: python -m reference_engine client --etcd 127.0.0.1:2379 "
                "--cluster-id mc-1 --client-id c0 --control 127.0.0.1:0")
-    p.add_argument("--etcd", required=True, metavar="HOST:PORT",
-                   help="the etcd the masters elect their leader on")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--etcd", metavar="HOST:PORT",
+                       help="the etcd the masters elect their leader on")
+    where.add_argument("--redis", metavar="HOST:PORT",
+                       help="the Redis the masters elect their leader on (masters' --redis)")
     p.add_argument("--cluster-id", required=True,
                    help="the master cluster to follow (the masters' --cluster-id)")
     p.add_argument("--client-id", required=True,
@@ -130,7 +133,7 @@ def main(argv: list[str]) -> int:
     base = (zlib.crc32(args.client_id.encode()) + 1) << 32
     segment = SegmentInfo(name=args.client_id, endpoint=f"{args.client_id}@127.0.0.1",
                           base=base, capacity=args.segment_size)
-    client = StoreClient(args.etcd, args.cluster_id, args.client_id, profile=args.profile,
+    client = StoreClient(args.etcd or f"redis://{args.redis}", args.cluster_id, args.client_id, profile=args.profile,
                          version=args.version, segment=segment,
                          reattach_timeout=args.reattach_timeout, call_timeout=args.call_timeout,
                          heartbeat_interval=args.heartbeat_interval, stall_seconds=args.stall)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from reference_engine.master.error_codes import ErrorCode, MasterError
-from reference_engine.master.etcd_client import is_etcd_failure
+from reference_engine.master.ha_failures import is_ha_store_failure
 from reference_engine.master.oplog import BatchRecord, OpLogEntry, OpType
 from reference_engine.master.oplog_store import Fenced, OpLogInconsistent, OpLogStore, StoredPrefix
 
@@ -73,7 +73,7 @@ class OpLogWriter:
                 if left <= 0:
                     raise MasterError(
                         ErrorCode.OPLOG_UNAVAILABLE,
-                        f"sequence {seq} not durable within {timeout:.1f}s (etcd unreachable?)",
+                        f"sequence {seq} not durable within {timeout:.1f}s (HA store unreachable?)",
                     )
                 self._cond.wait(left)
 
@@ -130,13 +130,13 @@ class OpLogWriter:
         try:
             return self.store.commit(self.prefix, record, self.view)
         except Exception as exc:  # noqa: BLE001
-            if not is_etcd_failure(exc):
+            if not is_ha_store_failure(exc):
                 raise
             self.retries += 1
         try:
             now = self.store.read_prefix()
         except Exception as exc:  # noqa: BLE001
-            if not is_etcd_failure(exc):
+            if not is_ha_store_failure(exc):
                 raise
             return None
         if now.prefix.batch_id == record.batch_id and now.prefix.last_seq == record.last_seq:

@@ -13,7 +13,8 @@ class MetadataUriError(ValueError):
 @dataclass(frozen=True)
 class MetadataUri:
     kind: str
-    """``etcd``, ``redis``, ``http`` or ``memory`` (tests only)."""
+    """``etcd``, ``redis``, ``http``, ``p2p`` (``P2PHANDSHAKE``: no store) or ``memory``
+    (tests only)."""
     endpoints: tuple[tuple[str, int], ...] = ()
     url: str = ""
     name: str = ""
@@ -32,10 +33,12 @@ def _host_port(text: str, uri: str) -> tuple[str, int]:
 
 def parse_uri(uri: str) -> MetadataUri:
     """``etcd://h:p[;h:p]``, bare ``h:p[;h:p]`` (= etcd), ``redis://h:p``, ``http(s)://h:p/path``,
-    ``memory://n``."""
+    ``memory://n``, ``P2PHANDSHAKE``."""
     if not isinstance(uri, str) or not uri.strip():
         raise MetadataUriError("metadata URI is empty")
     uri = uri.strip()
+    if uri == "P2PHANDSHAKE":
+        return MetadataUri("p2p")
     scheme, sep, rest = uri.partition("://")
     if not sep:
         scheme, rest = "etcd", uri
@@ -65,9 +68,7 @@ def parse_uri(uri: str) -> MetadataUri:
             raise MetadataUriError(
                 f"metadata URI {uri!r}: redis takes one host:port, e.g. redis://127.0.0.1:6379")
         return MetadataUri("redis", endpoints=(_host_port(parts[0], uri),))
-    if uri == "P2PHANDSHAKE":
-        raise MetadataUriError("P2PHANDSHAKE mode has no metadata store; not supported here")
     raise MetadataUriError(
         f"metadata URI {uri!r}: unknown scheme {scheme!r}; use etcd://h:p, h:p, "
-        f"redis://h:p or http://h:p/metadata"
+        f"redis://h:p, http://h:p/metadata or P2PHANDSHAKE"
     )

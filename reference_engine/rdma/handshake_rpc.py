@@ -1,7 +1,8 @@
 """The handshake RPC as Mooncake frames it, over TCP on loopback.
 
 Frame: 8-byte length in host byte order (little-endian here), one type byte, JSON text; the
-length counts the type byte. Types: 0 Connection (QP handshake), 2 Notify, 3 Probe. The server
+length counts the type byte. Types: 0 Connection (QP handshake), 1 Metadata (P2P handshake
+mode's descriptor exchange, served when ``on_metadata`` is given), 2 Notify, 3 Probe. The server
 handles one connection at a time, reads one request, answers with the same type and closes.
 Malformed frames (length 0 or over the limit, unknown type, bad JSON) are answered with nothing
 and the connection is closed; the server keeps serving.
@@ -65,8 +66,11 @@ class HandshakeServer:
     """Serves Connection requests with ``on_connection(request) -> reply``; Probe and Notify too."""
 
     def __init__(self, on_connection: Callable[[Mapping[str, Any]], Mapping[str, Any]],
-                 host: str = "127.0.0.1", port: int = 0, recv_timeout: float = 5.0):
+                 host: str = "127.0.0.1", port: int = 0, recv_timeout: float = 5.0,
+                 on_metadata: Callable[[Mapping[str, Any]], Any] | None = None):
         self.on_connection = on_connection
+        self.on_metadata = on_metadata
+        """Metadata requests (type 1): ``on_metadata(request) -> reply`` (our descriptor)."""
         self.recv_timeout = recv_timeout
         self.notifies: list[dict[str, Any]] = []
         self.rejected = 0
@@ -105,7 +109,13 @@ class HandshakeServer:
         if not isinstance(request, dict):
             return {"reply_msg": "handshake request is not a JSON object"}
         if kind == METADATA:
-            return {"reply_msg": "metadata exchange is not served here"}
+            if self.on_metadata is None:
+                return {"reply_msg": "metadata exchange is not served here"}
+            try:
+                return self.on_metadata(request)
+            except Exception as exc:  # noqa: BLE001 - the daemon answers, it never dies
+                log.warning("metadata request failed: %s", exc)
+                return None
         try:
             return dict(self.on_connection(request))
         except Exception as exc:  # noqa: BLE001 - the daemon answers, it never dies

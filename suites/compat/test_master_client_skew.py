@@ -81,7 +81,9 @@ class Mixed:
         """Start the masters, once the client build is known to be able to attach to them
         (and, ``skewed``, to announce a version): otherwise the pair is n/a, naming why."""
         expected = MasterEndpoint(self.master_target.master_protocol, (), "", "",
-                                  self.master_target.version)
+                                  self.master_target.version, listeners=tuple(
+                                      (protocol, "") for protocol
+                                      in self.master_target.master_listener_protocols))
         lacks = self.client_target.store_client_lacks(expected, "0.0.0" if skewed else None)
         if lacks:
             raise lacks

@@ -47,13 +47,41 @@ def test_mixed_engines_read_each_others_descriptors_and_transfer_both_ways(mc_sk
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
     writer = writer_t.start_engine(f"mixed-w-{tag}", writer_meta)
     reader = reader_t.start_engine(f"mixed-r-{tag}", reader_meta)
+    judge_pair(writer, reader, writer_name, reader_name, reader_t, writer.segment,
+               "from the shared etcd")
+
+
+@pytest.mark.mc_req("MR-8")
+@pytest.mark.mc_skew("mixed-engines", "release-engines")
+def test_mixed_engines_on_p2p_handshake_transfer_both_ways(mc_skew):
+    """The same pair with no store (P2PHANDSHAKE): the reader asks the writer itself for its
+    descriptor on the writer's RPC port (a Metadata handshake frame), so the two
+    implementations must speak one handshake as well as one descriptor format."""
+    writer_t = mc_skew.require("writer", "engine", "metadata_p2p")
+    reader_t = mc_skew.require("reader", "engine", "metadata_p2p")
+    writer_meta, reader_meta = writer_t.metadata_store("p2p"), reader_t.metadata_store("p2p")
+    try:
+        writer = writer_t.start_engine("mixed-w", writer_meta)
+        reader = reader_t.start_engine("mixed-r", reader_meta)
+        judge_pair(writer, reader, mc_skew.implementation("writer").name,
+                   mc_skew.implementation("reader").name, reader_t, writer.segment_name,
+                   f"by a P2P handshake with {writer.segment_name}")
+    finally:
+        writer_meta.close()
+        reader_meta.close()
+
+
+def judge_pair(writer, reader, writer_name: str, reader_name: str, reader_t, peer: str,
+               how: str) -> None:
+    """The reader resolves the writer (``peer`` is the name it knows it by, ``how`` says
+    through what) and they transfer both ways."""
     doc = published(writer)
-    where = (f"{writer_name} writer {writer.segment} (descriptor fields {sorted(doc)}), "
+    where = (f"{writer_name} writer {peer} (descriptor fields {sorted(doc)}), "
              f"{reader_name} reader {reader.segment}")
 
-    seen = reader.lookup(writer.segment)
+    seen = reader.lookup(peer)
     assert seen.ok, (
-        f"{where}: the reader could not resolve the writer's descriptor from the shared etcd "
+        f"{where}: the reader could not resolve the writer's descriptor {how} "
         f"({seen.error}); MR-8 requires readers accept descriptors with and without instance_id "
         f"and 0.3.13 readers decode descriptors with fields they do not know")
     first = doc["buffers"][0]["addr"]
@@ -75,11 +103,11 @@ def test_mixed_engines_read_each_others_descriptors_and_transfer_both_ways(mc_sk
     pushed = f"{reader_name}->{writer_name}".encode().ljust(32, b".")
     writer.local_write(0, b"\0" * len(pushed))
     try:
-        wait_until(lambda: reader.write(writer.segment, 0, pushed).ok
+        wait_until(lambda: reader.write(peer, 0, pushed).ok
                    and writer.local_read(0, len(pushed)) == pushed, WAIT,
                    "the reader's write to land in the writer's buffer")
     except Timeout:
-        last = reader.write(writer.segment, 0, pushed)
+        last = reader.write(peer, 0, pushed)
         pytest.fail(f"{where}: for {WAIT:g}s the reader's writes into the writer's buffer did "
                     f"not land (last: ok={last.ok}, error={last.error!r}, writer holds "
                     f"{writer.local_read(0, len(pushed))!r}); MR-8 requires a mixed pair keep "
@@ -87,7 +115,7 @@ def test_mixed_engines_read_each_others_descriptors_and_transfer_both_ways(mc_sk
 
     held = f"held by {writer_name} for {reader_name}".encode().ljust(48, b".")
     writer.local_write(4096, held)
-    pulled = reader.read(writer.segment, 4096, len(held))
+    pulled = reader.read(peer, 4096, len(held))
     assert pulled.ok and pulled.data == held, (
         f"{where}: the reader's read of the writer's buffer returned ok={pulled.ok} "
         f"data={pulled.data!r} error={pulled.error!r}, expected {held!r}; MR-8 requires a "

@@ -65,7 +65,7 @@ def soaked_standby(cluster, means: str = "master_fault_planting") -> tuple[list[
         return keys, leader, standby
     if cluster.replication(standby)["primary_seq"] == 0:
         raise TargetLacks(Capability(means), (
-            f"the leader of {cluster.build} keeps no OpLog in etcd after {len(keys)} "
+            f"the leader of {cluster.build} keeps no OpLog after {len(keys)} "
             f"acknowledged puts (its masters run without --enable_oplog=true: the build has no "
             f"such flag, or the deployment leaves it at its default), so no standby follows "
             f"it: {lagging}"))
@@ -92,7 +92,7 @@ def behind(cluster, standby: int, what: str) -> str | None:
 def said(at: dict) -> str:
     """A replication report in words."""
     text = (f"the standby reported applied sequence {at['applied_seq']}, lag {at['lag']}, role "
-            f"{at['role']}; the leader's durable OpLog in etcd is at {at['primary_seq']}")
+            f"{at['role']}; the leader's durable OpLog is at {at['primary_seq']}")
     return text + (" (it keeps none)" if at["primary_seq"] == 0 else "")
 
 
@@ -451,17 +451,18 @@ def test_fresh_standby_is_not_promotable_until_caught_up(mc_master_cluster):
     assert (new, kept) == (fresh, sorted(keys))
 
 
-SLOW_ETCD_MS = 300
-"""Latency added to every etcd answer of a fresh standby, so that its replay of the backlog
-spans several of its promotability answers."""
+SLOW_STORE_MS = 300
+"""Latency added to every answer of the HA store (etcd, or Redis under ``--mc-ha=redis``) to a
+fresh standby, so that its replay of the backlog spans several of its promotability answers."""
 
 
 @pytest.mark.mc_req("MP-3")
 @pytest.mark.mc_demands("promotability")
 def test_fresh_standby_reports_the_primarys_sequence_while_it_replays(mc_master_cluster,
-                                                                      mc_etcd, mc_faults):
-    """A standby started after the data was written, its etcd answers slowed so that it is
-    asked while it replays: once it has applied anything it has read the primary's durable
+                                                                      mc_target, mc_faults,
+                                                                      request):
+    """A standby started after the data was written, its HA store's answers slowed so that it
+    is asked while it replays: once it has applied anything it has read the primary's durable
     sequence, and every answer must name that sequence, not its own progress (a standby that
     reports the two as equal looks caught up: the RFC's fresh standby "fully synced in 7
     microseconds")."""
@@ -469,9 +470,12 @@ def test_fresh_standby_reports_the_primarys_sequence_while_it_replays(mc_master_
     cluster.promotable(0)  # a build with no predicate FAILs here (demanded)
     put_keys(cluster.client(0), 2 * KEYS)
     primary = cluster.replication(cluster.leader())["primary_seq"]
-    proxy, address = mc_faults.proxy("fresh-standby-etcd", mc_etcd.endpoints[0])
-    proxy.add_toxic(type="latency", attributes={"latency": SLOW_ETCD_MS}, name="slow-etcd")
-    fresh = cluster.start_master(etcd=address)
+    ha = mc_target.deployment_backends()["ha"]
+    store = (request.getfixturevalue("mc_redis").address if ha == "redis"
+             else request.getfixturevalue("mc_etcd").endpoints[0])
+    proxy, address = mc_faults.proxy(f"fresh-standby-{ha}", store)
+    proxy.add_toxic(type="latency", attributes={"latency": SLOW_STORE_MS}, name=f"slow-{ha}")
+    fresh = cluster.start_master(**{ha: address})
     answers = promotability_answers(cluster, fresh)
     judged = [a for a in answers if a["applied_seq"] > 0]
     wrong = [a for a in judged if a["primary_seq"] < primary]

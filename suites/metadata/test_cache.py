@@ -206,6 +206,13 @@ def test_a_failed_refresh_does_not_restart_the_ttl(mc_engine, mc_metadata, proxi
         wait_until(lambda: b.lookup("seg-a").ok and b.stats().get("refresh_failed", 0) > failed,
                    WAIT, "B's refresh of A to fail on the cut metadata network",
                    interval=POLL, max_interval=POLL)
+    except Timeout:
+        pytest.fail(
+            f"with the metadata network cut for {WAIT:g}s (TTL {ttl_ms} ms), B never counted a "
+            f"failed refresh of A (counters {b.stats()}; its lookup served "
+            f"{described(b.lookup('seg-a'))}): MR-1's TTL restarts only on a successful "
+            f"refresh, so a build must try one, fail it and serve the previous snapshot",
+            pytrace=False)
     finally:
         proxy.enable()
     seen = b.lookup("seg-a")

@@ -250,7 +250,12 @@ def test_recovery_is_counted(mc_engine, proxied_metadata):
     assert lands(b, a, b"observable-ok!!!")
     a.restart()
     b.lookup("seg-a", force=True)
-    wait_until(lambda: lands(b, a, b"observable-new!!"), WAIT, "B to reach the restarted A")
+    try:
+        wait_until(lambda: lands(b, a, b"observable-new!!"), WAIT, "B to reach the restarted A")
+    except Timeout:
+        pytest.fail(f"A restarted; {WAIT:g}s later B's writes to the new process's own buffer "
+                    f"still did not land (B's counters {b.stats()}); the replacement MR-15 asks "
+                    f"to count never completed", pytrace=False)
     proxy.disable()
     b.lookup("seg-a", force=True)
     proxy.enable()

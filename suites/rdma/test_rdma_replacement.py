@@ -141,7 +141,7 @@ def test_new_endpoints_are_made_lazily(mc_completions):
     cluster.restart_peer("B")
     new = cluster.descriptor("B")
     assert cluster.refresh("A", "B"), "A's forced refresh of B's new descriptor failed"
-    assert cluster.settle(), "the cluster did not settle with no transfer pending"
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
     held = to_b(cluster.endpoints("A"))
     stale = [e for e in held if (e["nic"], e["peer_nic_path"], e["generation"]) in old_gens]
     assert not held, (

@@ -45,7 +45,6 @@ def test_uris_as_mooncake_spells_them(uri, kind, detail):
     ("http://127.0.0.1:8080", "needs the path"),
     ("redis://127.0.0.1", "not host:port"),
     ("redis://a:1;b:2", "redis takes one host:port"),
-    ("P2PHANDSHAKE", "P2PHANDSHAKE"),
     ("ftp://x:1/y", "unknown scheme 'ftp'"),
 ])
 def test_bad_uris_are_named(uri, words):

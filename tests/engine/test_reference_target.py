@@ -78,7 +78,7 @@ def test_the_metadata_axis_picks_the_default_store(pytester):
     result.stdout.fnmatch_lines(["*KIND http {'metadata': 'http', 'ha': 'etcd'}*"])
     bad = pytester.runpytest_subprocess("--mc-metadata=zookeeper")
     assert bad.ret != 0
-    bad.stderr.fnmatch_lines(["*--mc-metadata must be one of etcd, redis, http, http:reference (got 'zookeeper')*"])
+    bad.stderr.fnmatch_lines(["*--mc-metadata must be one of etcd, redis, http, http:reference, p2p (got 'zookeeper')*"])
 
 
 def test_a_tests_planted_values_do_not_outlive_it(pytester):

@@ -32,6 +32,8 @@ def lab_processes(subnet_prefix: str) -> list[str]:
 def assert_gone(name: str, subnet_prefix: str) -> None:
     assert network.leftovers(name).namespaces == []
     assert network.leftovers(name).links == []
+    assert network.leftovers(name).firewall == []
+    assert name not in network.firewall_tables()
     assert not (state_root() / name).exists()
     assert name not in known_labs()
     assert lab_processes(subnet_prefix) == []

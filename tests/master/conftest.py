@@ -1,4 +1,5 @@
-"""Master clusters on the plugin's real etcd, torn down (every process reaped) after each test."""
+"""Master clusters on the plugin's real etcd (or real Redis: ``cluster_factory(..., ha="redis")``),
+torn down (every process reaped) after each test."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster
 def cluster_factory(mc_etcd: Any, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     made: list[ReferenceMasterCluster] = []
 
-    def make(profile: str = "rfc", masters: int = 2, clients: int = 0, **options: Any
-             ) -> ReferenceMasterCluster:
-        cluster = ReferenceMasterCluster(mc_etcd.endpoints, tmp_path / f"cluster-{len(made)}",
-                                         profile, masters, clients, **options)
+    def make(profile: str = "rfc", masters: int = 2, clients: int = 0, ha: str = "etcd",
+             **options: Any) -> ReferenceMasterCluster:
+        redis = request.getfixturevalue("mc_redis").address if ha == "redis" else None
+        cluster = ReferenceMasterCluster([] if redis else mc_etcd.endpoints,
+                                         tmp_path / f"cluster-{len(made)}", profile, masters,
+                                         clients, redis=redis, **options)
         made.append(cluster)
         return cluster
 

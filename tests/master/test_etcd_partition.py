@@ -7,6 +7,9 @@ accepting writes in overlapping time and no acknowledged write lost after the he
 Unlike an etcd outage for everyone (test_etcd_outage.py), here a second leader *can* be
 elected while the first one still runs and still has clients talking to it, so a master that
 kept serving without its lease would show up in the history.
+
+The same scenario runs on Redis HA (``ha="redis"``): the masters elect on a Redis leader hash
+and keep their OpLog there, and the leader's Redis traffic is cut the same three ways.
 """
 
 from __future__ import annotations
@@ -185,11 +188,16 @@ def heal(proxy, cut: str) -> None:
 
 @pytest.mark.mc_req("MP-6")
 @pytest.mark.parametrize("cut", list(CUTS))
+@pytest.mark.parametrize("ha", ["etcd", "redis"])
 def test_leader_cut_from_etcd_steps_down_and_the_standby_takes_over(
-        cluster_factory, mc_etcd, mc_faults, cut):
-    proxy, via = mc_faults.proxy("leader-etcd", mc_etcd.endpoints[0])
-    cluster = cluster_factory("rfc", masters=0, start=False, write_timeout=1.0)
-    old = cluster.start_master(etcd=via)
+        cluster_factory, request, mc_faults, cut, ha):
+    """``ha``: the store the masters elect on and keep their OpLog in (etcd, or Redis: the
+    leader hash's PEXPIRE is the lease)."""
+    store = (request.getfixturevalue("mc_redis").address if ha == "redis"
+             else request.getfixturevalue("mc_etcd").endpoints[0])
+    proxy, via = mc_faults.proxy(f"leader-{ha}", store)
+    cluster = cluster_factory("rfc", masters=0, start=False, write_timeout=1.0, ha=ha)
+    old = cluster.start_master(**{ha: via})
     assert cluster.leader(timeout=30) == old
     new = cluster.start_master()
     cluster.wait_caught_up(new, timeout=20)
@@ -255,7 +263,7 @@ def test_leader_cut_from_etcd_steps_down_and_the_standby_takes_over(
     # The last keepalive the old leader saw answered was sent before the cut, so from
     # cut + TTL on it cannot know its lease is alive (etcd may have expired it).
     lease_unsure = cut_at + ttl
-    print(f"\n[{cut}] takeover observed {takeover:.2f}s after the cut (lease TTL {ttl}s); "
+    print(f"\n[{ha}/{cut}] takeover observed {takeover:.2f}s after the cut (lease TTL {ttl}s); "
           f"new leader serving {new_began - cut_at:.2f}s after the cut; "
           f"{len(ops)} attempts, {len(acks)} acks, views {sorted(views)}; "
           f"heal {healed_at - cut_at:.2f}s after the cut")

@@ -24,3 +24,41 @@ def test_one_masters_etcd_traffic_through_a_fault_proxy(mc_master_cluster, mc_et
     assert cluster.leader() == 0
     proxy.disable()
     wait_until(lambda: cluster.serving() == [], 15, "master 0 to lose etcd behind its proxy")
+
+
+def test_under_mc_ha_redis_the_masters_elect_and_replicate_in_redis(pytester):
+    """``--mc-ha=redis``: the reference target's masters keep the leader hash and the OpLog in
+    the session's Redis (Mooncake's keys), nothing in etcd, and a standby promoted after the
+    leader's SIGKILL serves every acknowledged write."""
+    pytester.makepyfile("""
+        import json
+
+        from pytest_mooncake.waits import wait_until
+
+        def test_on_redis(mc_master_cluster, mc_redis, mc_etcd):
+            cluster = mc_master_cluster(masters=2, clients=1)
+            assert cluster.redis == mc_redis.address and cluster.etcd == []
+            for i in range(5):
+                assert cluster.client(0).put(f"k{i}")["ok"]
+            raw = mc_redis.client()
+            tag = "mooncake-store/{" + cluster.cluster_id + "}"
+            view = raw.hgetall(tag + "/master_view")
+            old = cluster.leader()
+            assert view[b"leader_address"].decode() == cluster.masters[old].address
+            assert raw.get(tag + "/oplog/producer_view") == view[b"view_version"]
+            # the segment mount and the five puts
+            assert json.loads(raw.get(tag + "/oplog/durable_prefix"))["last_seq"] >= 6
+            etcd = mc_etcd.client()
+            for prefix in ("mooncake-store/" + cluster.cluster_id, "/oplog/" + cluster.cluster_id):
+                assert not list(etcd.get_prefix(prefix)), prefix
+            cluster.wait_caught_up(1 - old)
+            cluster.kill_master(old)
+            new = cluster.leader(timeout=20)
+            assert new == 1 - old
+            wait_until(lambda: sorted(cluster.keys(new)) == [f"k{i}" for i in range(5)], 10,
+                       "the new leader to hold every acknowledged write")
+            assert int(raw.hget(tag + "/master_view", "view_version")) > int(view[b"view_version"])
+            assert cluster.client(0).put("after")["ok"]
+    """)
+    result = pytester.runpytest_subprocess("--mc-ha=redis", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)

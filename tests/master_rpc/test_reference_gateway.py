@@ -23,7 +23,8 @@ def reference_leader(mc_etcd, tmp_path):
         cluster.close()
 
 
-@pytest.mark.parametrize("release", ["0.3.13.post1", "0.3.14"])
+@pytest.mark.parametrize("release", ["0.3.10.post2", "0.3.11.post1", "0.3.12.post1",
+                                     "0.3.13.post1", "0.3.14"])
 def test_a_release_client_puts_and_gets_through_a_reference_master(release_env,
                                                                    reference_leader, release):
     env = release_env(release)

@@ -270,3 +270,16 @@ def test_release_pairs_count_in_the_column_they_judge():
     readers = {target_identity(p.judged_target) for p in engines.pairs}
     assert readers == {target_identity(f"mooncake=={v}") for v in (
         "0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13.post1", "0.3.14")}
+
+
+def test_master_skew_pairs_cover_every_adjacent_release_pair_both_ways():
+    releases = ("0.3.10.post2", "0.3.11.post1", "0.3.12.post1", "0.3.13.post1", "0.3.14")
+    adjacent = {pair for old, new in zip(releases, releases[1:], strict=False)
+                for pair in ((old, new), (new, old))}
+    masters = load_matrix(shipped_dir("skew") / "release-master-client.toml")
+    assert {(dict(p.roles)["master"], dict(p.roles)["client"]) for p in masters.pairs} == adjacent
+    assert all(p.judged_target == masters.implementations[dict(p.roles)["master"]].target
+               for p in masters.pairs)
+    wire = load_matrix(shipped_dir("skew") / "master-wire-skew.toml")
+    roles = {(dict(p.roles)["master"], dict(p.roles)["client"]) for p in wire.pairs}
+    assert roles == {("reference", r) for r in releases} | {(r, "reference") for r in releases}

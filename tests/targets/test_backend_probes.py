@@ -79,3 +79,18 @@ def test_a_build_publishes_to_and_reads_from_either_http_server(release_target, 
         for engine in engines:
             engine.kill()
         store.close()
+
+
+def test_p2p_handshake_is_asked_of_the_build_apart_from_etcd(release_target, mc_etcd, tmp_path):
+    """``P2PHANDSHAKE`` has no scheme: its answer is kept apart from etcd's (both are asked),
+    and the store-less handle carries what the build answered."""
+    install = release_target.placement.install
+    assert engine_accepts(install, mc_etcd.uri, tmp_path).accepted
+    p2p = engine_accepts(install, "P2PHANDSHAKE", tmp_path)
+    assert p2p.accepted and "'P2PHANDSHAKE'" in p2p.answer, p2p.answer
+    store = release_target.metadata_store("p2p")
+    try:
+        assert store.kind == "p2p" and store.uri == "P2PHANDSHAKE"
+        assert store.accepted == p2p.answer and store.directory.span == 3
+    finally:
+        store.close()

@@ -132,3 +132,17 @@ def test_a_mooncake_client_attaches_to_another_mooncake_targets_masters(mooncake
     finally:
         cluster.close()
         other.close()
+
+
+def test_masters_answering_the_mooncake_wire_on_a_listener_take_mooncake_clients(
+        mooncake_target):
+    """A reference master cluster's endpoint lists its leader's Mooncake-wire listener; a
+    Mooncake target's client attaches there, the reference's own clients still speak JSON."""
+    assert resolve_target("reference").master_listener_protocols == (MOONCAKE_PROTOCOL,)
+    listened = MasterEndpoint(REFERENCE_PROTOCOL, ("127.0.0.1:1",), "c", "1.3.0", "reference",
+                              listeners=((MOONCAKE_PROTOCOL, "127.0.0.1:2"),))
+    assert listened.address_for(MOONCAKE_PROTOCOL) == "127.0.0.1:2"
+    assert mooncake_target.store_client_lacks(listened) is None
+    assert resolve_target("reference").store_client_lacks(listened) is None
+    assert mooncake_target.store_client_lacks(REFERENCE_MASTERS).capability is \
+        Capability.FOREIGN_MASTER

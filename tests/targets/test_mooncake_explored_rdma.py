@@ -12,7 +12,14 @@ from __future__ import annotations
 import pytest
 
 from pytest_mooncake.targets.base import TargetLacks
-from pytest_mooncake.targets.mooncake.explored_rdma import stale_retires
+from pytest_mooncake.targets.mooncake.explored_rdma import (
+    FAULT_SCHEDULES,
+    HANDOFF,
+    BoundaryExplorer,
+    handed_off,
+    stale_retires,
+)
+from pytest_mooncake.verbs.control import PostedWr
 from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES as SOURCE
 from pytest_mooncake.verbs.boundary_exploration import explore, replay
 
@@ -69,6 +76,16 @@ def test_the_pinned_interleaving_delivers_the_retired_qps_leftovers_last(rdma):
     assert len(deliveries) >= 2, trace  # and the retry's own completion
 
 
+def test_the_handoff_exploration_hands_slices_to_the_other_nic_and_counts_them(rdma):
+    """CO-10's exploration: each schedule whose fault fired handed a failed slice from mlx5_0
+    to mlx5_1 (A restarts after it, so the next schedule has both NICs again); the summary
+    says how many schedules did."""
+    result = rdma.explore(HANDOFF)
+    assert not result.found, result.failure.report
+    assert result.handoffs is not None and result.handoffs >= 1, result.summary()
+    assert f"{result.handoffs} with a local NIC handoff" in result.summary()
+
+
 def test_unknown_scenarios_are_na_with_the_reason(rdma):
     with pytest.raises(TargetLacks, match="no scenario 'no_such'"):
         rdma.explore("no_such")
@@ -89,3 +106,30 @@ def test_a_new_generation_retired_without_a_newer_error_is_a_stale_retire():
     assert stale_retires(RETRIED + ["p0.c2.0:retry_exc_err", "p0.t1:modify.q2.s6"]) == []
     assert stale_retires(RETRIED[:3] + ["fault:qp_fatal"] + RETRIED[3:]
                          + ["p0.t1:modify.q2.s6"]) == []
+
+
+def post(n: int, dev: str, laddr: int, refused: int = 0) -> PostedWr:
+    return PostedWr(n, 256 + n, dev, 1, n, "write", laddr, 4096, 0, 0, 1, "rts", refused)
+
+
+def test_a_handoff_is_one_slice_posted_through_two_nics():
+    base = 0x7F0000000000
+    assert handed_off([post(1, "mlx5_0", base + 4096), post(2, "mlx5_1", base + 4096)],
+                      base, base + 8192)
+    # two slices on two NICs, each on one: no handoff; a refused post moved nothing
+    assert not handed_off([post(1, "mlx5_0", base), post(2, "mlx5_1", base + 4096)],
+                          base, base + 8192)
+    assert not handed_off([post(1, "mlx5_0", base, refused=1), post(2, "mlx5_1", base)],
+                          base, base + 8192)
+    # a WR of another transfer (outside [lo, hi)) does not count
+    assert not handed_off([post(1, "mlx5_0", base + 8192), post(2, "mlx5_1", base)],
+                          base, base + 8192)
+
+
+def test_the_fault_scenarios_default_to_their_own_budget():
+    """--mc-schedules left at its default: the scenarios whose fault the strategy places run
+    FAULT_SCHEDULES, the others the boundary's default; a number given is used for all."""
+    assert BoundaryExplorer(None, 200, None, None, 1).schedules is None
+    assert BoundaryExplorer(None, None, None, None, 1).schedules is None
+    assert BoundaryExplorer(None, 7, None, None, 1).schedules == 7
+    assert FAULT_SCHEDULES > 40

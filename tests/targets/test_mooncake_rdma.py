@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from pytest_mooncake.releases import find_env
+from pytest_mooncake.report.failure_vocabulary import symptom_of
 from pytest_mooncake.targets import TargetContext, resolve_target
-from pytest_mooncake.targets.base import Capability, TargetLacks
+from pytest_mooncake.targets.base import Capability, NotQuiescent, TargetLacks
 from pytest_mooncake.targets.mooncake.verbs_layers import (
     EmulatedVerbs,
     HostVerbs,
@@ -129,6 +130,38 @@ def test_completions_are_released_in_the_order_the_test_picks(pair):
     assert pair.release("late") == 1
     assert pair.settle() and pair.status(t) == "COMPLETED"
     assert pair.read("B", 4 * SLICE, 2 * SLICE) == payload
+
+
+def test_a_wait_that_ends_before_the_build_rests_says_what_the_build_left_undone(pair):
+    """settle() at its deadline raises NotQuiescent naming the transfer the build had not
+    ended and that its NICs never went quiet, never a bare False; the message speaks of the
+    build (no harness symptom in report/failure_vocabulary.py)."""
+    t = pair.submit("A", "B", SLICE, src_offset=6 * SLICE, dst_offset=6 * SLICE)
+    pair.hold(t, 0, tag="undone")
+    with pytest.raises(NotQuiescent) as info:
+        pair.settle(timeout=0.3)  # shorter than the quiet period a held WR needs
+    message = str(info.value)
+    assert f"transfer {t} (write {SLICE} bytes A->B) had not ended" in message, message
+    assert "never stayed unchanged" in message, message
+    assert symptom_of(f"NotQuiescent: {message}") is None, message
+    assert pair.release("undone") == 1
+    assert pair.settle() and pair.status(t) == "COMPLETED"
+
+
+def test_qp_fatal_returns_once_the_build_acknowledged_every_event(pair):
+    """QP_FATAL goes to each of A's QPs to B one at a time, the next after the build acked the
+    previous: when qp_fatal() returns, every event it raised is acknowledged (raised together,
+    they raced the build's event thread)."""
+    t = pair.submit("A", "B", SLICE, src_offset=7 * SLICE, dst_offset=7 * SLICE)
+    assert pair.settle() and pair.status(t) == "COMPLETED"
+    before = pair.counters("A")
+    n = pair.qp_fatal("A", "B")
+    after = pair.counters("A")
+    assert n >= 1, f"precondition: A has live QPs to B ({pair.qps('A')})"
+    assert after["events"] - before["events"] == n, (before, after)
+    assert after["acked"] == after["events"], (
+        f"qp_fatal() returned with {after['events'] - after['acked']} of A's events unacked")
+    pair.settle()
 
 
 def test_unknown_settings_are_refused_naming_what_the_build_takes(rdma):

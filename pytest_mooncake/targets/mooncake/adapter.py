@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from pytest_mooncake.targets.p2p_deployment import start_deployed
 from pytest_mooncake.targets.base import (
     Capability,
     EngineHandle,
@@ -82,7 +83,8 @@ class Placement(Protocol):
 
 
 METADATA_KINDS = {"etcd": Capability.METADATA_ETCD, "http": Capability.METADATA_HTTP,
-                  "http:reference": Capability.METADATA_HTTP, "redis": Capability.METADATA_REDIS}
+                  "http:reference": Capability.METADATA_HTTP, "redis": Capability.METADATA_REDIS,
+                  "p2p": Capability.METADATA_P2P}
 _probes = itertools.count(1)
 
 
@@ -179,8 +181,15 @@ class MooncakeFamilyTarget(Target):
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
         if kind not in METADATA_KINDS:
             raise ValueError(f"metadata kind {kind!r}: Mooncake targets offer etcd, redis, "
-                             f"http and http:reference")
+                             f"http, http:reference and p2p")
         self._require(METADATA_KINDS[kind])
+        if kind == "p2p":
+            make = getattr(self.placement, "p2p_metadata", None)
+            if make is None:
+                raise TargetLacks(Capability.METADATA_P2P, (
+                    f"{self.label}: its placement ({self.placement.fixed}) does not start engines "
+                    f"on P2PHANDSHAKE"))
+            return make(self.label)
         return self.placement.metadata_store(kind)
 
     def start_engine(self, segment: str, metadata: MetadataHandle,
@@ -201,7 +210,8 @@ class MooncakeFamilyTarget(Target):
         self._refuse_unhonoured("start_engine", rest, self.placement.engine_options,
                                 Capability.ENGINE)
         lacks = {c: self.lack_reason(c) for c in Capability if c not in self.capabilities}
-        engine = self.placement.engine(segment, metadata, rest, lacks)
+        engine = start_deployed(lambda name: self.placement.engine(name, metadata, rest, lacks),
+                                segment, metadata)
         if "descriptor_fields" not in self.facts:
             self._observe_descriptor(engine.raw_descriptor())
         return engine

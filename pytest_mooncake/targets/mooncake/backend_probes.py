@@ -70,7 +70,8 @@ def _cached(key: tuple[str, str, str], ask: Any) -> BackendAnswer:
 
 def engine_accepts(install: Any, uri: str, workdir: Path) -> BackendAnswer:
     """Whether a ``TransferEngine`` of ``install`` initialises on metadata ``uri``."""
-    scheme = uri.partition("://")[0] if "://" in uri else "etcd"
+    scheme = (uri.partition("://")[0] if "://" in uri
+              else "p2p" if uri == "P2PHANDSHAKE" else "etcd")
     return _cached((install.spec, "engine", scheme),
                    lambda: _ask_engine(install, uri, Path(workdir)))
 

@@ -49,14 +49,23 @@ from pytest_mooncake.targets.base import (
 )
 from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
 from pytest_mooncake.targets.mooncake.explored_rdma import SCENARIOS as EXPLORED_SCENARIOS
-from pytest_mooncake.targets.mooncake.explored_rdma import BoundaryExplorer
+from pytest_mooncake.targets.mooncake.explored_rdma import BoundaryExplorer, thread_stacks
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
+from pytest_mooncake.targets.mooncake.quiescence import (
+    NodeView,
+    NotQuiescent,
+    Watch,
+    blocked_threads,
+    describe,
+)
 from pytest_mooncake.verbs import EmulatedFabric, ProcessGone, VerbsControl, VerbsControlError
 from pytest_mooncake.verbs.control import PostedWr
 
 SETTLE_QUIET = 1.5
 """Seconds without any change on a cluster's NICs (posts, completions, polls, events, transfer
 states) after which held work counts as settled."""
+EVENT_ACK_BOUND = 10.0
+"""Seconds a build gets to acknowledge one injected QP_FATAL before the next is raised."""
 RECLAIM_BOUND = 10.0
 """Seconds ``check()`` gives a build to destroy a QP it retired once nothing is outstanding on
 it (0.3.13 reclaims once a second)."""
@@ -453,9 +462,7 @@ class EmulatedRdmaCluster:
                 raise ValueError(f"slice {index} of transfer {transfer} was never posted: "
                                  f"settle() first")
             qps = {posted[-1]["qp_num"]}
-        self._stirred = True
-        for qp in sorted(qps):
-            src.ctl.fail_qp(qp)
+        self._fail_qps(src, sorted(qps))
 
     def _qp_nums_to(self, node: Node, peer: Node) -> list[int]:
         pids = set(peer.pids)
@@ -465,11 +472,39 @@ class EmulatedRdmaCluster:
     def qp_fatal(self, node: str, peer: str) -> int:
         """QP-fatal on every live QP of ``node`` connected to ``peer``; returns how many."""
         n, p = self._node(node), self._node(peer)
-        qps = self._qp_nums_to(n, p)
+        return self._fail_qps(n, self._qp_nums_to(n, p))
+
+    def _fail_qps(self, node: Node, qps: list[int]) -> int:
+        """QP to ERR and IBV_EVENT_QP_FATAL for each of ``qps``, one at a time: the next once
+        the build acknowledged the event before (or ``EVENT_ACK_BOUND`` passed). Raised
+        together for an endpoint's two QPs, 0.3.10 (under load) acknowledged one and left the
+        other unread for 30 s, its transfer never ending, in some runs and not in others: the
+        outcome was decided by scheduling, not by the fault the test asked for. (Its event
+        thread acks one event, then takes the endpoint's lock, which a thread destroying the
+        endpoint's QPs may hold while ibv_destroy_qp waits for the other event's ack.) A QP the
+        build destroyed or moved to ERR itself after an earlier event is not live any more and
+        is skipped. Returns how many QPs got the event."""
         self._stirred = True
+        raised = 0
         for qp in qps:
-            n.ctl.fail_qp(qp)
-        return len(qps)
+            counters = node.ctl.counters()
+            if qp not in counters.qps or counters.qps[qp].state == "err":
+                continue  # the build retired it after the event before: its own reaction
+            acked = counters.acked
+            try:
+                node.ctl.fail_qp(qp)
+            except VerbsControlError:
+                if qp not in node.ctl.counters().qps:
+                    continue  # destroyed by the build between the look and the fault
+                raise
+            raised += 1
+            try:
+                wait_until(lambda a=acked: node.ctl.counters().acked > a, EVENT_ACK_BOUND,
+                           f"{node.name} to acknowledge QP {qp}'s QP_FATAL", interval=0.01,
+                           max_interval=0.05, ignore=(VerbsControlError,))
+            except Timeout:
+                continue  # unacknowledged: settle() names it, as what the build did
+        return raised
 
     def device_fatal(self, node: str, nic: str) -> None:
         self._stirred = True
@@ -535,7 +570,9 @@ class EmulatedRdmaCluster:
         offset = 0
         while time.monotonic() < end:
             t = self.submit(node, peer, self.slice_size, src_offset=offset, dst_offset=offset)
-            if not self.settle(timeout=max(5.0, 2.5 * float(period))):
+            try:
+                self.settle(timeout=max(5.0, 2.5 * float(period)))
+            except NotQuiescent:
                 break
             offset = (offset + self.slice_size) % (1 << 16)
             if self.status(t) != "COMPLETED":
@@ -675,20 +712,23 @@ class EmulatedRdmaCluster:
                           c.acked, c.cqes, tuple(sorted((q.qpn, q.state) for q in c.qps.values()))))
         return tuple(parts)
 
-    def _nics_idle(self) -> bool:
+    def _views(self) -> list[NodeView]:
+        """Every node's NICs now: counters, and what is outstanding that the test does not
+        keep back (held, or queued behind an execution-stage hold: RC order)."""
+        out = []
         for node in self.nodes.values():
             if not node.engine.alive():
+                out.append(NodeView(node.name, False))
                 continue
             try:
                 c = node.ctl.counters()
-                kept = node.ctl.kept_back(c)
+                out.append(NodeView.of(node.name, c, node.ctl.kept_back(c)))
             except ProcessGone:
-                continue
-            if c.events != c.acked or any(cq.queued for cq in c.cqs.values()):
-                return False
-            if any(q.outstanding > kept[q.qpn] for q in c.qps.values()):
-                return False
-        return True
+                out.append(NodeView(node.name, False))
+        return out
+
+    def _nics_idle(self) -> bool:
+        return not any(v.busy for v in self._views())
 
     def settle(self, timeout: float = 30.0, max_steps: int = 0) -> bool:
         """Issue queued transfers; wait until every transfer ended and every NIC is idle, or
@@ -696,28 +736,44 @@ class EmulatedRdmaCluster:
         async event (QP or device fatal, GID change, port down) the quiet period is always
         waited for: a build acks an event before it acts on it (0.3.14 acks GID_CHANGE, then
         disconnects its endpoints), so idle NICs and ended transfers do not yet mean it acted;
-        its QPs' states are part of what must stay unchanged. False at the deadline."""
+        its QPs' states are part of what must stay unchanged. True once at rest; at the
+        deadline ``NotQuiescent`` says what the build was still doing (transfers it never
+        ended, events it never acknowledged, completions it never polled, what kept moving)."""
         self._flush()
         last = [None, time.monotonic()]
         stirred = self._stirred
+        watch = Watch()
 
         def settled() -> bool:
             self._poll_status()
-            idle = self._nics_idle()
-            if idle and not stirred and all(t.status != "WAITING" for t in self.transfers):
+            views = self._views()
+            watch.see(views)
+            idle = not any(v.busy for v in views)
+            ended = all(t.status != "WAITING" for t in self.transfers)
+            if idle and not stirred and ended:
                 return True
             snap = self._snapshot()
             now = time.monotonic()
             if snap != last[0]:
                 last[0], last[1] = snap, now
                 return False
-            return idle and now - last[1] >= SETTLE_QUIET
+            # quiet NICs end the wait only where the test keeps work back: a transfer still
+            # waiting with nothing held is the build's to end (a timer of its own may be
+            # running: a retry backoff, a context re-activated once a second)
+            held = any(v.kept for v in views)
+            return idle and (ended or held) and now - last[1] >= SETTLE_QUIET
 
         try:
             wait_until(settled, timeout, "the cluster to settle", interval=0.02,
                        max_interval=0.1)
         except Timeout:
-            return False
+            waiting = [f"{i} ({t.op} {t.length} bytes {t.src}->{t.dst})"
+                       for i, t in enumerate(self.transfers) if t.status == "WAITING"]
+            dead = [self._death(n) for n in self.nodes.values() if not n.engine.alive()]
+            stuck = {v.name: blocked_threads(thread_stacks(self.nodes[v.name].pid))
+                     for v in watch.last.values() if v.alive and v.busy}
+            raise NotQuiescent(describe(timeout, time.monotonic() - last[1], SETTLE_QUIET,
+                                        waiting, dead, watch, stuck)) from None
         self._stirred = False
         return True
 

@@ -20,8 +20,11 @@ Scenarios (the names of the reference's RFC scenarios):
   to B is one more choice of the strategy, among the posts and completions (reclaim: with
   completions still held, which ``check()`` then waits to see reclaimed);
 - ``partial_post_bad_wr``: ``ibv_post_send`` returns slice 1 as bad_wr;
-- ``handoff_while_flush_drains``: slice 0 fails, and a device-fatal on A's first NIC is a
-  choice of the strategy (the build hands the slice to the other NIC).
+- ``handoff_while_flush_drains``: every slice's first attempt fails (retry exceeded), and a
+  device-fatal of A's ``mlx5_0`` is a choice of the strategy once a WR went through it, so
+  the build hands a failed slice to ``mlx5_1`` while the failed QPs' flushes drain (a local
+  RNIC handoff, counted per schedule); A's process restarts after a schedule whose fault
+  fired (a dead context never comes back), so every schedule has both NICs.
 """
 
 from __future__ import annotations
@@ -63,8 +66,9 @@ IDLE_BOUND = 10.0
 """Seconds a schedule's end gives the build to poll what the points released at once (a QP's
 ERR flushes up to 256 posted receives on 0.3.14) before completions left in a CQ count."""
 OPTION_DEFAULT = 200
-"""--mc-schedules' default: on a real build it means the verbs boundary's own default (40:
-one transfer per schedule, about a second each where a retry retires an endpoint)."""
+"""--mc-schedules' default: on a real build it means each scenario's own budget
+(``SCENARIO_SCHEDULES``, else the verbs boundary's 40: one transfer per schedule, about a second
+each where a retry retires an endpoint)."""
 SCENARIOS = (
     "stale_completion_after_retry",
     "completion_error_retire_while_posting",
@@ -73,6 +77,15 @@ SCENARIOS = (
     "partial_post_bad_wr",
     "handoff_while_flush_drains",
 )
+HANDOFF = "handoff_while_flush_drains"
+FAULT_SCHEDULES = 120
+"""The default budget of the scenarios whose fault is one more choice of the strategy
+(``qp_fatal_races_completion``, ``reclaim_with_pending_completions``): where the fault lands
+among the posts and which thread holds its event when a worker destroys a QP is a much larger
+space than the other scenarios' (tests/benchmarks/bench_deadlock_detection.py measures how
+often a budget finds the releases' destroy-vs-event deadlock; docs/rdma-exploration.md)."""
+SCENARIO_SCHEDULES = {"qp_fatal_races_completion": FAULT_SCHEDULES,
+                      "reclaim_with_pending_completions": FAULT_SCHEDULES}
 
 
 @dataclass
@@ -98,15 +111,31 @@ class ExploredResult:
     seconds: float
     failure: ExploredRun | None = None
     notes: list[str] = field(default_factory=list)
+    handoffs: int | None = None
+    """Schedules in which slice 0 was posted through both of A's NICs (a local RNIC handoff);
+    None where the scenario does not count them."""
 
     @property
     def found(self) -> bool:
         return self.failure is not None
 
     def summary(self) -> str:
+        handed = (f", {self.handoffs} with a local NIC handoff" if self.handoffs is not None
+                  else "")
         return (f"{self.scenario}: {self.schedules_run} schedule(s) at the verbs boundary "
-                f"({self.distinct} distinct) in {self.seconds:.1f} s, "
+                f"({self.distinct} distinct{handed}) in {self.seconds:.1f} s, "
                 + ("violation" if self.failure else "no violation"))
+
+
+class GuardedFault:
+    """A one-shot fault the strategy may place only at steps where ``ready()`` holds."""
+
+    def __init__(self, fire: Callable[[], None], ready: Callable[[], bool]):
+        self.fire = fire
+        self.ready = ready
+
+    def __call__(self) -> None:
+        self.fire()
 
 
 class ClusterScenario:
@@ -128,6 +157,9 @@ class ClusterScenario:
         self.last: ScheduleOutcome | None = None
         self.memcheck: Path | None = None
         self.memory_errors = 0
+        self.handoffs = 0  # schedules whose slice 0 went through both of A's NICs
+        self.fatal = False  # A's mlx5_0 died in this schedule: A restarts after it
+        self.cursor = 0  # A's post log before this schedule
         self.slices = 4 if name in ("completion_error_retire_while_posting",
                                     "partial_post_bad_wr") else 2
 
@@ -135,16 +167,28 @@ class ClusterScenario:
 
     def _arm(self, t: int) -> dict[str, Callable[[], None]]:
         c = self.cluster
-        if self.name in ("stale_completion_after_retry", "completion_error_retire_while_posting",
-                         "handoff_while_flush_drains"):
+        if self.name in ("stale_completion_after_retry", "completion_error_retire_while_posting"):
             c.inject_error(t, 0, "RETRY_EXC_ERR")
+        if self.name == HANDOFF:  # every slice's first attempt fails, whichever NIC took it
+            for index in range(self.slices):
+                c.inject_error(t, index, "RETRY_EXC_ERR")
         if self.name == "partial_post_bad_wr":
             c.fail_post(t, 1)
         if self.name in ("qp_fatal_races_completion", "reclaim_with_pending_completions"):
             return {"qp_fatal": lambda: c.qp_fatal("A", "B")}
         if self.name == "handoff_while_flush_drains":
-            return {"device_fatal": lambda: c.device_fatal("A", "mlx5_0")}
+            return {"device_fatal": GuardedFault(self._device_fatal,
+                                                 lambda: self._posted_through("mlx5_0"))}
         return {}
+
+    def _device_fatal(self) -> None:
+        self.fatal = True
+        self.cluster.device_fatal("A", "mlx5_0")
+
+    def _posted_through(self, nic: str) -> bool:
+        """Whether this schedule posted a WR through A's ``nic`` (so a fault of it hands work
+        to the other NIC, rather than only steering later posts away)."""
+        return any(p.dev == nic for p in self.cluster.nodes["A"].ctl.posts(since=self.cursor))
 
     def run_schedule(self, strategy, labels: Sequence[str] | None) -> ScheduleOutcome:
         c = self.cluster
@@ -158,7 +202,9 @@ class ClusterScenario:
         a = c.nodes["A"]
         points = SchedulingPoints(a.ctl)
         polls_before = len(points.polls())
-        posts_before = len(a.ctl.posts())
+        logged = a.ctl.posts()
+        posts_before = len(logged)
+        self.cursor = logged[-1].n if logged else 0
         ended = threading.Event()
         errors: list[str] = []
 
@@ -202,6 +248,9 @@ class ClusterScenario:
         posts = a.ctl.posts()[posts_before:] if a.engine.alive() else []
         polls = points.polls()[polls_before:] if a.engine.alive() else []
         stale = stale_polls(posts, polls)
+        lo = c._slice_range(t, 0)[0]
+        if handed_off(posts, lo, lo + length):
+            self.handoffs += 1
         observed = "\n".join(
             [f"  transfer {t}: {status}", *(f"  hazard: {s}" for s in stale)]
             + [f"  post #{p.n} qp={p.qp} wr_id={p.wr_id:#x} laddr={p.laddr:#x} state={p.qp_state}"
@@ -209,6 +258,9 @@ class ClusterScenario:
             + _poll_lines(polls)
             + ([f"  threads of A when nothing was runnable:\n{stacks}"] if stacks else []))
         self.last = ScheduleOutcome(run, violations, observed)
+        if self.fatal and a.engine.alive():  # a device-fatal context never comes back: a new
+            self.fatal = False  # process, so the next schedule has both NICs to hand off between
+            c.restart_peer("A")
         return self.last
 
     def _judge(self, t: int, status: str, data: bytes, offset: int) -> list[RdmaViolation]:
@@ -260,6 +312,16 @@ def stale_retires(labels: list[str]) -> list[RdmaViolation]:
     return out
 
 
+def handed_off(posts: list, lo: int, hi: int, slice_size: int = SLICE) -> bool:
+    """Whether a slice of the transfer at [lo, hi) was posted through more than one of A's
+    NICs (a local RNIC handoff)."""
+    devices: dict[int, set[str]] = {}
+    for p in posts:
+        if lo <= p.laddr < hi and not p.refused:
+            devices.setdefault((p.laddr - lo) // slice_size, set()).add(p.dev)
+    return any(len(d) > 1 for d in devices.values())
+
+
 def _poll_lines(polls: list) -> list[str]:
     """The poll log, runs of one QP and status (a QP's receive flushes) as one line each."""
     out: list[str] = []
@@ -307,8 +369,8 @@ class BoundaryExplorer:
     def __init__(self, handle: Any, schedules: int | None, strategy: str | None,
                  replay_token: str | None, seed: int):
         self.handle = handle
-        self.schedules = (DEFAULT_SCHEDULES if not schedules or schedules == OPTION_DEFAULT
-                          else schedules)
+        self.schedules = (None if not schedules or schedules == OPTION_DEFAULT
+                          else schedules)  # None: each scenario's default budget
         self.strategy = strategy or "mix"
         self.replay_token = replay_token
         self.seed = seed
@@ -357,14 +419,16 @@ class BoundaryExplorer:
                 outcome = replay(REFERENCE_STRATEGIES, scenario, self.replay_token)
                 failure = self._run(scenario, outcome, 1) if outcome.violations else None
                 return ExploredResult(name, 1, 1, time.monotonic() - start, failure)
-            result: BoundaryExploration = explore(REFERENCE_STRATEGIES, scenario,
-                                                  self.schedules, self.strategy, self.seed)
+            budget = self.schedules or SCENARIO_SCHEDULES.get(name, DEFAULT_SCHEDULES)
+            result: BoundaryExploration = explore(REFERENCE_STRATEGIES, scenario, budget,
+                                                  self.strategy, self.seed)
         finally:
             scenario.cluster.close()
             self.handle._clusters.remove(scenario.cluster)
         failure = (self._run(scenario, result.failure, result.schedules)
                    if result.failure else None)
-        return ExploredResult(name, result.schedules, result.distinct, result.seconds, failure)
+        return ExploredResult(name, result.schedules, result.distinct, result.seconds, failure,
+                              handoffs=scenario.handoffs if name == HANDOFF else None)
 
     def pinned(self, name: str, dedicated_poller: bool = False) -> ExploredRun:
         """The scenario once, in the RFC's shape pinned at the verbs boundary (``StaleLast``:

@@ -25,11 +25,13 @@ ENGINE_CAPABILITIES = frozenset({
     Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
     Capability.CACHE_CONTROL, Capability.CACHE_TTL, Capability.FORCED_REFRESH,
     Capability.ENGINE_COUNTERS, Capability.METADATA_ETCD, Capability.METADATA_HTTP,
-    Capability.METADATA_REDIS, Capability.REGISTER_MEMORY,
+    Capability.METADATA_REDIS, Capability.METADATA_P2P, Capability.REGISTER_MEMORY,
 })
 MASTER_CAPABILITIES = frozenset({
     Capability.MASTER_CLUSTER, Capability.MASTER_SNAPSHOT, Capability.MASTER_FAULT_PLANTING,
     Capability.CLIENT_VERSION, Capability.FOREIGN_MASTER, Capability.PROMOTABILITY,
+    Capability.MASTER_WIRE,
+    Capability.HA_REDIS,
 })
 RDMA_CAPABILITIES = frozenset({Capability.RDMA_CONTROL, Capability.SCHEDULER,
                                Capability.RDMA_STATE})
@@ -43,6 +45,9 @@ class ReferenceTarget(Target):
     master_protocol = "reference-json-rpc"
     """Its masters and store clients speak the reference master protocol (length-prefixed
     JSON over TCP); ``targets/reference/masters.py`` spells it ``PROTOCOL``."""
+    master_listener_protocols = ("mooncake-coro-rpc",)
+    """Each master also answers mooncake_master's RPC on a listener of its own
+    (``targets/reference/wire_listeners.py``), where a release's store client attaches."""
 
     def __init__(self, profile: str = "rfc"):
         super().__init__(None if profile == "rfc" else profile)
@@ -64,7 +69,10 @@ class ReferenceTarget(Target):
         return self._engines
 
     def metadata_store(self, kind: str = "etcd") -> MetadataHandle:
-        return self._engine_parts().metadata_store(kind)
+        store = self._engine_parts().metadata_store(kind)
+        if kind == "p2p":
+            store.deployment = self.label
+        return store
 
     def start_engine(self, segment: str, metadata: MetadataHandle, **options: Any
                      ) -> EngineHandle:
@@ -72,24 +80,21 @@ class ReferenceTarget(Target):
         return self._engine_parts().start_engine(segment, metadata, **options)
 
     def master_cluster(self, masters: int = 2, clients: int = 1, **options: Any) -> Any:
-        """HA masters + store-client processes on mc_etcd; options: see ReferenceMasterCluster."""
+        """HA masters + store-client processes on the deployment's HA backend (``--mc-ha``):
+        mc_etcd, or mc_redis (leader hash and OpLog in Redis); options: see
+        ReferenceMasterCluster."""
         from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster
 
-        ha = self.deployment_backends()["ha"]
-        if ha != "etcd":
-            from pytest_mooncake.targets.base import TargetLacks
-
-            raise TargetLacks(Capability.HA_REDIS, (
-                f"the reference engine's masters elect their leader and keep their OpLog in "
-                f"etcd only; --mc-ha={ha} asks for {ha} (not implemented in the reference yet)"))
+        redis = self.ctx.redis_address() if self.deployment_backends()["ha"] == "redis" else None
+        etcd = [] if redis else self.ctx.etcd_endpoints()
 
         workdir = self.ctx.workdir / "masters"
         workdir.mkdir(parents=True, exist_ok=True)
         import tempfile
 
         profile = options.pop("profile", self.profile)
-        return ReferenceMasterCluster(self.ctx.etcd_endpoints(), Path(tempfile.mkdtemp(dir=workdir)),
-                                      profile, masters, clients, **options)
+        return ReferenceMasterCluster(etcd, Path(tempfile.mkdtemp(dir=workdir)), profile,
+                                      masters, clients, redis=redis, **options)
 
     def store_client(self, master: MasterEndpoint, client_id: str | None = None,
                      version: str | None = None, wait_attached: bool = True) -> Any:
@@ -108,7 +113,7 @@ class ReferenceTarget(Target):
         client_id = client_id or f"{self.profile}-client-{uuid.uuid4().hex[:8]}"
         client = start_client_process(list(master.etcd), master.cluster_id, workdir,
                                       len(self._store_clients), client_id, self.profile, version,
-                                      wait_attached=wait_attached)
+                                      wait_attached=wait_attached, redis=master.redis)
         self._store_clients.append(client)
         return client
 
@@ -150,6 +155,12 @@ class ReferenceTarget(Target):
         import reference_engine
 
         return f"reference-engine {reference_engine.__version__} ({self.profile})"
+
+    @property
+    def protocol_version(self) -> str:
+        from reference_engine.master.protocol import MASTER_VERSION
+
+        return MASTER_VERSION
 
     def lack_reason(self, capability: Capability) -> str:
         return f"the reference engine does not implement {capability.value} yet"

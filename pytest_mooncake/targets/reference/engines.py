@@ -20,6 +20,7 @@ from typing import Any
 from pytest_mooncake.nodes.proc_sockets import Socket
 from pytest_mooncake.runtime.processes import ManagedProcess, Supervisor
 from pytest_mooncake.targets.base import LookupResult, TargetError, TransferResult
+from pytest_mooncake.targets.p2p_deployment import P2pDirectory, P2pMetadata, start_deployed
 from pytest_mooncake.targets.log_events import count_events
 from pytest_mooncake.targets.process_sockets import local_sockets
 from pytest_mooncake.targets.reference import reference_log
@@ -389,8 +390,10 @@ class ReferenceEngines:
             return RedisMetadataHandle(self._redis_address())
         if kind in ("http", "http:reference"):
             return HttpMetadataHandle.start(self.supervisor, self._log_path("metadata-server"))
-        raise TargetError(f"unknown metadata kind {kind!r}; use etcd, redis, http or "
-                          f"http:reference")
+        if kind == "p2p":
+            return P2pMetadata(f"reference:{self.profile}", P2pDirectory(self.bind_host))
+        raise TargetError(f"unknown metadata kind {kind!r}; use etcd, redis, http, "
+                          f"http:reference or p2p")
 
     def start_engine(self, segment: str, metadata: Any, **options: Any) -> ReferenceEngineHandle:
         unknown = set(options) - ENGINE_OPTIONS
@@ -398,9 +401,11 @@ class ReferenceEngines:
             raise TargetError(f"the reference engine has no option(s) {sorted(unknown)}; "
                               f"known: {sorted(ENGINE_OPTIONS)}")
         profile = options.pop("profile", None) or self.profile
-        return ReferenceEngineHandle(self.supervisor, segment, metadata, profile,
-                                     self._log_path(f"engine-{segment}"), host=self.bind_host,
-                                     **options)
+        return start_deployed(
+            lambda name: ReferenceEngineHandle(self.supervisor, name, metadata, profile,
+                                               self._log_path(f"engine-{segment}"),
+                                               host=self.bind_host, **options),
+            segment, metadata)
 
     def close(self) -> None:
         self.supervisor.stop_all()

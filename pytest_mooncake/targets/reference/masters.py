@@ -24,7 +24,9 @@ from pytest_mooncake.targets.base import (
     TargetError,
     planted_kind,
 )
+from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL as MOONCAKE_PROTOCOL
 from pytest_mooncake.targets.process_masters import ProcessMasters
+from pytest_mooncake.targets.reference.wire_listeners import CoroListeners
 
 PLANT_OP_PUT_END = 1
 
@@ -60,6 +62,8 @@ class _Master:
     process: ManagedProcess
     etcd: list[str] | None = None
     """This master's own etcd endpoints (e.g. through a fault proxy); None = the cluster's."""
+    redis: str | None = None
+    """Likewise its own Redis address, for a cluster on Redis HA."""
 
     @property
     def admin(self) -> str:
@@ -124,15 +128,21 @@ PROTOCOL = "reference-json-rpc"
 a version handshake (``reference_engine.master.protocol``)."""
 
 
+def ha_location_args(etcd: list[str] | tuple[str, ...], redis: str | None) -> list[str]:
+    """The ``--etcd``/``--redis`` arguments of a reference master or client process."""
+    return ["--redis", redis] if redis else ["--etcd", ",".join(etcd)]
+
+
 def start_client_process(etcd: list[str], cluster_id: str, workdir: Path, index: int,
                          client_id: str, profile: str, version: str | None = None,
                          reattach_timeout: float = 3.0, heartbeat_interval: float = 0.1,
                          stall: float = 121.0, wait_attached: bool = True,
-                         timeout: float = 15.0) -> ClientProcess:
+                         timeout: float = 15.0, redis: str | None = None) -> ClientProcess:
     """One ``python -m reference_engine client`` process of ``profile`` on the cluster
-    ``cluster_id`` of ``etcd``, announcing ``version`` (default: the reference's own)."""
+    ``cluster_id`` of ``etcd`` (or of ``redis``, a cluster on Redis HA), announcing ``version``
+    (default: the reference's own)."""
     port = free_port()
-    argv = [sys.executable, "-m", "reference_engine", "client", "--etcd", ",".join(etcd),
+    argv = [sys.executable, "-m", "reference_engine", "client", *ha_location_args(etcd, redis),
             "--cluster-id", cluster_id, "--client-id", client_id,
             "--control", f"127.0.0.1:{port}", "--profile", profile,
             "--reattach-timeout", str(reattach_timeout),
@@ -157,8 +167,10 @@ def start_client_process(etcd: list[str], cluster_id: str, workdir: Path, index:
     return handle
 
 
-class ReferenceMasterCluster(ProcessMasters):
-    """N reference masters and M store-client processes of one profile on one etcd.
+class ReferenceMasterCluster(CoroListeners, ProcessMasters):
+    """N reference masters and M store-client processes of one profile on one etcd, or on one
+    Redis (``redis="host:port"``: leader hash and OpLog in Redis, ``--mc-ha=redis``); each
+    master also answers mooncake_master's RPC on a listener of its own (``wire_listeners``).
 
     Options: ``profile`` (rfc/legacy), ``lease_ttl`` (s, etcd minimum 2), ``poll_interval``,
     ``client_ttl``, ``partial_restore``, ``snapshots`` (a shared snapshot dir),
@@ -167,13 +179,15 @@ class ReferenceMasterCluster(ProcessMasters):
     ``heartbeat_interval``, ``catch_up_timeout``, ``write_timeout``, ``master_etcd``
     (``{index: "host:port" or [endpoints]}``: the etcd endpoints those masters use instead of
     the cluster's, e.g. an ``mc_faults`` proxy to cut one master's etcd traffic; clients and
-    the other masters keep talking to etcd directly), ``start`` (default True: start the
-    masters and wait for a leader).
+    the other masters keep talking to etcd directly), ``master_redis`` (the same for a cluster
+    on Redis), ``start`` (default True: start the masters and wait for a leader).
     """
 
     def __init__(self, etcd_endpoints: list[str], workdir: Path, profile: str = "rfc",
-                 masters: int = 2, clients: int = 0, **options: Any):
+                 masters: int = 2, clients: int = 0, redis: str | None = None, **options: Any):
         self.etcd = list(etcd_endpoints)
+        self.redis = redis
+        """``host:port`` of the Redis the masters keep their HA state in; None = etcd."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.profile = options.pop("profile", profile)
@@ -196,6 +210,13 @@ class ReferenceMasterCluster(ProcessMasters):
         self.extra_master_args = list(options.pop("master_args", ()))
         self.master_etcd = {int(i): _endpoints(e)
                             for i, e in dict(options.pop("master_etcd", None) or {}).items()}
+        self.master_redis = {int(i): str(a)
+                             for i, a in dict(options.pop("master_redis", None) or {}).items()}
+        if (self.master_etcd and redis) or (self.master_redis and not redis):
+            raise TargetError(
+                "reference master cluster: per-master routing must name the cluster's HA store "
+                f"(the cluster is on {'Redis' if redis else 'etcd'}; use "
+                f"{'master_redis' if redis else 'master_etcd'})")
         start = options.pop("start", True)
         if options:
             raise TargetError(f"reference master cluster: unknown options {sorted(options)}")
@@ -213,7 +234,9 @@ class ReferenceMasterCluster(ProcessMasters):
 
     def _master_argv(self, m: _Master, **overrides: Any) -> list[str]:
         argv = [sys.executable, "-m", "reference_engine", "master",
-                "--etcd", ",".join(m.etcd or self.etcd), "--cluster-id", self.cluster_id,
+                *ha_location_args(m.etcd or self.etcd, (m.redis or self.redis) if self.redis
+                                  else None),
+                "--cluster-id", self.cluster_id,
                 "--rpc", f"127.0.0.1:{m.rpc_port}", "--admin", f"127.0.0.1:{m.admin_port}",
                 "--profile", overrides.get("profile", self.profile),
                 "--lease-ttl", str(self.lease_ttl), "--poll-interval", str(self.poll_interval),
@@ -232,15 +255,18 @@ class ReferenceMasterCluster(ProcessMasters):
         return argv + self.extra_master_args + list(overrides.get("args", ()))
 
     def start_master(self, index: int | None = None, etcd: str | list[str] | None = None,
-                     **overrides: Any) -> int:
+                     redis: str | None = None, **overrides: Any) -> int:
         """Start a new master (``index=None``) or restart master ``index`` on its old ports.
         ``etcd``: the endpoints this master uses instead of the cluster's (kept for restarts;
-        e.g. an ``mc_faults`` proxy address). ``overrides``: ``profile``, ``partial_restore``,
-        ``args`` (extra CLI arguments)."""
+        e.g. an ``mc_faults`` proxy address); ``redis``: the same on a cluster on Redis HA.
+        ``overrides``: ``profile``, ``partial_restore``, ``args`` (extra CLI arguments)."""
+        if (etcd is not None and self.redis) or (redis is not None and not self.redis):
+            raise TargetError(f"start_master: this cluster keeps its HA state in "
+                              f"{'Redis (use redis=)' if self.redis else 'etcd (use etcd=)'}")
         if index is None:
             index = len(self.masters)
             m = _Master(index, free_port(), free_port(), None,  # type: ignore[arg-type]
-                        self.master_etcd.get(index))
+                        self.master_etcd.get(index), self.master_redis.get(index))
             self.masters.append(m)
         else:
             m = self.masters[index]
@@ -248,6 +274,8 @@ class ReferenceMasterCluster(ProcessMasters):
                 raise TargetError(f"master {index} is already running")
         if etcd is not None:
             m.etcd = _endpoints(etcd)
+        if redis is not None:
+            m.redis = redis
         m.process = ManagedProcess(
             f"master-{index}", self._master_argv(m, **overrides), self.workdir / f"master-{index}.log",
             ready=http_ok(m.admin + "/health"), ready_timeout=30.0, stop_timeout=10.0,
@@ -395,7 +423,7 @@ class ReferenceMasterCluster(ProcessMasters):
         handle = start_client_process(
             self.etcd, self.cluster_id, self.workdir, index, client_id, profile or self.profile,
             version, self.reattach_timeout, self.heartbeat_interval, self.client_stall,
-            wait_attached=False)
+            wait_attached=False, redis=self.redis)
         self.clients.append(handle)
         if wait_attached:
             wait_until(lambda: handle.status()["attached"], timeout,
@@ -404,13 +432,18 @@ class ReferenceMasterCluster(ProcessMasters):
 
     def endpoint(self) -> MasterEndpoint:
         """Where store clients of another reference target (another profile) find these
-        masters: the cluster's etcd and cluster id, the reference master protocol."""
+        masters: the cluster's etcd and cluster id, the reference master protocol; and where a
+        Mooncake release's client finds the leader's Mooncake-wire listener."""
         import reference_engine
         from reference_engine.master.protocol import MASTER_VERSION
 
+        try:
+            listeners = ((MOONCAKE_PROTOCOL, self.wire_listener(self.leader())),)
+        except TimeoutError:  # no leader now: no Mooncake-wire address to hand out
+            listeners = ()
         return MasterEndpoint(PROTOCOL, tuple(self.etcd), self.cluster_id, MASTER_VERSION,
                               f"reference-engine {reference_engine.__version__} "
-                              f"({self.profile})")
+                              f"({self.profile})", redis=self.redis, listeners=listeners)
 
     def client(self, index: int = 0) -> ClientProcess:
         return self.clients[index]
@@ -423,7 +456,8 @@ class ReferenceMasterCluster(ProcessMasters):
         options.setdefault("reattach_timeout", self.reattach_timeout)
         options.setdefault("heartbeat_interval", self.heartbeat_interval)
         options.setdefault("stall_seconds", self.client_stall)
-        client = StoreClient(self.etcd, self.cluster_id, **options)
+        client = StoreClient(f"redis://{self.redis}" if self.redis else self.etcd,
+                             self.cluster_id, **options)
         self._library_clients.append(client)
         return client
 
@@ -498,6 +532,7 @@ class ReferenceMasterCluster(ProcessMasters):
         return "\n".join(parts)
 
     def close(self) -> None:
+        self.close_wire_listeners()
         for client in self._library_clients:
             client.close()
         self._library_clients.clear()

@@ -32,6 +32,7 @@ from typing import Any
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
 from pytest_mooncake.targets.base import (
     Capability,
+    NotQuiescent,
     RdmaViolation,
     TargetLacks,
     dedicated_poller_env,
@@ -393,9 +394,13 @@ class RdmaCluster:
 
     # ------------------------------------------------------------------ running
     def settle(self, timeout: float = 30.0, max_steps: int = 20000) -> bool:
-        """Run until nothing is left to do (controlled) or every transfer ended (free)."""
+        """Run until nothing is left to do (controlled) or every transfer ended (free); True,
+        or ``NotQuiescent`` naming the transfers that had not ended."""
         if self.controlled:
-            return Scheduler(RoundRobin(), max_steps).run(self.sim.actors()).quiescent
+            if Scheduler(RoundRobin(), max_steps).run(self.sim.actors()).quiescent:
+                return True
+            raise NotQuiescent(f"the simulated cluster still had work after {max_steps} "
+                               f"scheduler steps: {self._unfinished()}")
         if not self._started:
             self.sim.start()
             self._started = True
@@ -403,7 +408,14 @@ class RdmaCluster:
             return wait_until(lambda: all(t.done for _, t in self.transfers), timeout,
                               "every transfer to end", interval=0.001, max_interval=0.001)
         except Timeout:
-            return False
+            raise NotQuiescent(f"the simulated cluster did not come to rest within "
+                               f"{timeout:g}s: {self._unfinished()}") from None
+
+    def _unfinished(self) -> str:
+        waiting = [f"transfer {i} from {src}" for i, (src, t) in enumerate(self.transfers)
+                   if not t.done]
+        return (", ".join(waiting) + " had not ended") if waiting else \
+            "every transfer ended, workers still had slices or completions to process"
 
     def check(self) -> list[RdmaViolation]:
         """CO-9 violations seen so far plus those of the end state (call after ``settle``)."""

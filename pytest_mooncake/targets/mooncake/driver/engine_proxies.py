@@ -38,6 +38,19 @@ STOP_GRACE = 30.0
 joins the engine's threads; on a loaded machine that took over 10 s) before SIGTERM."""
 
 
+P2P_URI = "P2PHANDSHAKE"
+P2P_PORT_ENV = "MC_MIN_RPC_PORT"
+
+
+def p2p_port_range(segment: str) -> dict[str, str]:
+    """The environment that puts a real engine on P2PHANDSHAKE at ``segment`` (``host:P``):
+    Mooncake draws its RPC port and then its TCP data port from ``MC_MIN_RPC_PORT..
+    MC_MAX_RPC_PORT``, so the range is ``P..P+2`` (the driver's ``--rpc-port`` starts again
+    until the RPC port is ``P``; the data port is one of the other two)."""
+    port = int(segment.rpartition(":")[2])
+    return {P2P_PORT_ENV: str(port), "MC_MAX_RPC_PORT": str(port + 2)}
+
+
 class EngineRestartFailed(AssertionError):
     """An engine that started once refused to start again under its name: a verdict on the
     implementation (e.g. 0.3.13 with an HTTP metadata server), not a setup problem."""
@@ -202,6 +215,8 @@ class MooncakeEngine(DriverCommands):
         self.protocol = protocol
         self.devices = devices
         self.env = dict(env or {})
+        if metadata.uri == P2P_URI:
+            self.env.update(p2p_port_range(segment))
         self.cache_ttl_ms = bound_ms(launcher.environment(self.env))
         self.segment = segment
         self.metadata = metadata
@@ -226,8 +241,12 @@ class MooncakeEngine(DriverCommands):
     # ------------------------------------------------------------------ lifecycle
 
     def _argv(self, address: int, avoid: int) -> list[str]:
+        segment = ["--segment", self.segment]
+        if self.metadata.uri == P2P_URI:  # Mooncake takes the host; the port comes from the range
+            host, _, port = self.segment.rpartition(":")
+            segment = ["--segment", host, "--rpc-port", port]
         argv = self.launcher.driver_argv(
-            "engine", "--segment", self.segment, "--metadata", self.metadata.uri,
+            "engine", *segment, "--metadata", self.metadata.uri,
             "--ready-file", str(self.ready_file), "--buffer-size", str(self.buffer_size),
             "--control-host", self.launcher.bind_host, "--control-port", str(self._control_port))
         if self.protocol != "tcp":

@@ -7,7 +7,7 @@ one JSON reply per line. When ready it writes ``{"control_port": ..., ...}`` to 
 
     python driver.py probe
     python driver.py engine --segment NAME --metadata URI --ready-file F [--buffer-size N]
-                            [--address ADDR | --avoid ADDR] [--protocol tcp|rdma]
+                            [--address ADDR | --avoid ADDR] [--protocol tcp|rdma] [--rpc-port P]
                             [--devices mlx5_0,mlx5_1]
     python driver.py store --hostname H:P --metadata URI --master ADDR --ready-file F
 """
@@ -36,6 +36,10 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
+RPC_PORT_DRAWS = 40
+"""Starts of a TransferEngine to get the RPC port ``--rpc-port`` asks for (1 in 3 each)."""
 
 
 class CommandError(Exception):
@@ -111,15 +115,11 @@ class EngineDriver:
     """One real TransferEngine with one registered buffer and an unregistered staging area."""
 
     def __init__(self, args: argparse.Namespace):
-        from mooncake.engine import TransferEngine
-
         self.segment = args.segment
         self.protocol = args.protocol
-        self.engine = TransferEngine()
-        rc = self.engine.initialize(args.segment, args.metadata, args.protocol, args.devices)
-        if rc != 0:
-            raise SystemExit(f"TransferEngine.initialize({args.segment!r}, {args.metadata!r}, "
-                             f"{args.protocol!r}, {args.devices!r}) returned {rc}")
+        self.engine = self._initialize(args)
+        if args.metadata == "P2PHANDSHAKE":  # the segment is named by the RPC address
+            self.segment = f"{args.segment}:{self.engine.get_rpc_port()}"
         self.size = args.buffer_size
         self.addr = map_buffer(self.size, args.address, args.avoid)
         rc = self.engine.register_memory(self.addr, self.size)
@@ -140,6 +140,29 @@ class EngineDriver:
         self.next_transfer = 0
         self.counts = {"writes_ok": 0, "writes_failed": 0, "reads_ok": 0, "reads_failed": 0,
                        "lookups_ok": 0, "lookups_failed": 0}
+
+    @staticmethod
+    def _initialize(args: argparse.Namespace):
+        """An initialised TransferEngine; with ``--rpc-port`` one whose RPC port is that one
+        (in P2P mode Mooncake draws it from MC_MIN_RPC_PORT..MC_MAX_RPC_PORT, which the caller
+        narrows to a few ports: an engine that drew another one is dropped and made again)."""
+        from mooncake.engine import TransferEngine
+
+        call = (f"TransferEngine.initialize({args.segment!r}, {args.metadata!r}, "
+                f"{args.protocol!r}, {args.devices!r})")
+        drawn = []
+        for _ in range(RPC_PORT_DRAWS):
+            engine = TransferEngine()
+            rc = engine.initialize(args.segment, args.metadata, args.protocol, args.devices)
+            if rc != 0:
+                raise SystemExit(f"{call} returned {rc}")
+            if not args.rpc_port or engine.get_rpc_port() == args.rpc_port:
+                return engine
+            drawn.append(engine.get_rpc_port())
+            del engine
+            gc.collect()
+        raise SystemExit(f"{call}: the RPC port was never {args.rpc_port} in {RPC_PORT_DRAWS} "
+                         f"starts (drew {sorted(set(drawn))})")
 
     def close(self) -> None:
         """Destroy the engine now (its destructor unpublishes the segment), not whenever the
@@ -399,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     eng.add_argument("--avoid", type=lambda s: int(s, 0), default=0)
     eng.add_argument("--protocol", default="tcp", choices=["tcp", "rdma"])
     eng.add_argument("--devices", default="", help="RDMA devices to use (comma-separated)")
+    eng.add_argument("--rpc-port", type=int, default=0,
+                     help="P2PHANDSHAKE: the RPC port the engine must listen on (0: any)")
     for p in (eng, sto := sub.add_parser("store")):
         p.add_argument("--control-host", default="127.0.0.1")
         p.add_argument("--control-port", type=int, default=0)

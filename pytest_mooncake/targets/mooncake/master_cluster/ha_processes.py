@@ -20,6 +20,7 @@ from pytest_mooncake.targets.base import (
     TargetError,
     TargetLacks,
 )
+from pytest_mooncake.targets.master_wire_clients import MasterWireClients
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_cluster.admin_view import MooncakeMasters
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
@@ -30,7 +31,6 @@ from pytest_mooncake.targets.mooncake.master_cluster.snapshot_requests import (
     means_for,
     refuse_oplog,
 )
-from pytest_mooncake.targets.mooncake.master_cluster.wire_clients import MasterWireClients
 from pytest_mooncake.targets.mooncake.option_rules import (
     MOONCAKE_ETCD_ROUTING,
     check_master_options,

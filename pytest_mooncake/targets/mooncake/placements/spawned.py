@@ -30,7 +30,7 @@ from pytest_mooncake.targets.mooncake.profile_strategies import (
     PROFILES,
     DeploymentProfile,
 )
-from pytest_mooncake.targets.mooncake.store_clients import start_store_client
+from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL, start_store_client
 
 _counter = itertools.count(1)
 
@@ -111,4 +111,4 @@ class ProcessPlacement:
         workdir = self.workdir / f"store-client-{n}"
         workdir.mkdir(parents=True, exist_ok=True)
         return start_store_client(self.launcher(), workdir, list(master.etcd), master.cluster_id,
-                                  n, client_id, 30.0)
+                                  n, client_id, 30.0, master=master.address_for(PROTOCOL))

@@ -20,6 +20,8 @@ from pytest_mooncake.releases import ProbeFailed, ReleaseFacts
 from pytest_mooncake.releases import mooncake_family as family
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import Supervisor, port_open
+from pytest_mooncake.targets.p2p_deployment import P2P_URI, P2pDirectory, P2pMetadata
+from pytest_mooncake.targets.mooncake.driver.engine_proxies import P2P_PORT_ENV
 from pytest_mooncake.targets.base import (
     Capability,
     MetadataHandle,
@@ -138,7 +140,7 @@ class LocalPlacement(ProcessPlacement):
             why = engine_error or f"TransferEngine lacks {', '.join(missing_engine)}"
             for cap in (Capability.ENGINE, Capability.ENGINE_RESTART, Capability.KEEP_ADDRESSES,
                         Capability.METADATA_ETCD, Capability.METADATA_HTTP,
-                        Capability.METADATA_REDIS, Capability.METADATA_FAULTS, Capability.REGISTER_MEMORY):
+                        Capability.METADATA_REDIS, Capability.METADATA_P2P, Capability.METADATA_FAULTS, Capability.REGISTER_MEMORY):
                 lacks[cap] = f"mooncake.engine of {ver} is unusable: {why}"
         if Capability.ENGINE in lacks:
             lacks[Capability.CACHE_CONTROL] = lacks[Capability.ENGINE]
@@ -271,6 +273,22 @@ class LocalPlacement(ProcessPlacement):
         if kind == "redis":
             return self.redis_metadata()
         return EtcdMetadata(self.master_etcd())
+
+    def p2p_metadata(self, label: str) -> P2pMetadata:
+        """Engines on P2PHANDSHAKE, once the build showed its engine initialises on it
+        (``backend_probes.engine_accepts``); else n/a with what the build answered. A build
+        that does not read ``MC_MIN_RPC_PORT`` (its files do not name it) draws its RPC port
+        from 15000..17000 whatever the run asks, so no engine of it can be put at a name the
+        test keeps across restarts: n/a saying so."""
+        if not self.release_facts().reads_env(P2P_PORT_ENV):
+            raise TargetLacks(Capability.METADATA_P2P, (
+                f"{self.install.version} does not read {P2P_PORT_ENV} (its files do not name "
+                f"it): in P2PHANDSHAKE mode it draws its RPC port, and so its segment name, at "
+                f"random from 15000..17000, so the run cannot place its engines at a host:port"))
+        answer = engine_accepts(self.install, P2P_URI, self.workdir)
+        if not answer.accepted:
+            raise TargetLacks(Capability.METADATA_P2P, answer.answer)
+        return P2pMetadata(label, P2pDirectory(span=3), accepted=answer.answer)
 
     def ha_backend_answer(self, backend: str) -> BackendAnswer:
         """What the build's ``mooncake_master --enable_ha --ha_backend_type=BACKEND`` does on

@@ -1,6 +1,8 @@
-"""``MasterClusterHandle.wire_client`` for real ``mooncake_master`` processes: our own client
-of the master RPC (``pytest_mooncake.master_rpc``), probed against the master before it is
-handed out, so a verdict never rests on a layout the master did not accept in this run."""
+"""``MasterClusterHandle.wire_client`` for masters that speak mooncake_master's RPC (real
+``mooncake_master`` processes, and reference masters through their coro_rpc listener): our
+own client of the master RPC (``pytest_mooncake.master_rpc``), probed against the master
+before it is handed out, so a verdict never rests on a layout the master did not accept in
+this run, nor on a version channel the probe did not find."""
 
 from __future__ import annotations
 
@@ -8,14 +10,16 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_mooncake.master_rpc import struct_pack as sp
 from pytest_mooncake.master_rpc.client import (
     Answer,
     MasterRpcClient,
     RpcClosed,
     RpcError,
     RpcTimeout,
+    decode_answer,
 )
-from pytest_mooncake.master_rpc.layouts import LAYOUTS, by_name
+from pytest_mooncake.master_rpc.layouts import LAYOUTS, by_name, expected
 from pytest_mooncake.master_rpc.probe import ProbeResult, error_name, probe
 from pytest_mooncake.targets.base import Capability, TargetLacks
 
@@ -26,20 +30,40 @@ transferred): allocations land in it and are committed as the master would commi
 client's."""
 
 
+class OfferingRpcClient(MasterRpcClient):
+    """A master RPC client that opens every connection with ServiceReady carrying
+    ``version`` (the channel a reference master's listener judges; ``probe.py``)."""
+
+    def __init__(self, address: str, layout: Any, timeout: float, version: str):
+        super().__init__(address, layout, timeout)
+        self.version = version
+        self.handshakes: list[Answer] = []
+
+    def connect(self, timeout: float | None = None) -> None:
+        fresh = self._sock is None
+        super().connect(timeout)
+        if fresh:
+            raw = self.exchange("ServiceReady", sp.serialize(sp.STR, self.version), timeout)
+            self.handshakes.append(decode_answer("ServiceReady", expected(sp.STR), raw))
+
+
 class MooncakeWireClient:
     """``WireClientHandle`` over one connection to one master."""
 
     def __init__(self, address: str, speaks: str, found: ProbeResult, version: str | None,
-                 timeout: float, ids: Any):
+                 timeout: float, ids: Any, judged_against: str | None = None):
         self.address = address
         self.speaks = speaks
         self.own = found.layout.name
-        self.offered_version = None  # the protocol has no place for it (version_channel)
+        offers = found.takes_version and version is not None
+        self.offered_version = version if offers else None
+        """None: the master's RPC has no place for it (``version_channel``)."""
         self.requested_version = version
         self.version_channel = found.version_channel
-        self.master_version = found.master_version or ""
+        self.master_version = judged_against or found.master_version or ""
         self.timeout = timeout
-        self._rpc = MasterRpcClient(address, by_name(speaks), timeout)
+        self._rpc = (OfferingRpcClient(address, by_name(speaks), timeout, version) if offers
+                     else MasterRpcClient(address, by_name(speaks), timeout))
         self._client_id = (next(ids), next(ids))
         self._segment_id = (next(ids), next(ids))
         self._mounted = False
@@ -137,6 +161,11 @@ class MasterWireClients:
     def wire_revisions(self) -> list[str]:
         return [layout.name for layout in LAYOUTS]
 
+    def wire_judged_version(self, found: ProbeResult) -> str | None:
+        """The version these masters judge a client's against (default: what ServiceReady
+        answers)."""
+        return found.master_version
+
     def wire_client(self, master: int | None = None, speaks: str | None = None,
                     version: str | None = None, timeout: float = 5.0) -> MooncakeWireClient:
         index = self.leader() if master is None else master
@@ -148,7 +177,8 @@ class MasterWireClients:
                              f"{', '.join(self.wire_revisions())})")
         state = self._wire_state()
         client = MooncakeWireClient(self.rpc_address(index), speaks or found.layout.name,
-                                    found, version, timeout, state["ids"])
+                                    found, version, timeout, state["ids"],
+                                    self.wire_judged_version(found))
         state["clients"].append(client)
         return client
 
