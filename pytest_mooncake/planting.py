@@ -181,6 +181,8 @@ def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
         MalformedValue("past-64-bits", json.dumps(dict(valid, buffers=[dict(
             first, addr=(1 << 64) - first["length"] + 1)])).encode(),
             "a buffer whose last byte lies one past the 64-bit address space"),
+        MalformedValue("null-address", json.dumps(dict(valid, buffers=[dict(first, addr=0)])).encode(),
+                       "a buffer at address 0 (the null pointer, never registrable memory)"),
         # over any sane descriptor limit (1 MiB), under etcd's default 1.5 MiB request limit
         MalformedValue("huge", b'{"name":"' + b"x" * 1_400_000 + b'"}', "a 1.4 MB value"),
         MalformedValue("empty", b"", "an empty value"),

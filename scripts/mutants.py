@@ -97,8 +97,10 @@ def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None) ->
                 judged = json.loads(args.killed_before.read_text("utf-8"))
             except (OSError, ValueError) as exc:
                 raise CatalogueError(f"--killed-before {args.killed_before}: {exc}") from None
+            # a kill by project tests (a [[tested]] triage) is no kill of a --suites-only run
             killed = {r["id"] for r in judged.get("mutants", [])
-                      if r.get("status") in ("killed", "killed (hang)")}
+                      if r.get("status") in ("killed", "killed (hang)")
+                      and not (args.suites_only and r.get("phase") == "tests")}
             mechanical = [m for m in mechanical if m.id in killed]
         mutants += mechanical
     return mutants

@@ -339,8 +339,10 @@ class MasterEndpoint:
         return dict(self.listeners).get(protocol)
 
 
-PLANTED_DESCRIPTORS = ("overlap", "unknown_segment")
-"""The kinds of bad memory descriptor ``MasterClusterHandle.plant_bad_descriptor`` plants."""
+PLANTED_DESCRIPTORS = ("overlap", "unknown_segment", "malformed")
+"""The kinds of bad entry ``MasterClusterHandle.plant_bad_descriptor`` plants: a memory
+descriptor overlapping another object's, one on a segment nobody mounted, or object metadata
+that is malformed (no descriptor to judge at all)."""
 
 
 def planted_kind(kind: str) -> str:
@@ -417,7 +419,7 @@ class MasterClusterHandle(Protocol):
                              kind: str = "overlap") -> int:
         """Replicate an object whose memory descriptor is invalid, modelled on ``victim_key``'s:
         ``kind`` "overlap" overlaps the victim's buffer, "unknown_segment" lies on a segment no
-        client mounted (``PLANTED_DESCRIPTORS``). Returns the entry's sequence id."""
+        client mounted, "malformed" is object metadata no restore can use (``PLANTED_DESCRIPTORS``). Returns the entry's sequence id."""
         ...
 
     def key_count(self, index: int) -> int: ...

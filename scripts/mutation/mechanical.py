@@ -113,6 +113,31 @@ def load_triage(root: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+def load_tested(root: Path) -> dict[str, tuple[str, ...]]:
+    """mutant id -> the project tests (``tests/`` node ids) that judge it, from the
+    ``[[tested]]`` entries of the triage file: survivors of the suites whose property no target
+    shows from outside (an engine's internals, its own wire), so a test in ``tests/`` states it.
+    ``generate`` attaches them, so a run without ``--suites-only`` judges the mutant by them."""
+    path = root / TRIAGE
+    if not path.exists():
+        return {}
+    try:
+        doc = tomllib.loads(path.read_text("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogueError(f"{path}: not valid TOML: {exc}") from None
+    out: dict[str, tuple[str, ...]] = {}
+    for raw in doc.get("tested", []):
+        tests = raw.get("tests")
+        if (not raw.get("id") or not raw.get("reason") or not isinstance(tests, list) or not tests
+                or not all(isinstance(t, str) and t.startswith("tests/") for t in tests)):
+            raise CatalogueError(f"{path}: every [[tested]] needs id, reason and tests (a list "
+                                 f"of tests/ node ids): {raw!r}")
+        if raw["id"] in out:
+            raise CatalogueError(f"{path}: {raw['id']} is listed under [[tested]] twice")
+        out[raw["id"]] = tuple(tests)
+    return out
+
+
 def _function_nodes(tree: ast.Module) -> dict[str, ast.AST]:
     found: dict[str, ast.AST] = {}
 
@@ -268,6 +293,7 @@ def generate(root: Path, operators: tuple[str, ...] = OPERATORS) -> list[Mutant]
     for req, targets in scope.items():
         for target in targets:
             owners.setdefault(target, []).append(req)
+    tested = load_tested(root)
     mutants: list[Mutant] = []
     seen: set[str] = set()
     texts: dict[str, str] = {}
@@ -287,7 +313,8 @@ def generate(root: Path, operators: tuple[str, ...] = OPERATORS) -> list[Mutant]
                 mid, reqs, "boundary" if edit.operator in ("compare", "constant") else "logic",
                 f"mechanical {edit.operator} at {edit.file}:{edit.line} in {edit.function}",
                 f"{edit.old_line.strip()}  ->  {edit.new_line.strip()}",
-                (Hunk(edit.file, find, replace),), (), ("suites/",), None, "mechanical"))
+                (Hunk(edit.file, find, replace),), tested.get(mid, ()), ("suites/",), None,
+                "mechanical"))
     return mutants
 
 

@@ -118,7 +118,8 @@ def serving_keys(cluster, expected: list[str], timeout: float = WAIT) -> tuple[i
 
 
 PLANTED = {"overlap": "a memory descriptor overlapping 'k3'",
-           "unknown_segment": "a memory descriptor on a segment nobody mounted"}
+           "unknown_segment": "a memory descriptor on a segment nobody mounted",
+           "malformed": "object metadata that does not decode or says size 0"}
 """The bad entries planted (``kind`` of ``plant_bad_descriptor``, modelled on k3's metadata)."""
 PLANTED_KEY = "planted-bad-descriptor"
 """The key of the planted entry (``plant_bad_descriptor``'s default)."""

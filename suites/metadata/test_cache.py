@@ -348,6 +348,28 @@ def test_malformed_values_never_replace_a_valid_snapshot(mc_engine, mc_metadata)
     assert held, f"{mc_metadata.uri} refused every malformed value the test planted"
 
 
+@pytest.mark.mc_req("MR-4")
+@pytest.mark.mc_demands("cache_ttl")
+def test_a_failed_refresh_keeps_the_last_valid_snapshot_not_an_older_one(mc_engine, mc_metadata):
+    """The "last" edge of "keeps the previous snapshot": after A's descriptor changed once and B
+    installed the new version, a malformed value keeps that last version, not the first one B
+    ever saw. The previous snapshot is the last one B installed: a B that never takes up the
+    second version (MR-1's failure, judged there) must keep serving the first."""
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    first = published(mc_metadata, "seg-a")
+    assert shows(b.lookup("seg-a"), first), described(b.lookup("seg-a"))
+    second = with_probe_buffer(first, "second-version", first=True)
+    plant(mc_metadata, "seg-a", second)
+    last, which = ((second, "the second version") if picks_up(b, "seg-a", second, WAIT)
+                   else (first, "the first version, as it never took up the second"))
+    bad = malformed_values(first)[1]
+    plant(mc_metadata, "seg-a", bad.raw)
+    keeps_serving(b, "seg-a", last, 2 * ttl_s(b, SHORT_TTL_MS),
+                  f"B keeping the last valid descriptor of A it installed ({which}) after "
+                  f"{bad.why} was planted (MR-4: a failed refresh keeps the previous snapshot)")
+
+
 @pytest.mark.mc_req("MR-3")
 @pytest.mark.mc_demands("cache_ttl")
 def test_a_buffer_ending_at_the_last_address_is_installed(mc_engine, mc_metadata):
@@ -463,6 +485,40 @@ def test_a_forced_refresh_that_finds_no_valid_value_is_a_failure(mc_engine, mc_m
             f"to return a failure, never the stale snapshot as success")
         plant(mc_metadata, "seg-a", good)
         assert b.lookup("seg-a", force=True).ok, "a forced refresh of the restored value failed"
+
+
+def fails_until_published(mc_engine, mc_metadata, force: bool) -> None:
+    """A lookup of a segment nobody published yet is a failure (never a success with an empty
+    or made-up descriptor, nor a crash); once the segment is published it succeeds."""
+    kind = "forced refresh" if force else "ordinary lookup"
+    b = mc_engine("seg-b", prefer_ttl_ms=LONG_TTL_MS)
+    early = b.lookup("seg-a", force=force)
+    assert not early.ok, (
+        f"an {kind} of A before any engine published A returned success with "
+        f"{described(early)}; with no previous snapshot there is nothing to return but a failure")
+    assert b.alive(), f"B died on an {kind} of a segment nobody published"
+    mc_engine("seg-a")
+    doc = published(mc_metadata, "seg-a")
+    late = wait_until(lambda: (r := b.lookup("seg-a", force=force)).ok and r, WAIT,
+                      f"an {kind} of A to succeed once A published")
+    assert shows(late, doc), (
+        f"once A published, an {kind} of A returned {described(late)}, not A's descriptor")
+
+
+@pytest.mark.mc_req("MR-4")
+def test_a_lookup_with_no_snapshot_yet_fails_until_the_segment_is_published(mc_engine,
+                                                                            mc_metadata):
+    """The "none" edge of MR-4: with no previous snapshot there is nothing to keep, so an
+    ordinary lookup whose fetch finds nothing is a failure."""
+    fails_until_published(mc_engine, mc_metadata, force=False)
+
+
+@pytest.mark.mc_req("MR-5")
+@pytest.mark.mc_demands("forced_refresh")
+def test_a_forced_refresh_with_no_snapshot_yet_fails_until_the_segment_is_published(mc_engine,
+                                                                                    mc_metadata):
+    """The "none" edge of MR-5: a forced refresh of a segment nobody published is a failure."""
+    fails_until_published(mc_engine, mc_metadata, force=True)
 
 
 @pytest.mark.mc_req("MR-6")

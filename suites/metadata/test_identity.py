@@ -179,3 +179,33 @@ def test_access_outside_registered_buffers_is_rejected(mc_engine):
         f"{smallest.error}; MR-18 rejects only transfers outside the registered buffers, and "
         f"the smallest transfer inside them is one byte")
     assert a.local_read(length - 1, 1) == b"q", "the 1-byte write of the last byte was lost"
+
+
+@pytest.mark.mc_req("MR-18")
+def test_access_at_and_across_the_start_of_a_buffer(mc_engine):
+    """The start of the range: a write of A's first byte, and one wholly inside the buffer, are
+    accepted; a write straddling the start and one ending just before it are rejected and apply
+    nothing."""
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b")
+    (addr, length), = a.buffers()[:1]
+    assert length >= 64, f"precondition: A's first buffer is {length} bytes"
+    near = [(x, n) for x, n in a.buffers() if x != addr and x < addr <= x + n + 16]
+    assert not near, f"precondition: A registered {near} right below its first buffer at {addr:#x}"
+    first = b.write_at("seg-a", addr, b"f")
+    assert first.ok, (
+        f"a 1-byte write of the first byte of A's registered buffer was refused: {first.error}; "
+        f"MR-18 rejects only transfers outside the registered buffers")
+    inside = b.write_at("seg-a", addr + 16, b"i" * 16)
+    assert inside.ok, f"a write inside A's registered buffer was refused: {inside.error}"
+    assert a.local_read(0, 1) + a.local_read(16, 16) == b"f" + b"i" * 16, (
+        "the accepted writes did not land")
+    before = a.local_read(0, 32)
+    straddling = b.write_at("seg-a", addr - 8, b"s" * 16)
+    assert not straddling.ok, (
+        "a write straddling the start of A's buffer (8 bytes before it, 8 in it) was accepted; "
+        "MR-18 requires the owner to reject transfers that address memory outside its buffers")
+    below = b.write_at("seg-a", addr - 16, b"b" * 16)
+    assert not below.ok, ("a write of the 16 bytes just before A's buffer was accepted (MR-18)")
+    assert a.alive(), "A crashed on an out-of-bounds transfer"
+    assert a.local_read(0, 32) == before, "a rejected write was partially applied"

@@ -10,9 +10,9 @@ from reference_engine.rdma.counters import Counter
 from reference_engine.rdma.rail_state import RailTable
 from reference_engine.rdma.rdma_policies import DedicatedPollerModel, SharedModel
 from reference_engine.rdma.sim.sim_cluster import SimCluster
-from reference_engine.rdma.sim.sim_verbs import FAIL_POST, Fault
+from reference_engine.rdma.sim.sim_verbs import ERROR, FAIL_POST, Fault
 from reference_engine.rdma.tokens import TokenPool
-from reference_engine.rdma.verbs import AsyncEventType, Opcode
+from reference_engine.rdma.verbs import AsyncEventType, Opcode, WcStatus
 
 W = Opcode.RDMA_WRITE
 
@@ -205,6 +205,23 @@ def test_every_deletion_cause_goes_through_the_one_retire_path(controlled, settl
     assert not tr.contexts[0].active
     for c in tr.contexts:
         assert c.store.waiting == [] and c.cq_outstanding() == 0
+
+
+def test_an_error_completion_retires_its_endpoint_with_no_observer_attached(controlled, settle):
+    """An engine runs without an observer (only the simulator's checkers attach one), so the
+    CQ-error retire path must not depend on one: the erring endpoint goes through the one retire
+    path (CO-5/CO-6) and the slice's retry completes. Not a suite test: every suite run of the
+    reference engine attaches an observer, so only here does the retire path run without one."""
+    cluster = controlled(slice_size=4096)
+    a = cluster.add_node("A", ["n0"])
+    b = cluster.add_node("B", ["n0"])
+    assert a.transport.observer is None
+    cluster.fabric.inject(Fault(ERROR, local_addr=a.buffer_addr, status=WcStatus.REM_ACCESS_ERR))
+    task = a.transport.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+    settle(cluster)
+    assert task.status() == "COMPLETED"
+    causes = [c for ctx in a.transport.contexts for c, _, _ in ctx.store.retire_log]
+    assert causes == ["cq_error"], causes
 
 
 def test_async_event_on_dead_context_hands_work_to_another_nic(controlled, settle):

@@ -500,8 +500,9 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
                              kind: str = "overlap") -> int:
         """Append to the replicated OpLog (through the leader's debug RPC, without touching the
         leader's own index) an object whose memory descriptor overlaps ``victim_key``'s
-        (``kind`` "overlap") or lies on a segment nobody mounted ("unknown_segment").
-        Returns the entry's sequence id."""
+        (``kind`` "overlap") or lies on a segment nobody mounted ("unknown_segment"), or whose
+        metadata is malformed ("malformed": a size of 0, no replica). Returns the entry's
+        sequence id."""
         planted_kind(kind)
         client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
         client.start(wait=10.0)
@@ -510,8 +511,9 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
             endpoint, address, size = victim["replicas"][0]["descriptors"][0]
             descriptor = ([endpoint, address + max(1, size // 2), size] if kind == "overlap"
                           else [f"unmounted-{endpoint}", address, size])
-            payload = {"client_id": "planter", "size": size, "replicas": [
-                {"id": 10**9, "status": "COMPLETE", "descriptors": [descriptor]}]}
+            payload = ({"client_id": "planter", "size": 0, "replicas": []} if kind == "malformed"
+                       else {"client_id": "planter", "size": size, "replicas": [
+                           {"id": 10**9, "status": "COMPLETE", "descriptors": [descriptor]}]})
             result = client.call("plant_raw_entry",
                                  {"op_type": PLANT_OP_PUT_END, "key": key, "payload": payload})
             return int(result["sequence_id"])

@@ -245,8 +245,8 @@ class MooncakeMasters:
                              kind: str = "overlap") -> int:
         """Append to the OpLog the masters keep in etcd (``master_cluster/oplog_planting``) a PUT_END of ``key``
         made from ``victim_key``'s own last PUT_END payload: its buffer address moved half its
-        size up (``kind`` "overlap") or its segment's endpoint swapped for one nobody mounted
-        ("unknown_segment"). The leader's index is not touched; a standby replays the entry.
+        size up (``kind`` "overlap"), its segment's endpoint swapped for one nobody mounted
+        ("unknown_segment"), or cut in half so it no longer decodes ("malformed"). The leader's index is not touched; a standby replays the entry.
         Returns its sequence id; ``TargetLacks`` with what the probe of the etcd keys found
         where the build keeps no such OpLog or no entry for the victim."""
         planted_kind(kind)
@@ -275,6 +275,8 @@ class MooncakeMasters:
     def _bad_payload(self, victim_key: str, payload: bytes, kind: str) -> bytes:
         """The victim's metadata made invalid as ``kind`` says, located through the replica the
         serving leader reports for it."""
+        if kind == "malformed":
+            return payload[: len(payload) // 2]
         replica = self._replicas(victim_key)[:1]
         if kind == "overlap":
             if not replica or not isinstance(replica[0].get("buffer_address_"), int):
