@@ -55,17 +55,18 @@ def soaked(cluster, keys: int = KEYS) -> tuple[list[str], int, int, str | None]:
     return written, leader, standby, behind(cluster, standby, f"{keys} acknowledged puts")
 
 
-def soaked_standby(cluster, means: str = "master_fault_planting") -> tuple[list[str], int, int]:
+def soaked_standby(cluster, means: str = "master_fault_planting",
+                   keys: int = KEYS) -> tuple[list[str], int, int]:
     """``soaked`` as a precondition: a standby that did not catch up fails the test with what
     it reported, or, where the leader keeps no OpLog at all after the puts (a deployment
     without ``--enable_oplog``: primary sequence 0), the test is n/a naming ``means``, which
     needs a standby that follows one."""
-    keys, leader, standby, lagging = soaked(cluster)
+    written, leader, standby, lagging = soaked(cluster, keys)
     if lagging is None:
-        return keys, leader, standby
+        return written, leader, standby
     if cluster.replication(standby)["primary_seq"] == 0:
         raise TargetLacks(Capability(means), (
-            f"the leader of {cluster.build} keeps no OpLog after {len(keys)} "
+            f"the leader of {cluster.build} keeps no OpLog after {len(written)} "
             f"acknowledged puts (its masters run without --enable_oplog=true: the build has no "
             f"such flag, or the deployment leaves it at its default), so no standby follows "
             f"it: {lagging}"))
@@ -359,6 +360,103 @@ def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
         f"yet its own count of entries its restore dropped ({RESTORE_DROPPED} in /metrics) "
         f"says {counted:g}{restore_lines(cluster, new)}; MP-2 requires the drop be reported, "
         f"not reported as none")
+
+
+INTRINSIC = ("unknown_segment", "malformed")
+"""Planted kinds invalid in themselves, whatever else the log holds (an overlap makes one of two
+entries invalid, and which one depends on their order)."""
+
+
+def caught_up(cluster, standby: int, what: str) -> None:
+    lagging = behind(cluster, standby, what)
+    if lagging is not None:
+        pytest.fail(f"precondition: {lagging}", pytrace=False)
+
+
+@pytest.mark.mc_req("MP-2")
+@pytest.mark.mc_requires("master_fault_planting")
+@pytest.mark.parametrize("kind", INTRINSIC)
+def test_an_invalid_entry_before_the_valid_objects_drops_only_itself(mc_master_cluster, kind):
+    """MP-2's "first" edge: the invalid entry comes early in the log (after only the four
+    objects its template needs), every other valid object after it. Only it goes."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    early, leader, standby = soaked_few(cluster)
+    plant_bad_descriptor(cluster, standby, kind)
+    late = put_keys(cluster.client(0), KEYS, prefix="late")
+    caught_up(cluster, standby, f"{KEYS} puts after the planted entry")
+    keys = early + late
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, keys)
+    lost = sorted(set(keys) - set(kept))
+    assert not lost, (
+        f"one entry holding {PLANTED[kind]}, planted before {len(late)} of the {len(keys)} "
+        f"valid objects, cost {len(lost)} of them after failover (master {new} serves "
+        f"{len(kept)}, e.g. lost {lost[:5]}){restore_lines(cluster, new)}; MP-2 requires the "
+        f"restore drop only the invalid entry, wherever it lies in the log")
+    assert drop_reports(cluster, new, PLANTED_KEY), (
+        f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({PLANTED[kind]}) "
+        f"without a log line naming it as dropped or invalid{restore_lines(cluster, new)}; MP-2 "
+        f"requires the dropped entry be reported")
+
+
+def soaked_few(cluster) -> tuple[list[str], int, int]:
+    """``soaked_standby`` with only k0..k3 written (k3 is the planter's template)."""
+    return soaked_standby(cluster, keys=4)
+
+
+@pytest.mark.mc_req("MP-2")
+@pytest.mark.mc_requires("master_fault_planting")
+def test_a_log_of_only_invalid_entries_restores_nothing_and_reports_every_one(mc_master_cluster):
+    """MP-2's "all" edge: every object entry of the promotion context is invalid (the valid
+    template objects are removed again). The restore keeps none of them and reports each."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    templates, leader, standby = soaked_few(cluster)
+    planted = {f"{PLANTED_KEY}-{kind}": kind for kind in INTRINSIC}
+    for key, kind in planted.items():
+        cluster.plant_bad_descriptor("k3", key=key, kind=kind)
+    client = cluster.client(0)
+    for key in templates:
+        result = client.remove(key, force=True)
+        assert result["ok"], f"precondition: remove {key} failed on the healthy leader: {result}"
+    caught_up(cluster, standby, "the planted entries and the removes")
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, [])
+    assert not set(kept) & set(planted), (
+        f"the promoted master {new} serves {sorted(set(kept) & set(planted))}, entries planted "
+        f"invalid ({', '.join(PLANTED[k] for k in INTRINSIC)}){restore_lines(cluster, new)}; "
+        f"MP-2 requires an invalid entry be dropped")
+    silent = [key for key in planted if not drop_reports(cluster, new, key)]
+    assert not silent, (
+        f"the promoted master {new}, whose promotion context held only invalid entries, "
+        f"reported no drop of {silent} (it serves {kept}){restore_lines(cluster, new)}; MP-2 "
+        f"requires every dropped entry be reported")
+
+
+@pytest.mark.mc_req("MP-2")
+@pytest.mark.mc_requires("master_fault_planting")
+def test_an_invalid_replica_drops_the_replica_not_the_object(mc_master_cluster):
+    """MP-2 drops *that entry*: an object of two replicas, one valid and one overlapping
+    another object's memory, survives on its valid replica, and the dropped replica is reported
+    under the object's key."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    keys, leader, standby = soaked_standby(cluster)
+    plant_bad_descriptor(cluster, standby, "overlap_beside_valid")
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, [*keys, PLANTED_KEY])
+    lost = sorted(set(keys) - set(kept))
+    assert not lost, (
+        f"an object with one overlapping replica cost {len(lost)} of {len(keys)} valid objects "
+        f"after failover (e.g. {lost[:5]}){restore_lines(cluster, new)}; MP-2 requires the "
+        f"restore drop only the invalid entry")
+    assert PLANTED_KEY in kept, (
+        f"the promoted master {new} dropped the whole object {PLANTED_KEY!r}, whose second "
+        f"replica is valid, for its one replica overlapping k3's memory (it serves "
+        f"{len(kept)} objects){restore_lines(cluster, new)}; MP-2 requires the restore drop the "
+        f"invalid replica, not the object")
+    assert drop_reports(cluster, new, PLANTED_KEY), (
+        f"the promoted master {new} keeps {PLANTED_KEY!r} on its valid replica but no log line "
+        f"names the key with the replica it dropped{restore_lines(cluster, new)}; MP-2 requires "
+        f"the dropped entry be reported")
 
 
 @pytest.mark.mc_req("MP-3")

@@ -167,6 +167,15 @@ def start_client_process(etcd: list[str], cluster_id: str, workdir: Path, index:
     return handle
 
 
+def _freed_range(client: Any, spare: str, size: int) -> list:
+    """A descriptor of ``size`` bytes of mounted memory no object holds: a spare object's,
+    put and removed again through the leader (both logged before the planted entry)."""
+    client.put(spare, size)
+    freed = client.get(spare)["replicas"][0]["descriptors"][0]
+    client.remove(spare, force=True)
+    return list(freed)
+
+
 class ReferenceMasterCluster(CoroListeners, ProcessMasters):
     """N reference masters and M store-client processes of one profile on one etcd, or on one
     Redis (``redis="host:port"``: leader hash and OpLog in Redis, ``--mc-ha=redis``); each
@@ -501,7 +510,9 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         """Append to the replicated OpLog (through the leader's debug RPC, without touching the
         leader's own index) an object whose memory descriptor overlaps ``victim_key``'s
         (``kind`` "overlap") or lies on a segment nobody mounted ("unknown_segment"), or whose
-        metadata is malformed ("malformed": a size of 0, no replica). Returns the entry's
+        metadata is malformed ("malformed": a size of 0, no replica), or an object of two
+        replicas ("overlap_beside_valid"): the overlapping one and a valid one on memory freed
+        just before (a spare object the planter puts and removes). Returns the entry's
         sequence id."""
         planted_kind(kind)
         client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
@@ -509,11 +520,15 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         try:
             victim = client.get(victim_key)
             endpoint, address, size = victim["replicas"][0]["descriptors"][0]
-            descriptor = ([endpoint, address + max(1, size // 2), size] if kind == "overlap"
+            descriptor = ([endpoint, address + max(1, size // 2), size]
+                          if kind in ("overlap", "overlap_beside_valid")
                           else [f"unmounted-{endpoint}", address, size])
+            replicas = [{"id": 10**9, "status": "COMPLETE", "descriptors": [descriptor]}]
+            if kind == "overlap_beside_valid":
+                replicas.insert(0, {"id": 10**9 + 1, "status": "COMPLETE",
+                                    "descriptors": [_freed_range(client, f"{key}-spare", size)]})
             payload = ({"client_id": "planter", "size": 0, "replicas": []} if kind == "malformed"
-                       else {"client_id": "planter", "size": size, "replicas": [
-                           {"id": 10**9, "status": "COMPLETE", "descriptors": [descriptor]}]})
+                       else {"client_id": "planter", "size": size, "replicas": replicas})
             result = client.call("plant_raw_entry",
                                  {"op_type": PLANT_OP_PUT_END, "key": key, "payload": payload})
             return int(result["sequence_id"])

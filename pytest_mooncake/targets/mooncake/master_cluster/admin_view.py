@@ -277,6 +277,11 @@ class MooncakeMasters:
         serving leader reports for it."""
         if kind == "malformed":
             return payload[: len(payload) // 2]
+        if kind == "overlap_beside_valid":
+            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                f"the planter for mooncake_master of {self.build} edits one replica of a "
+                f"PUT_END payload and cannot yet add a second one (a harness gap, not the "
+                f"build's)"))
         replica = self._replicas(victim_key)[:1]
         if kind == "overlap":
             if not replica or not isinstance(replica[0].get("buffer_address_"), int):
