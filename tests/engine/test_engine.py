@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from reference_engine.descriptor import decode, encode, tcp_descriptor
@@ -10,6 +13,8 @@ from reference_engine.metadata import KeyLayout
 from reference_engine.profiles import LEGACY, RFC
 
 KEYS = KeyLayout()
+PRINT_INSTANCE_ID = ("from reference_engine.profiles import RFC; "
+                     "print(RFC.identity.instance_id())")
 
 
 def test_publishes_a_fresh_descriptor_of_its_own_buffer_only(store, engines):
@@ -24,6 +29,17 @@ def test_publishes_a_fresh_descriptor_of_its_own_buffer_only(store, engines):
     assert published.tcp_proto_version == 2 and published.rdma_server_name == ""
     assert b'"rpc_port":%d' % a.transport.data_port in store.get(KEYS.rpc_meta_key("a"))
 
+
+def test_two_segments_of_one_process_carry_the_same_instance_id(store, engines):
+    """MR-7's per-process edge, which no target shows from outside (every target's engine
+    process serves one segment): two engines of this process publish one identity, and a
+    child process publishes another."""
+    engines("a"), engines("b")
+    a, b = (decode(store.get(KEYS.segment_key(n)), n).instance_id for n in ("a", "b"))
+    assert a is not None and a == b, f"segments a and b of one process publish {a!r} and {b!r}"
+    child = subprocess.run([sys.executable, "-c", PRINT_INSTANCE_ID], capture_output=True,
+                           text=True, timeout=60, check=True).stdout.strip()
+    assert len(child) == 32 and child != a, f"another process publishes {child!r}, this one {a!r}"
 
 def test_legacy_publishes_no_instance_id(store, engines):
     engines("a", LEGACY)
