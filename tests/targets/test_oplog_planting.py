@@ -104,5 +104,6 @@ def test_the_planted_segment_is_one_nobody_mounted_and_keeps_the_length():
 
 def test_an_unknown_kind_of_planted_descriptor_is_refused_naming_the_known_ones():
     assert planted_kind("unknown_segment") == "unknown_segment"
-    with pytest.raises(ValueError, match=r"unknown kind 'torn' \(known: overlap, unknown_segment, malformed\)"):
+    with pytest.raises(ValueError, match=r"unknown kind 'torn' \(known: overlap, unknown_segment, malformed, "
+                                         r"overlap_beside_valid\)"):
         planted_kind("torn")
