@@ -405,8 +405,9 @@ def soaked_few(cluster) -> tuple[list[str], int, int]:
 
 
 def removed(client, key: str) -> None:
-    """Remove ``key`` through the healthy leader, retried for WAIT: a real build may refuse
-    it for a moment after the planter read it (0.3.13 answered rc=-1002 once)."""
+    """Remove ``key`` through the healthy leader, retried for WAIT (a precondition: the
+    timeout names the last answer; 0.3.13.post1 refuses k3, the planter's template, with
+    rc=-1002 for the whole WAIT once planted from, while k0..k2 go)."""
     answers: list = []
 
     def gone() -> bool:
