@@ -13,7 +13,8 @@ import re
 
 import pytest
 
-from pytest_mooncake.targets import Capability, PreconditionUnestablished, TargetLacks
+from pytest_mooncake.acknowledged_puts import put_fresh
+from pytest_mooncake.targets import Capability, TargetLacks
 from pytest_mooncake.waits import Timeout, wait_until
 
 WAIT = 20.0
@@ -26,31 +27,12 @@ holding its replica is mounted again)."""
 pytestmark = pytest.mark.mc_requires("master_cluster")
 
 
-ALREADY_EXISTS = re.compile(r"OBJECT_ALREADY_EXISTS|rc=-705\b")
-"""How a put answers that the key exists (the reference's code; the build's return code)."""
-
-
 def put_keys(client, n: int, prefix: str = "k") -> list[str]:
     keys = [f"{prefix}{i}" for i in range(n)]
     for key in keys:
-        result = client.put(key, 64)
-        if not result["ok"] and ALREADY_EXISTS.search(str(result.get("error"))):
-            result = put_taken_before(client, key, result)
+        result = put_fresh(client, key, 64)
         assert result["ok"], f"precondition: put {key} failed on the healthy leader: {result}"
     return keys
-
-
-def put_taken_before(client, key: str, answer: dict) -> dict:
-    """A put of this test's own fresh key answered 'already exists': the client retried our put
-    after a timeout and the leader had taken the first attempt. Readable, the object is ours
-    and the put succeeded; otherwise the harness could not establish its precondition (an
-    error naming both answers, not a FAIL of the build)."""
-    got = client.get(key)
-    if got["ok"]:
-        return got
-    raise PreconditionUnestablished(
-        f"precondition: put {key} (a fresh key of this test) was answered {answer} and a get of "
-        f"it {got}: a retry of our own put found the first attempt taken but not readable")
 
 
 def only_standby(cluster) -> int:
