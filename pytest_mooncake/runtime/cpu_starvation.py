@@ -6,7 +6,12 @@ never finished. Linux counts, per thread, the time it sat runnable without a CPU
 the longest such wait among the threads of the processes it depends on, up to a cap; when the
 cap ends it while those threads were starved, the wait says so (``starved_out``) and the caller
 reports that the harness could not establish its precondition instead of judging the build.
-A deadlocked build's threads sleep (they are not runnable), so its deadline does not stretch.
+A deadlocked build's threads sleep (they are not runnable), so the deadlock does not stretch
+it; where the build also spins (a CQ poller), its spinning thread is starved under load too, so
+a wait also ends, judged, once a thread of the build ran ``PROGRESS_CPU`` seconds on a CPU: the
+scheduler shares a CPU fairly among runnable threads, so any thread of the build that was ready
+to end the transfer had its turn (0.3.13.post1's verbs-boundary deadlock: a poller of A ran
+75.8 s of 240 s while the transfer never ended).
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from pathlib import Path
 
 STRETCH_CAP = 4.0
 """A deadline stretched by starvation ends at most at this multiple of its own length."""
+PROGRESS_CPU = 5.0
+"""Seconds on a CPU of one thread of the build after which a wait past its wall-clock deadline
+is judged however starved the machine was (a transfer of a few KiB needs milliseconds)."""
 
 Sample = Mapping[tuple[int, int], tuple[float, float]]
 """(pid, tid) -> (seconds on a CPU, seconds runnable without one)."""
@@ -44,6 +52,9 @@ class StarvedDeadline:
     timeout: float
     pids: tuple[int, ...]
     names: Mapping[int, str] = field(default_factory=dict)
+    ours: tuple[int, ...] = ()
+    """Pids of the harness among ``pids``: their starvation stretches the wait, their CPU is no
+    progress of the build."""
     cap: float = STRETCH_CAP
     clock: Callable[[], float] = time.monotonic
     sample: Callable[[Iterable[int]], Sample] = schedstat
@@ -71,19 +82,31 @@ class StarvedDeadline:
         """Seconds on a CPU the threads of ``pid`` had since the start."""
         return sum(v for (p, _), v in self._delta(0).items() if p == pid)
 
+    def busiest(self) -> float:
+        """The most seconds on a CPU one thread of the build had since the start."""
+        return max((v for (p, _), v in self._delta(0).items() if p not in self.ours),
+                   default=0.0)
+
+    def had_its_time(self) -> bool:
+        """Whether the build had ``timeout`` seconds it could run, or a thread of it ran
+        ``PROGRESS_CPU`` seconds past the wall-clock deadline: a wait then ending is judged."""
+        elapsed = self.elapsed()
+        return (elapsed - self.starved() >= self.timeout
+                or (elapsed >= self.timeout and self.busiest() >= PROGRESS_CPU))
+
     def expired(self) -> bool:
         self.last, self.sampled = self.sample(self.pids), self.clock()
-        elapsed = self.elapsed()
-        return elapsed - self.starved() >= self.timeout or elapsed >= self.cap * self.timeout
+        return self.had_its_time() or self.elapsed() >= self.cap * self.timeout
 
     def starved_out(self) -> bool:
-        """Whether it ended by its cap while the watched threads were starved (so it never
-        gave the build ``timeout`` seconds of a machine that let it run)."""
-        return self.elapsed() - self.starved() < self.timeout
+        """Whether it ended by its cap without the build having had its time (so nothing the
+        build did may be judged from it)."""
+        return not self.had_its_time()
 
     def describe(self) -> str:
         """What the wait saw of the machine, for a message."""
         ran = ", ".join(f"{self.names.get(p, p)} {self.cpu(p):.1f}s" for p in self.pids)
         return (f"in {self.elapsed():.1f}s (deadline {self.timeout:g}s of CPU-available time, "
-                f"cap {self.cap * self.timeout:g}s), the longest any thread of it waited "
-                f"runnable for a CPU was {self.starved():.1f}s; CPU used: {ran}")
+                f"cap {self.cap * self.timeout:g}s), the longest any thread waited runnable for "
+                f"a CPU was {self.starved():.1f}s; CPU used: {ran}; the busiest thread of the "
+                f"build ran {self.busiest():.1f}s")

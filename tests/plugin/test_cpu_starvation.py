@@ -13,27 +13,28 @@ from pytest_mooncake.runtime.cpu_starvation import StarvedDeadline, schedstat
 
 
 class Machine:
-    """A wall clock and one thread's (ran, waited) seconds, advanced by the test."""
+    """A wall clock and each process's one thread's (ran, waited) seconds, advanced by the
+    test; pid 7 is the build, pid 8 the harness."""
 
     def __init__(self) -> None:
         self.now = 0.0
-        self.ran = 0.0
-        self.waited = 0.0
+        self.threads = {7: [0.0, 0.0], 8: [0.0, 0.0]}
 
     def clock(self) -> float:
         return self.now
 
     def sample(self, pids):
-        return {(pid, pid): (self.ran, self.waited) for pid in pids}
+        return {(pid, pid): tuple(self.threads[pid]) for pid in pids}
 
-    def advance(self, wall: float, ran: float = 0.0, waited: float = 0.0) -> None:
+    def advance(self, wall: float, pid: int = 7, ran: float = 0.0, waited: float = 0.0) -> None:
         self.now += wall
-        self.ran += ran
-        self.waited += waited
+        self.threads[pid][0] += ran
+        self.threads[pid][1] += waited
 
 
 def deadline(machine: Machine, timeout: float = 60.0) -> StarvedDeadline:
-    return StarvedDeadline(timeout, (7,), {7: "A"}, clock=machine.clock, sample=machine.sample)
+    return StarvedDeadline(timeout, (7, 8), {7: "A", 8: "the harness"}, ours=(8,),
+                           clock=machine.clock, sample=machine.sample)
 
 
 def test_a_stuck_build_that_had_the_cpu_ends_at_its_own_deadline_and_is_judged() -> None:
@@ -49,11 +50,23 @@ def test_a_stuck_build_that_had_the_cpu_ends_at_its_own_deadline_and_is_judged()
     assert "A 0.5s" in d.describe()
 
 
+def test_a_stuck_build_whose_poller_spins_under_load_is_judged_once_it_ran() -> None:
+    """0.3.13.post1's deadlock beside a spinning poller on a loaded machine: the poller is
+    starved too, but it ran PROGRESS_CPU seconds, so every ready thread had its turn."""
+    m = Machine()
+    d = deadline(m)
+    m.advance(59.0, ran=19.0, waited=40.0)
+    assert not d.expired()
+    m.advance(1.0, ran=0.3, waited=0.7)
+    assert d.expired() and not d.starved_out()
+    assert "the busiest thread of the build ran 19.3s" in d.describe()
+
+
 def test_a_starved_build_gets_its_deadline_in_time_it_could_run() -> None:
     """60 s of wall clock of which 50 s runnable without a CPU is 10 s of the build's time."""
     m = Machine()
     d = deadline(m)
-    m.advance(60.0, ran=10.0, waited=50.0)
+    m.advance(60.0, ran=2.0, waited=50.0)
     assert not d.expired()
     m.advance(49.0, ran=1.0)
     assert not d.expired()
@@ -64,7 +77,9 @@ def test_a_starved_build_gets_its_deadline_in_time_it_could_run() -> None:
 def test_a_wait_the_cap_ends_while_starved_is_not_a_verdict() -> None:
     m = Machine()
     d = deadline(m)
-    m.advance(239.0, ran=10.0, waited=229.0)
+    m.advance(120.0, ran=2.0, waited=118.0)
+    m.advance(0.0, pid=8, ran=60.0)  # the harness's own CPU is no progress of the build
+    m.advance(119.0, ran=2.0, waited=117.0)
     assert not d.expired()
     m.advance(1.0, waited=1.0)
     assert d.expired()

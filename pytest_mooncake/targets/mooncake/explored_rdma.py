@@ -298,7 +298,7 @@ def transfer_deadline(cluster: Any) -> StarvedDeadline:
     """TRANSFER_TIMEOUT of time in which A's and B's engines and this process could run."""
     pids = {n.pid: name for name, n in cluster.nodes.items() if n.engine.alive()}
     pids[os.getpid()] = "the harness"
-    return StarvedDeadline(TRANSFER_TIMEOUT, tuple(pids), pids)
+    return StarvedDeadline(TRANSFER_TIMEOUT, tuple(pids), pids, ours=(os.getpid(),))
 
 
 _LABEL = re.compile(r"^(?:p0\.(?:t\d+:(?P<call>modify|post|destroy)\.q(?P<qp>\d+)(?:\.s(?P<state>\d+))?"

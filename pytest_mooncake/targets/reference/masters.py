@@ -486,7 +486,7 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         client.start()
         live = {m.process.pid: f"master {m.index}" for m in self.masters if m.process.alive()}
         live[os.getpid()] = "the harness"
-        deadline = StarvedDeadline(ATTACH_WAIT, tuple(live), live)
+        deadline = StarvedDeadline(ATTACH_WAIT, tuple(live), live, ours=(os.getpid(),))
         wait_until(lambda: client.attached or deadline.expired(), STRETCH_CAP * ATTACH_WAIT + 5,
                    f"client {client.client_id} to attach", interval=0.02)
         if client.attached:
