@@ -57,6 +57,7 @@ from pytest_mooncake.runtime.ports import sweep_stale_claims
 from pytest_mooncake.runtime.processes import reap_all
 from pytest_mooncake.targets import (
     ComponentStartError,
+    PreconditionUnestablished,
     Target,
     TargetLacks,
     UnknownTarget,
@@ -308,7 +309,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.longrepr = (str(item.path), item.location[1] or 0,
                                f"Skipped: {not_applicable}")
     unjudged = (report.failed and call.excinfo is not None
-                and call.excinfo.errisinstance(ComponentStartError))
+                and call.excinfo.errisinstance((ComponentStartError, PreconditionUnestablished)))
     if report.failed:
         show_failure_logs(item, report)
         _show_rdma_replay(item, report)

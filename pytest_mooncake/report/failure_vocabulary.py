@@ -8,7 +8,8 @@ what the build did, or what a probe of it saw). Each symptom names its cause and
 fixed, so a new message of that kind is fixed the same way, not added to a list.
 
 The symptoms are kinds, not strings of one test: an assert without words of its own, our
-wait's deadline escaping a test, a settle loop's deadline, our handle refusing a call made
+wait's deadline escaping a test, a settle loop's deadline, a wall-clock deadline that
+cannot tell a starved machine from a stuck build, our handle refusing a call made
 before the build did what the test waited for, and an exception raised by test code itself.
 """
 
@@ -57,6 +58,18 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "our own handle or emulated device refused a call: the test ran ahead of the build "
         "(a timing-dependent precondition) or drove our component wrongly",
         "the test waits for the state it needs (settle, a held WR) before the call"),
+    _symptom(
+        "unmeasured-deadline",
+        r"stuck_slice: transfer \d+ \([^)]*\) never ended(?!: in [\d.]+s \(deadline)|"
+        r"no master attached within [\d.]+s \(|"
+        r"put \S+ failed on the healthy leader: .*(OBJECT_ALREADY_EXISTS|rc=-705\b)",
+        "a fixed wall-clock deadline of ours ran out, or a precondition failed on our own "
+        "retry, and the message cannot tell the build's finding from a machine starved of CPU "
+        "(load 20-50 on two cores: an exploration took 217 s instead of 12 s)",
+        "the deadline counts only time the build's and our threads could run "
+        "(runtime/cpu_starvation.py) and says what it measured; a wait that never had that "
+        "time, and a precondition our own retry broke, raise PreconditionUnestablished (error, "
+        "not FAIL)"),
     _symptom(
         "bare-assertion",
         r"\A(AssertionError: )?assert ",

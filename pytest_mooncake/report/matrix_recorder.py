@@ -25,6 +25,7 @@ from pytest_mooncake.report.conformance_matrix import ConformanceMatrix
 from pytest_mooncake.report.crash_labels import CrashLabels, Labels
 from pytest_mooncake.report.deployment_seen import SeenDeployments
 from pytest_mooncake.report.expectation_gate import ExpectationGate
+from pytest_mooncake.report.harness_symptom_lines import harness_symptom_lines
 from pytest_mooncake.report.json_report import RunFacts, to_json, write_json
 from pytest_mooncake.report.junit_properties import add_rerun_properties
 from pytest_mooncake.report.not_applicable import NotApplicable
@@ -256,7 +257,10 @@ class MatrixRecorder:
         if self.exit_note:
             terminalreporter.write_line(self.exit_note)
         self.seen.merge(self.run.targets)
-        differences = to_json(self.matrix, self.run).get("profile_differences", [])
+        doc = to_json(self.matrix, self.run)
+        for line in harness_symptom_lines(doc):
+            terminalreporter.write_line(line, yellow=True)
+        differences = doc.get("profile_differences", [])
         if differences:
             terminalreporter.write_line("verdicts that depend on the deployment profile:")
             for line in differences:

@@ -18,6 +18,7 @@ from pytest_mooncake.targets.base import (
     MasterEndpoint,
     MetadataHandle,
     ObservationFailed,
+    PreconditionUnestablished,
     RdmaHandle,
     Target,
     TargetContext,
@@ -29,7 +30,8 @@ from pytest_mooncake.targets.base import (
 
 __all__ = [
     "Capability", "ComponentStartError", "EngineHandle", "LookupResult", "MasterClusterHandle",
-    "MasterEndpoint", "MetadataHandle", "ObservationFailed", "RdmaHandle", "Target",
+    "MasterEndpoint", "MetadataHandle", "ObservationFailed", "PreconditionUnestablished",
+    "RdmaHandle", "Target",
     "TargetContext", "TargetError", "TargetLacks", "TransferResult", "WireClientHandle",
     "KNOWN_TARGETS", "UnknownTarget", "names_release", "resolve_target", "split_profile",
     "target_identity",

@@ -118,6 +118,13 @@ class ComponentStartError(TargetError):
     to start it: nothing was judged, so the test's verdict is error, with what was seen, even
     when it is raised inside the test body (never FAIL of the requirement, never n/a)."""
 
+
+class PreconditionUnestablished(TargetError):
+    """The harness could not establish what the test needs before judging (e.g. the machine
+    was starved of CPU while the build's deadline ran): nothing was judged, so the verdict is
+    error with what was seen, even when raised inside the test body (never FAIL, never n/a)."""
+
+
 class ObservationFailed(AssertionError):
     """Observing the implementation broke: a refused connection, a 5xx, a timeout, an answer of
     an unexpected shape. The test FAILs with what was seen (an ``AssertionError``), never n/a:

@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from pytest_mooncake.acknowledged_puts import put_fresh
 from pytest_mooncake.targets import Capability, TargetLacks
 from pytest_mooncake.waits import Timeout, wait_until
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.mc_requires("master_cluster")
 def put_keys(client, n: int, prefix: str = "k") -> list[str]:
     keys = [f"{prefix}{i}" for i in range(n)]
     for key in keys:
-        result = client.put(key, 64)
+        result = put_fresh(client, key, 64)
         assert result["ok"], f"precondition: put {key} failed on the healthy leader: {result}"
     return keys
 

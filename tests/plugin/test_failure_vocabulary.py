@@ -24,6 +24,9 @@ HARNESS = {  # messages stored reports held, one per symptom (before the fixes)
     "helper-timeout": "pytest_mooncake.runtime.deadlines.Timeout: timed out after 10s waiting "
                       "for B to reach the restarted A; last observed: False",
     "harness-refusal": "ValueError: slice 0 of transfer 0 was never posted: settle() first",
+    "unmeasured-deadline": "Failed: schedule 69 of the 'qp_fatal_races_completion' exploration "
+                           "broke CO-9: stuck_slice: transfer 68 (write 8192 bytes A->B) never "
+                           "ended",
     "bare-assertion": "assert False",
     "test-code-exception": "TypeError: 'NoneType' object is not subscriptable",
 }

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
                                               # Mooncake release images built here
     ("targets", "cluster"),                   # the Target API and implementations; cluster CLI
     ("config",),                              # options, markers, stash keys, run matrices
-    ("fixtures", "planting", "waits", "raw_peers", "tcp_wire"),  # fixtures, helpers suites import
+    ("fixtures", "planting", "waits", "raw_peers", "tcp_wire", "acknowledged_puts"),  # fixtures, helpers suites import
     ("plugin", "__init__"),                   # the pytest hooks; the entry point
 ]
 """Lowest first. A module of pytest_mooncake (keyed by the first name under the package:

@@ -194,6 +194,10 @@ def test_a_killed_process_leaves_nothing_held_and_is_reported(rdma):
         assert cluster.release("dies") == 0
         found = {v.kind: v.detail for v in cluster.check()}
         assert "killed by SIGKILL" in found.get("actor_crashed", ""), found
+        # settle() depends on A to end A's transfer: with A dead it stops at once, naming A
+        with pytest.raises(NotQuiescent, match=rf"transfer {t} .* never can: its initiator A "
+                                               rf"\(pid {pid}\) died: killed by SIGKILL"):
+            cluster.settle(timeout=600)
         run_dir = Path(cluster.fabric.run_dir)
     finally:
         cluster.close()

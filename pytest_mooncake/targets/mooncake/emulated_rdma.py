@@ -744,10 +744,22 @@ class EmulatedRdmaCluster:
         stirred = self._stirred
         watch = Watch()
 
+        def orphaned(views: list) -> None:
+            """A transfer whose initiator died never ends, and with nothing held nothing else
+            ends the wait before its deadline: stop now, naming the dead initiator."""
+            lost = [(i, t) for i, t in enumerate(self.transfers) if t.status == "WAITING"
+                    and not self.nodes[t.src].engine.alive()]
+            if lost and not any(v.kept for v in views):
+                raise NotQuiescent("; ".join(
+                    f"transfer {i} ({t.op} {t.length} bytes {t.src}->{t.dst}) had not ended and "
+                    f"never can: its initiator {self._death(self.nodes[t.src])}"
+                    for i, t in lost) + " (settle stopped before its deadline)")
+
         def settled() -> bool:
             self._poll_status()
             views = self._views()
             watch.see(views)
+            orphaned(views)
             idle = not any(v.busy for v in views)
             ended = all(t.status != "WAITING" for t in self.transfers)
             if idle and not stirred and ended:

@@ -40,8 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.runtime.cpu_starvation import STRETCH_CAP, StarvedDeadline
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
-from pytest_mooncake.targets.base import Capability, RdmaViolation, TargetLacks
+from pytest_mooncake.targets.base import (
+    Capability,
+    PreconditionUnestablished,
+    RdmaViolation,
+    TargetLacks,
+)
 from pytest_mooncake.targets.mooncake.memcheck import MemcheckLauncher, engine_errors
 from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES
 from pytest_mooncake.verbs.boundary_exploration import (
@@ -207,12 +213,14 @@ class ClusterScenario:
         self.cursor = logged[-1].n if logged else 0
         ended = threading.Event()
         errors: list[str] = []
+        deadline = transfer_deadline(c)
 
         def drive() -> None:
             try:
                 c._flush()
-                wait_until(lambda: c.status(t) != "WAITING", TRANSFER_TIMEOUT,
-                           f"transfer {t} to end", interval=0.005, max_interval=0.02)
+                wait_until(lambda: c.status(t) != "WAITING" or deadline.expired(),
+                           STRETCH_CAP * TRANSFER_TIMEOUT + 10, f"transfer {t} to end",
+                           interval=0.005, max_interval=0.02)
             except Timeout:
                 pass
             except Exception as exc:  # noqa: BLE001 (reported as what was observed)
@@ -228,7 +236,7 @@ class ClusterScenario:
                                     max_steps=self.max_steps).run(
                 strategy, ended.is_set, labels, faults)
         finally:
-            driver.join(TRANSFER_TIMEOUT + 10)
+            driver.join(STRETCH_CAP * TRANSFER_TIMEOUT + 20)
         stacks = ""
         if run.stopped and run.stopped.startswith("nothing runnable") and a.engine.alive():
             stacks = thread_stacks(a.pid)  # who is blocked where, outside the verbs calls
@@ -238,8 +246,13 @@ class ClusterScenario:
         except Timeout:
             pass  # check() reports what stayed
         status = c.status(t)
+        if status == "WAITING" and deadline.starved_out():
+            raise PreconditionUnestablished(
+                f"harness starved of CPU: transfer {t} of schedule {self.index} had not ended, "
+                f"but the machine did not let the build run long enough to judge it: "
+                f"{deadline.describe()}")
         violations = [f"{v.kind}: {v.detail}" for v in
-                      self._judge(t, status, data, offset) + stale_retires(run.labels)]
+                      self._judge(t, status, data, offset, deadline) + stale_retires(run.labels)]
         violations += [f"harness: {e}" for e in errors]
         if self.memcheck is not None:
             found = engine_errors(self.memcheck)
@@ -263,10 +276,14 @@ class ClusterScenario:
             c.restart_peer("A")
         return self.last
 
-    def _judge(self, t: int, status: str, data: bytes, offset: int) -> list[RdmaViolation]:
+    def _judge(self, t: int, status: str, data: bytes, offset: int,
+               deadline: StarvedDeadline) -> list[RdmaViolation]:
         c = self.cluster
-        out = list(c.check())  # also waits for retired QPs to be destroyed: the next schedule
-        # starts from a build with no reclaim pending (a replay then meets the same state)
+        # check() also waits for retired QPs to be destroyed: the next schedule starts from a
+        # build with no reclaim pending (a replay then meets the same state); a transfer that
+        # never ended says what the machine gave the build meanwhile (not starved: ours to judge)
+        out = [RdmaViolation(v.kind, f"{v.detail}: {deadline.describe()}")
+               if v.kind == "stuck_slice" else v for v in c.check()]
         if status == "COMPLETED" and c.nodes["B"].engine.alive():
             landed = c.read("B", offset, len(data))
             if landed != data:
@@ -275,6 +292,13 @@ class ClusterScenario:
                     f"transfer {t} ended COMPLETED but B's bytes differ from byte {bad} on "
                     f"(slice {bad // SLICE})")))
         return out
+
+
+def transfer_deadline(cluster: Any) -> StarvedDeadline:
+    """TRANSFER_TIMEOUT of time in which A's and B's engines and this process could run."""
+    pids = {n.pid: name for name, n in cluster.nodes.items() if n.engine.alive()}
+    pids[os.getpid()] = "the harness"
+    return StarvedDeadline(TRANSFER_TIMEOUT, tuple(pids), pids, ours=(os.getpid(),))
 
 
 _LABEL = re.compile(r"^(?:p0\.(?:t\d+:(?P<call>modify|post|destroy)\.q(?P<qp>\d+)(?:\.s(?P<state>\d+))?"

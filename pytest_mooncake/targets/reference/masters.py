@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_mooncake.runtime.cpu_starvation import STRETCH_CAP, StarvedDeadline
 from pytest_mooncake.runtime.deadlines import TRANSIENT, wait_until
 from pytest_mooncake.runtime.loopback_http import http_request, json_body
 from pytest_mooncake.runtime.ports import free_port, release_port
@@ -21,6 +23,7 @@ from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets.base import (
     MasterEndpoint,
     ObservationFailed,
+    PreconditionUnestablished,
     TargetError,
     planted_kind,
 )
@@ -43,6 +46,11 @@ def _endpoints(spec: str | list[str] | tuple[str, ...]) -> list[str]:
     if not endpoints:
         raise TargetError("master etcd override: no endpoints given")
     return endpoints
+
+
+ATTACH_WAIT = 10.0
+"""Seconds (in which the masters and the harness could run) an operator client may take to
+attach to the leader."""
 
 
 def put_keys(client: Any, n: int, prefix: str = "k", size: int = 64) -> list[str]:
@@ -476,8 +484,27 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         """An in-process client for operator calls (drain, segment status), started once."""
         if getattr(self, "_operator_client", None) is None:
             self._operator_client = self.library_client(client_id=f"operator-{uuid.uuid4().hex[:6]}")
-            self._operator_client.start(wait=10.0)
+            self._attach(self._operator_client)
         return self._operator_client
+
+    def _attach(self, client: Any) -> Any:
+        """Start an in-process library client and wait until it attached to the leader, for
+        ATTACH_WAIT seconds in which the masters and this process could run. A starved machine
+        is said as the harness's (PreconditionUnestablished), a leader that had the CPU and
+        still took nobody as the reference's finding (ObservationFailed, with what was seen)."""
+        client.start()
+        live = {m.process.pid: f"master {m.index}" for m in self.masters if m.process.alive()}
+        live[os.getpid()] = "the harness"
+        deadline = StarvedDeadline(ATTACH_WAIT, tuple(live), live, ours=(os.getpid(),))
+        wait_until(lambda: client.attached or deadline.expired(), STRETCH_CAP * ATTACH_WAIT + 5,
+                   f"client {client.client_id} to attach", interval=0.02)
+        if client.attached:
+            return client
+        seen = f"client {client.client_id}: no master attached ({client.stats.last_error})"
+        if deadline.starved_out():
+            raise PreconditionUnestablished(f"harness starved of CPU: {seen}: "
+                                            f"{deadline.describe()}")
+        raise ObservationFailed(seen, deadline.describe())
 
     def client_segment(self, index: int) -> str:
         """The segment (transport endpoint) store client ``index`` mounted."""
@@ -516,7 +543,7 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         sequence id."""
         planted_kind(kind)
         client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
-        client.start(wait=10.0)
+        self._attach(client)
         try:
             victim = client.get(victim_key)
             endpoint, address, size = victim["replicas"][0]["descriptors"][0]
