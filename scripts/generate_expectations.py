@@ -52,7 +52,7 @@ LATER_RUNS = [ROOT / "fixtures" / "reports" / name for name in (
     "profiles.json",            # 0.3.13.post1 / 0.3.14, both profiles, MP-4 and MP-6
     "release-profiles.json",    # the release matrix with re-runs: 0.3.13.post1, both profiles
     "rdma-exploration.json",    # suites/rdma explored at the verbs boundary, 0.3.13.post1/0.3.14
-    "releases-master.json",     # suites/master of every release, both profiles
+    "releases-master.json",     # MP-4/MP-6 (suites/master) of every release, both profiles
     "master-wire.json",         # MP-7/MP-8 through the master's own wire
 )]
 """Stored runs after the matrix run, overlaid on it in the order they started."""

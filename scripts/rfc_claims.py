@@ -26,6 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from pytest_mooncake.report.profile_differences import phrase  # noqa: E402
+from pytest_mooncake.report.report_columns import column_free_id  # noqa: E402
 from pytest_mooncake.schemas.toml_documents import tomllib  # noqa: E402
 
 CLAIMS = ROOT / "fixtures" / "rfc-claims.toml"
@@ -119,7 +120,8 @@ def outcome(claim: Mapping[str, Any], tests: list[Mapping[str, Any]]) -> tuple[s
 def judge(claims: Mapping[str, Any], reports: list[Mapping[str, Any]]) -> tuple[
         list[Column], dict[str, dict[str, tuple[str, str]]]]:
     """Every column of the reports (first report wins for a label) and, per claim id and column
-    label, its cell and deciding message."""
+    label, its cell and deciding message, from each of the claim's tests as the first report
+    that ran it saw it."""
     columns: dict[str, Column] = {}
     for doc in reports:
         for column in columns_of(doc):
@@ -128,16 +130,16 @@ def judge(claims: Mapping[str, Any], reports: list[Mapping[str, Any]]) -> tuple[
     for claim in claims["claim"]:
         row = cells.setdefault(claim["id"], {})
         for label in columns:
-            result = (NOT_RUN, "")
+            # test by test, the first report that ran a test wins for it (a newer focused run
+            # may have run one of a claim's tests and not the others)
+            chosen: dict[str, Mapping[str, Any]] = {}
             for doc in reports:
                 if label not in (doc.get("columns") or {}):
                     continue
-                tests = [t for t in _tests(doc, label, claim.get("pair"))
-                         if any(matches(t["nodeid"], w) for w in claim["tests"])]
-                result = outcome(claim, tests)
-                if result[0] != NOT_RUN:
-                    break
-            row[label] = result
+                for t in _tests(doc, label, claim.get("pair")):
+                    if any(matches(t["nodeid"], w) for w in claim["tests"]):
+                        chosen.setdefault(column_free_id(t["nodeid"], label), t)
+            row[label] = outcome(claim, list(chosen.values()))
     ordered = sorted(columns.values(), key=lambda c: (_version_key(c.release), c.profile))
     return ordered, cells
 

@@ -27,7 +27,7 @@ from typing import Any
 from pytest_mooncake.runtime.ports import claim_port, free_port, release_port
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
 from pytest_mooncake.targets.base import Capability, ComponentStartError, TargetLacks
-from reference_engine.rdma.handshake_rpc import METADATA, HandshakeError, send
+from pytest_mooncake.targets.handshake_frames import METADATA, HandshakeFrameError, exchange
 
 P2P_URI = "P2PHANDSHAKE"
 HANDSHAKE_TIMEOUT_S = 5.0
@@ -101,13 +101,11 @@ def _bindable(host: str, port: int) -> bool:
 
 def ask_peer(address: str, timeout: float = HANDSHAKE_TIMEOUT_S) -> bytes | None:
     """The descriptor the process at ``address`` answers to a Metadata frame (its JSON text),
-    or None when nothing listens there (``reference_engine.rdma.handshake_rpc``'s framing,
-    which is Mooncake's)."""
+    or None when nothing listens there (Mooncake's framing: ``handshake_frames``)."""
     host, _, port = address.rpartition(":")
     try:
-        reply = send((host.strip("[]"), int(port)), METADATA, {}, connect_timeout=timeout,
-                     recv_timeout=timeout)
-    except HandshakeError as exc:
+        reply = exchange((host.strip("[]"), int(port)), METADATA, {}, timeout)
+    except HandshakeFrameError as exc:
         if isinstance(exc.__cause__, ConnectionRefusedError):
             return None
         raise

@@ -35,7 +35,8 @@ def test_example_manifest_is_valid():
     target = resolve_target(f"cluster:{EXAMPLE}")
     assert target.version == "cluster example (0.3.13)"
     assert target.capabilities == {Capability.ENGINE, Capability.MASTER_CLUSTER,
-                                   Capability.METADATA_ETCD, Capability.REGISTER_MEMORY,
+                                   Capability.METADATA_ETCD, Capability.METADATA_STORE,
+                                   Capability.REGISTER_MEMORY,
                                    Capability.CACHE_CONTROL,  # the driver's lookup
                                    Capability.CACHE_TTL,  # start_engine(ttl_ms=) refuses (n/a)
                                    Capability.PROMOTABILITY}  # probed live by promotable()
@@ -144,7 +145,9 @@ def test_observe_only_manifest_makes_faults_and_transfers_na(tmp_path):
                               'control = "127.0.0.1:1"\n[faults]\nallow = ["observe"]\n')
     target = resolve_target(f"cluster:{path}")
     # the engine is observed (descriptor) though nothing may drive it
-    assert target.capabilities == {Capability.METADATA_ETCD, Capability.ENGINE}
+    assert target.capabilities == {Capability.METADATA_ETCD, Capability.METADATA_STORE,
+                                   Capability.ENGINE}
+    assert "not by P2P handshake" in target.missing(Capability.METADATA_P2P)
     assert target.missing(Capability.REGISTER_MEMORY) == (
         f"cluster:{path} does not permit transfers (allow = ['observe'])")
     assert target.missing(Capability.METADATA_FAULTS) == (

@@ -189,6 +189,10 @@ class DeploymentPlacement:
         lacks[Capability.METADATA_HTTP] = f"{where} describes an etcd deployment"
         lacks[Capability.METADATA_REDIS] = f"{where} describes an etcd deployment"
         lacks[Capability.HA_REDIS] = f"{where} describes an etcd deployment"
+        lacks[Capability.METADATA_P2P] = (f"{where} describes an etcd deployment (its engines "
+                                          f"publish to etcd, not by P2P handshake)")
+        if Capability.METADATA_ETCD in lacks:
+            lacks[Capability.METADATA_STORE] = lacks[Capability.METADATA_ETCD]
         # an engine listed without control is still one the run observes (its descriptor;
         # with a component its process, sockets and log): a suite gets its handle, and what
         # needs driving it is n/a at the call (DeploymentEngine._driven)
