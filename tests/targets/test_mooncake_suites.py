@@ -129,7 +129,7 @@ def test_expected_verdicts_are_those_of_the_stored_release_run():
     rejudged = _rejudged_later(EXPECTATIONS_NAME, doc["started"])  # taken from later runs
     reqs = [r for r in load_catalogue().requirements
             if r.split("-")[0] in FAMILIES and r not in rejudged]
-    assert len(reqs) >= 20, f"only {len(reqs)} requirements left to compare: {sorted(rejudged)}"
+    assert len(reqs) >= 15, f"only {len(reqs)} requirements left to compare: {sorted(rejudged)}"
     wrong = verdict_mismatches(column, expected_verdict, reqs)
     assert not wrong, (f"{EXPECTATIONS.path} disagrees with the mooncake column of "
                        "fixtures/reports/release-profiles.json:\n  " + "\n  ".join(wrong))
