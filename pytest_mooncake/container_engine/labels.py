@@ -15,6 +15,20 @@ def session_labels(session: str, owner: int | None = None) -> dict[str, str]:
     return {SESSION_LABEL: session, OWNER_LABEL: str(owner or os.getpid())}
 
 
+def list_containers(client: Any, filters: Mapping[str, Any]) -> list[Any]:
+    """Every container (running or not) matching ``filters``, as the engine's listing gave it.
+
+    Sparse: docker-py would otherwise inspect each listed container, and one that another run
+    removes in between fails the whole listing (Podman answers 500 "no such container", not the
+    404 docker-py's ``ignore_removed`` forgives: seen in CI). ``attrs`` holds ``Id``, ``Names``
+    and ``Labels``."""
+    return client.containers.list(all=True, filters=dict(filters), sparse=True)
+
+
+def container_names(containers: list[Any]) -> list[str]:
+    return [name.lstrip("/") for c in containers for name in (c.attrs.get("Names") or [])[:1]]
+
+
 def remove_labelled(client: Any, filters: Mapping[str, Any]) -> list[str]:
     """Remove the containers, then networks, then volumes matching ``filters`` (docker API
     ``label=`` filters); returns what could not be removed, each with the engine's answer."""
@@ -24,8 +38,8 @@ def remove_labelled(client: Any, filters: Mapping[str, Any]) -> list[str]:
                          ("volume", lambda o: o.remove(force=True))):
         collection = getattr(client, kind + "s")
         try:
-            found = (collection.list(all=True, filters=dict(filters), ignore_removed=True)
-                     if kind == "container" else collection.list(filters=dict(filters)))
+            found = (list_containers(client, filters) if kind == "container"
+                     else collection.list(filters=dict(filters)))
         except Exception as exc:  # noqa: BLE001 (report, keep removing the other kinds)
             problems.append(f"listing {kind}s: {exc}")
             continue
@@ -45,13 +59,10 @@ def remove_session(client: Any, session: str) -> list[str]:
 def remove_orphans(client: Any) -> list[str]:
     """Remove what runs whose owner process is gone left behind (their keeper died too)."""
     owners: set[str] = set()
-    # ignore_removed: another run may remove its containers between the listing and the
-    # inspection of each (seen here: a 404 that stopped the engine's start)
-    for collection in (client.containers.list(all=True, filters={"label": [OWNER_LABEL]},
-                                              ignore_removed=True),
+    for collection in (list_containers(client, {"label": [OWNER_LABEL]}),
                        client.networks.list(filters={"label": [OWNER_LABEL]})):
         for obj in collection:
-            owner = (getattr(obj, "labels", None) or obj.attrs.get("Labels") or {}).get(OWNER_LABEL)
+            owner = (obj.attrs.get("Labels") or {}).get(OWNER_LABEL)
             if owner and owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
                 owners.add(owner)
     problems = []

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-from pytest_mooncake.container_engine.labels import SESSION_LABEL
+from pytest_mooncake.container_engine.labels import SESSION_LABEL, container_names, list_containers
 from pytest_mooncake.container_engine.run_networks import BRIDGE_PREFIX, create_network, subnet_of
 from pytest_mooncake.container_engine.session_engine import ContainerEngine
 from pytest_mooncake.runtime.deadlines import wait_until
@@ -22,7 +22,7 @@ PODMAN_DEFAULT = ipaddress.ip_network("10.88.0.0/16")
 
 def _left(engine: ContainerEngine, session: str) -> dict[str, list[str]]:
     flt = {"label": [f"{SESSION_LABEL}={session}"]}
-    return {"containers": [c.name for c in engine.client.containers.list(all=True, filters=flt)],
+    return {"containers": container_names(list_containers(engine.client, flt)),
             "networks": [n.name for n in engine.client.networks.list(filters=flt)]}
 
 
@@ -96,3 +96,24 @@ def test_closing_the_engine_removes_what_the_run_made(tiny_image):
         assert _left(checker, session) == {"containers": [], "networks": []}
     finally:
         checker.close()
+
+
+def test_listing_a_sessions_containers_inspects_none_of_them(container_engine, tiny_image):
+    """Another run may remove a container between the listing and its inspection; Podman then
+    answers 500 (not the 404 docker-py forgives), which failed a keeper's wait in CI. The
+    listing must therefore not inspect: a removed container can no longer break it."""
+    box = container_engine.client.containers.run(tiny_image, ["sleep", "60"], detach=True,
+                                                 network_mode="none",
+                                                 labels=container_engine.labels)
+    client = container_engine.client
+    inspect = client.api.inspect_container
+
+    def gone(*args, **kwargs):
+        raise AssertionError("the listing inspected a container")
+    client.api.inspect_container = gone
+    try:
+        found = list_containers(client, {"label": [f"{SESSION_LABEL}={container_engine.session}"]})
+    finally:
+        client.api.inspect_container = inspect
+        box.remove(force=True)
+    assert box.name in container_names(found)
