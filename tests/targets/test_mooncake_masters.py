@@ -10,7 +10,12 @@ import pytest
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.targets.base import Capability
-from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import OpLogInEtcd
+from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import (
+    PUT_END,
+    OpLogInEtcd,
+    decode_object_payload,
+    memory_buffer,
+)
 from pytest_mooncake.targets.mooncake.store_clients import payload
 from pytest_mooncake.waits import wait_until
 
@@ -156,3 +161,28 @@ def test_a_planted_descriptor_lands_where_the_standby_replays_it(mooncake_target
     endpoint = cluster.replica_segments("victim-0")[0].encode()
     assert unmounted.key == "planted-elsewhere" and endpoint not in unmounted.payload
     assert not {"planted-overlap", "planted-elsewhere"} & set(cluster.keys(leader))
+
+
+def test_an_object_beside_a_valid_replica_is_planted_as_two_replicas_the_standby_reads(
+        mooncake_target, request):
+    """``overlap_beside_valid`` on a real build: a spare object is put and removed through the
+    leader, and the planted PUT_END holds two replicas, the spare's as the build logged it and
+    the victim's moved half its size up; the standby applies it without a decoding error."""
+    cluster = mooncake_target.master_cluster(masters=2, clients=1)
+    request.addfinalizer(cluster.close)
+    leader = cluster.leader(timeout=30)
+    (standby,) = cluster.standbys()
+    assert cluster.client().put("victim", 64)["ok"]
+    seq = cluster.plant_bad_descriptor("victim", key="planted-beside", kind="overlap_beside_valid")
+    wait_until(lambda: cluster.replication(standby)["applied_seq"] >= seq, 30,
+               "the standby to apply the planted entry")
+    oplog = OpLogInEtcd(cluster.etcd, cluster.oplog_cluster)
+    request.addfinalizer(oplog.close)
+    logged = {e.key: e for b in oplog.batches() for e in b.entries if e.op_type == PUT_END}
+    freed, moved = decode_object_payload(logged["planted-beside"].payload).replicas
+    assert freed == decode_object_payload(logged["planted-beside-spare"].payload).replicas[0]
+    (own,) = decode_object_payload(logged["victim"].payload).replicas
+    assert memory_buffer(moved) == {**memory_buffer(own), "f1": memory_buffer(own)["f1"] + 32}
+    assert not {"planted-beside", "planted-beside-spare"} & set(cluster.keys(leader))
+    assert "planted-beside" not in "".join(
+        line for line in cluster.master_log(standby).splitlines() if "deserialize" in line)

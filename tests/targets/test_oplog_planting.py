@@ -4,6 +4,7 @@ a 64-byte object ``k3`` at buffer 0x7f68120000c0)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 
@@ -16,8 +17,12 @@ from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import (
     OpLogEntry,
     OpLogInEtcd,
     UndecodableBatch,
+    UndecodablePayload,
+    beside_valid,
     compact_json,
     decode_batch,
+    decode_object_payload,
+    memory_buffer,
     moved_to_unmounted_segment,
     shifted_descriptor,
 )
@@ -107,3 +112,77 @@ def test_an_unknown_kind_of_planted_descriptor_is_refused_naming_the_known_ones(
     with pytest.raises(ValueError, match=r"unknown kind 'torn' \(known: overlap, unknown_segment, malformed, "
                                          r"overlap_beside_valid\)"):
         planted_kind("torn")
+
+
+ONE_AND_TWO_REPLICAS = {
+    # PUT_END payloads two store clients' puts made a running master write (measured here on
+    # a 2-master ha-oplog cluster): k1 put with one replica, then k2 with replica_num=2 (one
+    # on each client's segment), the same writer; base64 as in the batch record.
+    "0.3.13.post1": (
+        "wzhHwAWUAP39BASJif8EhP0Ehv39BASADIAM///9/QQEgAyADP///YAMBP/9/QQEiYn/BIAM//2ADAQEBAH//wH/"
+        "/wCvvgLCxG5KsoUT7vF+PAK/QAAAAAAAAAABAQAAAAAAAAAAQAAAAAAAAAAAAAC2YX8AAAN0Y3APMTI3LjAuMC4x"
+        "OjIyMzY4AwAAAAEAAQABAA==",
+        "wzhHwAXFAP39BASJif8EhP0Ehv39BASADIAM///9/QQEgAyADP///YAMBP/9/QQEiYn/BIAM//2ADAQEBAH//wH/"
+        "/wCvvgLCxG5KsoUT7vF+PAK/QAAAAAAAAAACAgAAAAAAAAAAQAAAAAAAAABAAAC2YX8AAAN0Y3APMTI3LjAuMC4x"
+        "OjIyMzY4AwAAAAMAAAAAAAAAAEAAAAAAAAAAAAAASrF/AAADdGNwDzEyNy4wLjAuMToyNzczMgMAAAABAAEAAQA="),
+    "0.3.14": (
+        "wzhHwAWaAP39BASJif8EhP0Ehv39BASADIAM///9/QQEgAyADP///YAMBP/9/QQEiYn/BIAM//2ADAQEBAH//wH/"
+        "/wDUOY7z7hdDgYsBKz2RXt8qQAAAAAAAAAABAQAAAAAAAAAAQAAAAAAAAAAAAACr+n8AAAN0Y3APMTI3LjAuMC4x"
+        "OjIzMjY2AwAAAAABAAEAAQABAAABAA==",
+        "wzhHwAXMAP39BASJif8EhP0Ehv39BASADIAM///9/QQEgAyADP///YAMBP/9/QQEiYn/BIAM//2ADAQEBAH//wH/"
+        "/wDUOY7z7hdDgYsBKz2RXt8qQAAAAAAAAAACAgAAAAAAAAAAQAAAAAAAAABAAACr+n8AAAN0Y3APMTI3LjAuMC4x"
+        "OjIzMjY2AwAAAAMAAAAAAAAAAEAAAAAAAAAAAAAApY9/AAADdGNwDzEyNy4wLjAuMToyNTYxOAMAAAAAAAEAAQAB"
+        "AAEAAAEA"),
+}
+
+
+@pytest.mark.parametrize("release", sorted(ONE_AND_TWO_REPLICAS))
+def test_a_one_replica_record_given_the_builds_two_replicas_encodes_as_the_build_did(release):
+    """The encoder adds a replica where the build does: the count, the replica, its compatible
+    fields in the tail (one byte each on 0.3.14, none on 0.3.13.post1) and the total length."""
+    one, two = (base64.b64decode(p) for p in ONE_AND_TWO_REPLICAS[release])
+    single, double = decode_object_payload(one), decode_object_payload(two)
+    assert [memory_buffer(r)["f3"] for r in single.replicas] == [
+        "127.0.0.1:22368" if release < "0.3.14" else "127.0.0.1:23266"]
+    buffers = [memory_buffer(r) for r in double.replicas]
+    assert len(buffers) == 2 and buffers[0]["f3"] != buffers[1]["f3"]
+    assert [(b["f0"], b["f2"]) for b in buffers] == [(64, "tcp")] * 2
+    assert (len(single.replica_tail), len(double.replica_tail)) == (
+        (0, 0) if release < "0.3.14" else (1, 1))
+    assert single.with_replicas(double.replicas).encode() == two
+    assert double.with_replicas(single.replicas).encode() == one
+
+
+def test_the_object_beside_a_valid_replica_holds_the_spare_then_the_overlapping_one():
+    victim = decode_batch(WRITTEN_BY_0_3_13).entries[0].payload
+    spare = base64.b64decode(ONE_AND_TWO_REPLICAS["0.3.13.post1"][0])
+    planted, what = beside_valid(victim, spare, K3_ADDRESS, 64)
+    freed, moved = decode_object_payload(planted).replicas
+    assert freed == decode_object_payload(spare).replicas[0]
+    (own,) = decode_object_payload(victim).replicas
+    assert memory_buffer(moved) == {**memory_buffer(own), "f1": K3_ADDRESS + 32}
+    assert (moved["f0"], moved["f2"]) == (own["f0"], own["f2"])
+    assert int.from_bytes(planted[5:7], "little") == len(planted) == len(victim) + 49
+    assert what == (f"[{memory_buffer(freed)['f1']:#x}, +64) on 127.0.0.1:22368, freed, beside "
+                    f"[{K3_ADDRESS + 32:#x}, +64) over [{K3_ADDRESS:#x}, +64)")
+    with pytest.raises(UndecodablePayload, match="no replica of the victim's metadata is at"):
+        beside_valid(victim, spare, K3_ADDRESS + 8, 64)
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda raw: raw[:-3], "no total length equal to its 145 bytes"),
+    (lambda raw: raw[:4] + b"\x15" + raw[5:], "not struct_pack object metadata"),  # 4-byte lengths
+    (lambda raw: b"\xc2" + raw[1:], "sends no type literal"),
+    (lambda raw: raw[:9] + b"\x03\x03" + raw[11:], "is not that of the struct its literal"),
+    (lambda raw: raw.replace(b"\x04\x00\x00\x00\x00\x00\x00\x00\x00@",
+                             b"\x04\x00\x00\x00\x00\x00\x00\x00\x02@"), "string of 64 bytes"),
+])
+def test_a_payload_this_codec_would_not_write_is_named_undecodable(damage, said):
+    payload = decode_batch(WRITTEN_BY_0_3_13).entries[0].payload
+    with pytest.raises(UndecodablePayload, match=said):
+        decode_object_payload(damage(payload))
+
+
+def test_a_replica_other_than_in_memory_is_named():
+    with pytest.raises(UndecodablePayload, match="is no memory replica"):
+        memory_buffer({"f0": 4, "f1": (2, {"f0": "/disk/file", "f1": 64}), "f2": 3})

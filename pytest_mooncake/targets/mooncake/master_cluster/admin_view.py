@@ -246,7 +246,10 @@ class MooncakeMasters:
         """Append to the OpLog the masters keep in etcd (``master_cluster/oplog_planting``) a PUT_END of ``key``
         made from ``victim_key``'s own last PUT_END payload: its buffer address moved half its
         size up (``kind`` "overlap"), its segment's endpoint swapped for one nobody mounted
-        ("unknown_segment"), or cut in half so it no longer decodes ("malformed"). The leader's index is not touched; a standby replays the entry.
+        ("unknown_segment"), cut in half so it no longer decodes ("malformed"), or two replicas
+        ("overlap_beside_valid"): a valid one on memory a spare object held (put through store
+        client 0 and removed again, both logged before the planted entry) and the overlapping
+        one. The leader's index is not touched; a standby replays the entry.
         Returns its sequence id; ``TargetLacks`` with what the probe of the etcd keys found
         where the build keeps no such OpLog or no entry for the victim."""
         planted_kind(kind)
@@ -266,7 +269,9 @@ class MooncakeMasters:
                 raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
                     f"mooncake_master of {self.build} ({self.where}) logged no PUT_END for "
                     f"{victim_key!r} in {oplog.root}batches/: no descriptor of it to plant from"))
-            payload = self._bad_payload(victim_key, puts[-1].payload, kind)
+            payload = (self._beside_valid(victim_key, puts[-1].payload, f"{key}-spare", oplog)
+                       if kind == "overlap_beside_valid"
+                       else self._bad_payload(victim_key, puts[-1].payload, kind))
             return oplog.append([planting.OpLogEntry(planting.PUT_END, puts[-1].tenant, key,
                                                      payload)])
         finally:
@@ -277,18 +282,10 @@ class MooncakeMasters:
         serving leader reports for it."""
         if kind == "malformed":
             return payload[: len(payload) // 2]
-        if kind == "overlap_beside_valid":
-            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
-                f"the planter for mooncake_master of {self.build} edits one replica of a "
-                f"PUT_END payload and cannot yet add a second one (a harness gap, not the "
-                f"build's)"))
         replica = self._replicas(victim_key)[:1]
         if kind == "overlap":
-            if not replica or not isinstance(replica[0].get("buffer_address_"), int):
-                raise ObservationFailed(f"the replica of {victim_key!r} the serving leader "
-                                        f"reports", f"no buffer_address_ in {replica}")
-            moved, _ = planting.shifted_descriptor(payload, replica[0]["buffer_address_"],
-                                                   int(replica[0].get("size_", 1)))
+            address, size = self._memory_of(victim_key, replica)
+            moved, _ = planting.shifted_descriptor(payload, address, size)
             return moved
         endpoint = replica[0].get("transport_endpoint_") if replica else None
         if not isinstance(endpoint, str):
@@ -302,6 +299,46 @@ class MooncakeMasters:
                 f"mooncake_master of {self.build}: {exc}, so the planter cannot tell where its "
                 f"segment is said")) from None
         return moved
+
+    def _memory_of(self, key: str, replica: list[dict[str, Any]]) -> tuple[int, int]:
+        """(buffer address, size) of the replica the serving leader reports for ``key``."""
+        if not replica or not isinstance(replica[0].get("buffer_address_"), int):
+            raise ObservationFailed(f"the replica of {key!r} the serving leader reports",
+                                    f"no buffer_address_ in {replica}")
+        return replica[0]["buffer_address_"], int(replica[0].get("size_", 1))
+
+    def _beside_valid(self, victim_key: str, payload: bytes, spare: str,
+                      oplog: planting.OpLogInEtcd) -> bytes:
+        """Two replicas from PUT_END payloads the build wrote: the ``spare`` object's, put
+        through store client 0 and removed again (its memory then held by nothing), and the
+        victim's own with its address moved half its size up (``planting.beside_valid``)."""
+        address, size = self._memory_of(victim_key, self._replicas(victim_key)[:1])
+        client = self.client(0)
+        put = client.put(spare, size)
+        if not put["ok"]:
+            raise ObservationFailed(f"the put of the planter's spare object {spare!r} through "
+                                    f"the healthy leader", str(put))
+        logged: list[bytes] = []
+
+        def spare_logged() -> bool:
+            logged[:] = [e.payload for b in oplog.batches() for e in b.entries
+                         if e.op_type == planting.PUT_END and e.key == spare]
+            return bool(logged)
+
+        wait_until(spare_logged, planting.APPEND_TIMEOUT,
+                   f"the leader to log the PUT_END of the spare object {spare!r} in "
+                   f"{oplog.root}batches/")
+        removed = client.remove(spare, force=True)
+        if not removed["ok"]:
+            raise ObservationFailed(f"the forced remove of the planter's spare object {spare!r} "
+                                    f"through the healthy leader", str(removed))
+        try:
+            planted, _ = planting.beside_valid(payload, logged[-1], address, size)
+        except planting.UndecodablePayload as exc:
+            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                f"mooncake_master of {self.build} ({self.where}) logs object metadata that is "
+                f"not the encoding this planter writes: {exc}")) from None
+        return planted
 
     def metrics(self, index: int) -> Mapping[str, float]:
         status, body = admin_get(self.admin_url(index) + "/metrics", timeout=5.0)

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import xxhash
 
+from pytest_mooncake.master_rpc import struct_pack as sp
+from pytest_mooncake.master_rpc import type_literal
 from pytest_mooncake.runtime.deadlines import wait_until
 from pytest_mooncake.runtime.etcd_process import etcd_client
 
@@ -209,3 +211,119 @@ def moved_to_unmounted_segment(payload: bytes, endpoint: str, mounted: set[str])
     other = next(f"{host}:{p}" for p in (*range(int(port) + 1, high), *range(low, int(port)))
                  if f"{host}:{p}" not in mounted)
     return payload.replace(needle, other.encode()), f"on {other}, a segment nobody mounted"
+
+
+# ------------------------------------------------------------------------- object metadata
+
+
+class UndecodablePayload(ValueError):
+    """A PUT_END payload this codec cannot read or would not write the same way."""
+
+
+@dataclass(frozen=True)
+class ObjectPayload:
+    """A PUT_END payload (the object's metadata, struct_pack) read through the type literal
+    the build sends with it (0.3.13.post1 and 0.3.14 do: metainfo 0x05), with the codec of the
+    master's own RPC (``master_rpc.struct_pack``, ``type_literal``). ``value`` is the object
+    as that literal declares it: the writer's UUID, the size, the replica vector (each replica
+    its id, its descriptor variant, memory first, and its status), by field position.
+
+    The compatible members follow the value and the literal leaves them out, so their bytes
+    are kept as written: each replica's first (``replica_tail``, one byte each on 0.3.14, an
+    absent value; none on 0.3.13.post1: struct_pack writes them depth first, so a replica's
+    come before the object's own), then the object's own (``tail``: group, data type, pin
+    state, ..., which the builds write present). The total length is recomputed."""
+
+    prefix: bytes
+    """The hash and metainfo byte, as written."""
+    literal: bytes
+    width: int
+    type: sp.Struct
+    value: dict[str, Any]
+    replicas_field: str
+    replica_tail: bytes
+    tail: bytes
+
+    @property
+    def replicas(self) -> list[Any]:
+        return list(self.value[self.replicas_field])
+
+    def with_replicas(self, replicas: list[Any]) -> ObjectPayload:
+        return replace(self, value={**self.value, self.replicas_field: list(replicas)})
+
+    def encode(self) -> bytes:
+        if self.type.max_len(self.value) >= 1 << (8 * self.width):
+            raise ValueError(f"a container of {self.type.max_len(self.value)} elements does not "
+                             f"fit the payload's {self.width}-byte container lengths")
+        data = bytearray()
+        self.type.encode(self.value, data, self.width)
+        data += self.replica_tail * len(self.replicas) + self.tail
+        total_width = (0, 2, 4, 8)[self.prefix[4] & 3]
+        total = len(self.prefix) + total_width + len(self.literal) + 1 + len(data)
+        return (self.prefix + total.to_bytes(total_width, "little") + self.literal + b"\0"
+                + bytes(data))
+
+
+def decode_object_payload(payload: bytes) -> ObjectPayload:
+    """``payload`` (a PUT_END's metadata) read through its own type literal;
+    ``UndecodablePayload`` naming what differs where it sends no literal, does not hold one
+    replica vector, or does not re-encode byte for byte."""
+    try:
+        head = sp.read_header(payload)
+        if head.literal is None or head.total != len(payload):
+            raise UndecodablePayload(
+                f"its header ({payload[:8].hex()}...) sends no type literal or no total length "
+                f"equal to its {len(payload)} bytes: not how the releases write object metadata")
+        t = type_literal.parse(head.literal)
+        if head.hash != sp.types_code(t) or not isinstance(t, sp.Struct):
+            raise UndecodablePayload(f"its type hash {head.hash:#010x} is not that of the struct "
+                                     f"its literal describes ({type_literal.describe(t)})")
+        value, end = t.decode(memoryview(payload), head.payload_at, head.width)
+    except (sp.StructPackError, type_literal.LiteralError) as exc:
+        raise UndecodablePayload(f"not struct_pack object metadata: {exc}") from None
+    vectors = [n for n, f in t.fields if isinstance(f, sp.Vector)]
+    if len(vectors) != 1:
+        raise UndecodablePayload(f"its literal ({type_literal.describe(t)}) holds "
+                                 f"{len(vectors)} vectors, not the one replica vector")
+    rest, count = payload[end:], len(value[vectors[0]])
+    absent = len(rest) - len(rest.lstrip(b"\0"))
+    each = absent // count if count else 0
+    decoded = ObjectPayload(payload[:5], head.literal, head.width, t, value, vectors[0],
+                            rest[:each], rest[each * count:])
+    if decoded.encode() != payload:
+        raise UndecodablePayload(f"re-encoded it differs: {decoded.encode().hex()} vs "
+                                 f"{payload.hex()}")
+    return decoded
+
+
+def memory_buffer(replica: Any) -> dict[str, Any]:
+    """The buffer descriptor (size, address, protocol, endpoint as fields f0..f3) of a memory
+    replica as ``ObjectPayload`` reads it; ``UndecodablePayload`` for any other."""
+    try:
+        index, descriptor = replica["f1"]
+        buffer = descriptor["f0"]
+        if index == 0 and isinstance(buffer["f1"], int) and isinstance(buffer["f3"], str):
+            return buffer
+    except (KeyError, TypeError, ValueError):
+        pass
+    raise UndecodablePayload(f"replica {replica} is no memory replica")
+
+
+def beside_valid(victim: bytes, spare: bytes, address: int, size: int) -> tuple[bytes, str]:
+    """An object of two replicas made from PUT_END payloads the build wrote: the ``spare``'s
+    replica (memory of ``size`` bytes no object holds once the spare is removed) first, then
+    the ``victim``'s own replica with its buffer ``address`` moved half ``size`` up, so it
+    overlaps the victim's memory. Returns the payload and what its two replicas are."""
+    object_ = decode_object_payload(victim)
+    (valid,) = decode_object_payload(spare).replicas
+    own = next((r for r in object_.replicas if memory_buffer(r)["f1"] == address), None)
+    if own is None:
+        raise UndecodablePayload(f"no replica of the victim's metadata is at {address:#x}: "
+                                 f"{object_.replicas}")
+    moved = address + max(1, size // 2)
+    buffer = memory_buffer(own)
+    overlapping = {**own, "f1": (0, {**own["f1"][1], "f0": {**buffer, "f1": moved}})}
+    freed = memory_buffer(valid)
+    return (object_.with_replicas([valid, overlapping]).encode(),
+            f"[{freed['f1']:#x}, +{freed['f0']}) on {freed['f3']}, freed, beside "
+            f"[{moved:#x}, +{size}) over [{address:#x}, +{size})")
