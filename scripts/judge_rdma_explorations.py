@@ -28,11 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from pytest_mooncake.report.exploration_findings import (  # noqa: E402
-    TOKEN,
-    render,
-    replace_region,
-)
+from pytest_mooncake.report.exploration_findings import MARKERS, TOKEN, render  # noqa: E402
+from pytest_mooncake.report.marked_region import update_page  # noqa: E402
 
 PAGE = ROOT / "docs" / "reference" / "release-matrix.md"
 REPORT = ROOT / "fixtures" / "reports" / "rdma-exploration.json"
@@ -123,22 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         shown = str(args.report.resolve().relative_to(ROOT))
     except ValueError:
         shown = str(args.report)
-    current = args.page.read_text()
-    try:
-        wanted = replace_region(current, render(doc, shown))
-    except ValueError as exc:
-        print(f"{args.page}: {exc}", file=sys.stderr)
-        return 2
-    if wanted == current:
-        print(f"{args.page}: the RDMA explorations section is up to date")
-        return 0
-    if args.check:
-        print(f"{args.page}: the RDMA explorations section is stale; run "
-              f"scripts/judge_rdma_explorations.py --no-run", file=sys.stderr)
-        return 1
-    args.page.write_text(wanted)
-    print(f"{args.page}: RDMA explorations section rewritten from {args.report}")
-    return 0
+    return update_page(args.page, MARKERS, render(doc, shown), section="RDMA explorations section",
+                       source=args.report, regenerate="scripts/judge_rdma_explorations.py --no-run",
+                       check=args.check)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_mooncake.report.marked_region import Markers
+
 START = "<!-- rdma-explorations:start -->"
 END = "<!-- rdma-explorations:end -->"
+MARKERS = Markers(START, END, append=True)
+"""The region on docs/reference/release-matrix.md (appended at its end when the page has none)."""
 REQUIREMENTS = ("CO-2", "CO-3", "CO-4", "CO-5", "CO-9", "CO-10")
 """The requirements issue #25 has judged on real builds by explorations (shown first)."""
 TOKEN = re.compile(r"--mc-replay=(mcs1\.[A-Za-z0-9_-]+)")
@@ -169,16 +173,3 @@ def render(doc: Mapping[str, Any], source: str) -> str:
             out += ["", f"n/a tests on {_short(column)} (the means the probe found lacking):", ""]
             out += [f"- {', '.join(ids)}: {_md(reason)}" for reason, ids in reasons.items()]
     return "\n".join(out).rstrip() + "\n"
-
-
-def replace_region(page: str, region: str) -> str:
-    """``page`` with the lines between this region's markers replaced; the markers are added
-    at the end of the page when it has none."""
-    lines = page.splitlines(keepends=True)
-    starts = [i for i, ln in enumerate(lines) if ln.strip() == START]
-    ends = [i for i, ln in enumerate(lines) if ln.strip() == END]
-    if not starts and not ends:
-        return page.rstrip("\n") + f"\n\n{START}\n{region}{END}\n"
-    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise ValueError(f"the page must hold one line {START} and, after it, one line {END}")
-    return "".join(lines[: starts[0] + 1]) + region + "".join(lines[ends[0]:])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_mooncake.report.exploration_findings import END, START, findings, render, replace_region
+from pytest_mooncake.report.exploration_findings import END, MARKERS, START, findings, render
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "mcs1.eyJhIjoxfQ"
@@ -83,13 +83,13 @@ def test_a_finding_names_its_token_and_the_failed_run_replay():
 
 def test_only_the_region_changes_it_is_appended_once_and_rendering_is_idempotent():
     page = "# Release matrix\n\nabove\n"
-    once = replace_region(page, "one\n")
+    once = MARKERS.replace(page, "one\n")
     assert once.startswith(page.rstrip("\n")) and once.endswith(f"{START}\none\n{END}\n")
-    twice = replace_region(once, "two\n")
+    twice = MARKERS.replace(once, "two\n")
     assert twice == once.replace("one\n", "two\n")
-    assert replace_region(twice, "two\n") == twice
+    assert MARKERS.replace(twice, "two\n") == twice
     with pytest.raises(ValueError, match="one line"):
-        replace_region(twice + f"{START}\n", "x\n")
+        MARKERS.replace(twice + f"{START}\n", "x\n")
 
 
 def _script():

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_mooncake.report.marked_region import MarkedRegionError
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -141,16 +143,18 @@ def test_failure_lines_drop_exception_types_and_introspection():
 
 def test_only_the_marked_region_changes_and_rewriting_is_idempotent():
     region = judge.render(REPORT, TITLES)
-    once = judge.replace_region(PAGE, region)
+    once = judge.MARKERS.replace(PAGE, region)
     head = PAGE[: PAGE.index(f"\n{judge.START}\n") + len(judge.START) + 2]
     tail = PAGE[PAGE.index(f"\n{judge.END}\n") + 1:]
     assert once.startswith(head) and once.endswith(tail)
     assert "(old generated text)" not in once and region in once
-    assert judge.replace_region(once, region) == once
-    with pytest.raises(judge.StalePage):
-        judge.replace_region(PAGE.replace(judge.END, ""), region)
-    with pytest.raises(judge.StalePage):
-        judge.replace_region(PAGE + judge.START + "\n", region)
+    assert judge.MARKERS.replace(once, region) == once
+    with pytest.raises(MarkedRegionError, match=f"no line {judge.END}"):
+        judge.MARKERS.replace(PAGE.replace(judge.END, ""), region)
+    with pytest.raises(MarkedRegionError, match=f"2 lines {judge.START}"):
+        judge.MARKERS.replace(PAGE + judge.START + "\n", region)
+    with pytest.raises(MarkedRegionError):  # unlike the RDMA region's, never appended
+        judge.MARKERS.replace("# no markers\n", region)
 
 
 def test_check_and_no_run_modes(tmp_path, capsys):
