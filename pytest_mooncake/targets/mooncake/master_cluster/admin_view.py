@@ -29,6 +29,7 @@ from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets.base import (
     Capability,
     ObservationFailed,
+    PreconditionUnestablished,
     TargetError,
     TargetLacks,
     planted_kind,
@@ -335,9 +336,10 @@ class MooncakeMasters:
         try:
             planted, _ = planting.beside_valid(payload, logged[-1], address, size)
         except planting.UndecodablePayload as exc:
-            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
-                f"mooncake_master of {self.build} ({self.where}) logs object metadata that is "
-                f"not the encoding this planter writes: {exc}")) from None
+            # our codec's gap, not a means the build lacks: nothing judged (error, never n/a)
+            raise PreconditionUnestablished(
+                f"the planter cannot re-encode the object metadata mooncake_master of "
+                f"{self.build} ({self.where}) logged: {exc}") from None
         return planted
 
     def metrics(self, index: int) -> Mapping[str, float]:

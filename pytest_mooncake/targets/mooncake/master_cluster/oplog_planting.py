@@ -184,6 +184,12 @@ class OpLogInEtcd:
         return done[0]
 
 
+def overlapping_address(address: int, size: int) -> int:
+    """Where a copy of ``[address, +size)`` overlaps the original without coinciding: half its
+    size up (one byte for a one-byte object)."""
+    return address + max(1, size // 2)
+
+
 def shifted_descriptor(payload: bytes, address: int, size: int) -> tuple[bytes, str]:
     """``payload`` (a PUT_END's metadata, struct_pack) with its buffer ``address`` moved half the
     object's ``size`` up, so the copy overlaps the original without coinciding; the payload
@@ -192,7 +198,7 @@ def shifted_descriptor(payload: bytes, address: int, size: int) -> tuple[bytes, 
     needle = address.to_bytes(8, "little")
     if payload.count(needle) != 1:
         return payload, f"the same range [{address:#x}, +{size})"
-    moved = address + max(1, size // 2)
+    moved = overlapping_address(address, size)
     return (payload.replace(needle, moved.to_bytes(8, "little")),
             f"[{moved:#x}, +{size}) over [{address:#x}, +{size})")
 
@@ -320,7 +326,7 @@ def beside_valid(victim: bytes, spare: bytes, address: int, size: int) -> tuple[
     if own is None:
         raise UndecodablePayload(f"no replica of the victim's metadata is at {address:#x}: "
                                  f"{object_.replicas}")
-    moved = address + max(1, size // 2)
+    moved = overlapping_address(address, size)
     buffer = memory_buffer(own)
     overlapping = {**own, "f1": (0, {**own["f1"][1], "f0": {**buffer, "f1": moved}})}
     freed = memory_buffer(valid)
