@@ -32,6 +32,7 @@ from pytest_mooncake.targets.base import (
 )
 from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL as MOONCAKE_PROTOCOL
 from pytest_mooncake.targets.process_masters import ProcessMasters
+from pytest_mooncake.targets.reference.process_env import reference_env
 from pytest_mooncake.targets.reference.wire_listeners import CoroListeners
 
 PLANT_OP_PUT_END = 1
@@ -164,7 +165,8 @@ def start_client_process(etcd: list[str], cluster_id: str, workdir: Path, index:
     if version:
         argv += ["--version", version]
     proc = ManagedProcess(f"client-{client_id}", argv, Path(workdir) / f"client-{client_id}.log",
-                          ready=http_ok(f"http://127.0.0.1:{port}/status"), ready_timeout=30.0)
+                          env=reference_env(), ready=http_ok(f"http://127.0.0.1:{port}/status"),
+                          ready_timeout=30.0)
     handle = ClientProcess(index, client_id, port, proc)
     try:
         proc.start()
@@ -330,7 +332,8 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
             m.redis = redis
         m.process = ManagedProcess(
             f"master-{index}", self._master_argv(m, **overrides), self.workdir / f"master-{index}.log",
-            ready=http_ok(m.admin + "/health"), ready_timeout=30.0, stop_timeout=10.0,
+            env=reference_env(), ready=http_ok(m.admin + "/health"), ready_timeout=30.0,
+            stop_timeout=10.0,
         )
         try:
             m.process.start()
