@@ -257,21 +257,22 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
                 raise
 
     def _start_all(self, masters: int, clients: int) -> None:
-        """Master 0 first, serving as leader, as before; then the other masters (standbys)
-        and the store clients start side by side, each process's start-up (an interpreter and
-        its imports) overlapping the others'. Returns once every master answers its admin port
-        and every client attached to the leader."""
+        """Master 0 first, serving as leader; then the other masters (standbys) side by side,
+        each waited for until it follows the OpLog; then the store clients side by side. A
+        standby must follow before any client writes, even its segment's mount: a legacy
+        standby starts from the OpLog's end, and one that missed the mount refuses to restore
+        the objects on that segment."""
         if masters:
             self.start_master()
             self.leader(timeout=30.0)
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, masters - 1),
                                                    thread_name_prefix="mc-masters") as pool:
             standbys = [pool.submit(self.start_master) for _ in range(masters - 1)]
-            started = [self.start_client(wait_attached=False) for _ in range(clients)]
-            for handle in started:
-                self.wait_attached(handle)
             for future in standbys:
                 self.wait_following(future.result())
+        started = [self.start_client(wait_attached=False) for _ in range(clients)]
+        for handle in started:
+            self.wait_attached(handle)
         if masters:
             self.leader(timeout=30.0)
 
