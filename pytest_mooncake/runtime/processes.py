@@ -271,7 +271,7 @@ class ManagedProcess:
 
         try:
             wait_until(ready_or_exited, self.ready_timeout if timeout is None else timeout,
-                       f"{self.name} to be ready", interval=0.005, max_interval=0.1)
+                       f"{self.name} to be ready", interval=0.005, max_interval=0.025)
         except Timeout:
             if not self.alive():
                 raise exited_early() from None

@@ -24,6 +24,7 @@ from pytest_mooncake.targets.p2p_deployment import P2pDirectory, P2pMetadata, st
 from pytest_mooncake.targets.log_events import count_events
 from pytest_mooncake.targets.process_sockets import local_sockets
 from pytest_mooncake.targets.reference import reference_log
+from pytest_mooncake.targets.reference.process_env import reference_env
 from reference_engine.descriptor import DescriptorError, decode, to_json
 from reference_engine.engine.control_client import ControlClient, ControlError
 from reference_engine.metadata import KeyLayout, MetadataError, open_store
@@ -148,7 +149,7 @@ class HttpMetadataHandle(_StoreHandle):
             log_path.stem,
             [sys.executable, "-m", "reference_engine", "metadata-server",
              "--listen", "127.0.0.1:0"],
-            ready=_printed_ready, log_path=log_path,
+            env=reference_env(), ready=_printed_ready, log_path=log_path,
         )
         port = _ready_line(proc, "metadata-server")["port"]
         return cls(f"127.0.0.1:{port}", proc)
@@ -206,7 +207,7 @@ class ReferenceEngineHandle:
         try:
             self._proc = self._supervisor.start(
                 f"engine-{self.segment}", self._argv(fixed_address, data_port),
-                ready=_printed_ready, log_path=self._log_path)
+                env=reference_env(), ready=_printed_ready, log_path=self._log_path)
         except Exception as exc:
             raise TargetError(f"engine {self.segment} did not start: {exc}") from exc
         self._ready = _ready_line(self._proc, f"engine {self.segment}")

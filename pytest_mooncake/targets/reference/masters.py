@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -29,9 +32,13 @@ from pytest_mooncake.targets.base import (
 )
 from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL as MOONCAKE_PROTOCOL
 from pytest_mooncake.targets.process_masters import ProcessMasters
+from pytest_mooncake.targets.reference.process_env import reference_env
 from pytest_mooncake.targets.reference.wire_listeners import CoroListeners
 
 PLANT_OP_PUT_END = 1
+STARTING_STATES = (None, "STOPPED", "CONNECTING", "SYNCING", "standby", "starting")
+"""What ``/ha/promotable`` says as ``state`` while a standby master has no baseline yet
+(``reference_engine.master.standby_state``; "standby"/"starting" before its standby exists)."""
 
 
 def _http(method: str, url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
@@ -158,7 +165,8 @@ def start_client_process(etcd: list[str], cluster_id: str, workdir: Path, index:
     if version:
         argv += ["--version", version]
     proc = ManagedProcess(f"client-{client_id}", argv, Path(workdir) / f"client-{client_id}.log",
-                          ready=http_ok(f"http://127.0.0.1:{port}/status"), ready_timeout=30.0)
+                          env=reference_env(), ready=http_ok(f"http://127.0.0.1:{port}/status"),
+                          ready_timeout=30.0)
     handle = ClientProcess(index, client_id, port, proc)
     try:
         proc.start()
@@ -240,12 +248,41 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         self.masters: list[_Master] = []
         self.clients: list[ClientProcess] = []
         self._library_clients: list[Any] = []
+        self._allocating = threading.Lock()
         if start:
-            for _ in range(masters):
-                self.start_master()
+            try:
+                self._start_all(masters, clients)
+            except BaseException:
+                self.close()
+                raise
+
+    def _start_all(self, masters: int, clients: int) -> None:
+        """Master 0 first, serving as leader; then the other masters (standbys) side by side,
+        each waited for until it follows the OpLog; then the store clients side by side. A
+        standby must follow before any client writes, even its segment's mount: a legacy
+        standby starts from the OpLog's end, and one that missed the mount refuses to restore
+        the objects on that segment."""
+        if masters:
+            self.start_master()
             self.leader(timeout=30.0)
-            for _ in range(clients):
-                self.start_client()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, masters - 1),
+                                                   thread_name_prefix="mc-masters") as pool:
+            standbys = [pool.submit(self.start_master) for _ in range(masters - 1)]
+            for future in standbys:
+                self.wait_following(future.result())
+        started = [self.start_client(wait_attached=False) for _ in range(clients)]
+        for handle in started:
+            self.wait_attached(handle)
+        if masters:
+            self.leader(timeout=30.0)
+
+    def wait_following(self, index: int, timeout: float = 30.0) -> None:
+        """Wait until standby ``index`` has its baseline and follows the OpLog (its standby
+        state is past CONNECTING/SYNCING): a write acknowledged from then on reaches it also
+        under the legacy profile, whose fresh standby starts from the OpLog's end. (Started
+        one after another, a standby used to get there while the store clients started.)"""
+        wait_until(lambda: self.promotable(index).get("state") not in STARTING_STATES, timeout,
+                   f"standby master {index} to follow the OpLog", ignore=TRANSIENT)
 
     # ------------------------------------------------------------------ masters
 
@@ -281,10 +318,11 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
             raise TargetError(f"start_master: this cluster keeps its HA state in "
                               f"{'Redis (use redis=)' if self.redis else 'etcd (use etcd=)'}")
         if index is None:
-            index = len(self.masters)
-            m = _Master(index, free_port(), free_port(), None,  # type: ignore[arg-type]
-                        self.master_etcd.get(index), self.master_redis.get(index))
-            self.masters.append(m)
+            with self._allocating:
+                index = len(self.masters)
+                m = _Master(index, free_port(), free_port(), None,  # type: ignore[arg-type]
+                            self.master_etcd.get(index), self.master_redis.get(index))
+                self.masters.append(m)
         else:
             m = self.masters[index]
             if m.process is not None and m.process.alive():
@@ -295,7 +333,8 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
             m.redis = redis
         m.process = ManagedProcess(
             f"master-{index}", self._master_argv(m, **overrides), self.workdir / f"master-{index}.log",
-            ready=http_ok(m.admin + "/health"), ready_timeout=30.0, stop_timeout=10.0,
+            env=reference_env(), ready=http_ok(m.admin + "/health"), ready_timeout=30.0,
+            stop_timeout=10.0,
         )
         try:
             m.process.start()
@@ -443,9 +482,13 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
             wait_attached=False, redis=self.redis)
         self.clients.append(handle)
         if wait_attached:
-            wait_until(lambda: handle.status()["attached"], timeout,
-                       f"client {client_id} attached", ignore=TRANSIENT)
+            self.wait_attached(handle, timeout)
         return handle
+
+    def wait_attached(self, handle: ClientProcess, timeout: float = 15.0) -> None:
+        """Wait until store-client process ``handle`` says it is attached to a master."""
+        wait_until(lambda: handle.status()["attached"], timeout,
+                   f"client {handle.client_id} attached", ignore=TRANSIENT)
 
     def endpoint(self) -> MasterEndpoint:
         """Where store clients of another reference target (another profile) find these
@@ -578,6 +621,10 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         for client in self._library_clients:
             client.close()
         self._library_clients.clear()
+        processes = [c.process for c in self.clients] + [
+            m.process for m in self.masters if m.process is not None]
+        for process in processes:  # all stop side by side; each is then reaped in turn
+            process.send_signal(signal.SIGTERM)
         for c in self.clients:
             c.process.terminate()
             release_port(c.control_port)
