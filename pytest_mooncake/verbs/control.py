@@ -365,6 +365,13 @@ class VerbsControl:
         reply = self.request(f"posts since={int(since)} limit={int(limit)}")
         return [_from(PostedWr, d) for kind, d in reply.lines if kind == "post"]
 
+    def logged(self, log: str = "posts") -> int:
+        """How many entries the ``posts`` (or ``polls``) log ever had: the ``n`` of its last
+        entry, asked without reading the log itself (``since`` past the end)."""
+        if log not in ("posts", "polls"):
+            raise ValueError(f"log={log!r}: one of posts, polls")
+        return int(self.request(f"{log} since={1 << 62} limit=1").fields["total"])
+
     def threads(self) -> list[ThreadActivity]:
         """Per thread: WRs posted, completions polled and the CQs polled (the worker model,
         from outside)."""

@@ -178,6 +178,27 @@ def test_a_build_without_the_dedicated_poller_knob_says_so(rdma):
     assert "no dedicated-poller opt-in" in info.value.reason
 
 
+def test_closing_a_cluster_stops_every_engine_through_its_destructor(rdma):
+    """``close`` asks every node to stop before it waits for any: each engine still exits by
+    itself (its destructor ran, not SIGTERM), and none leaves its keys in the metadata store;
+    a node already dead is reaped without a stop command."""
+    cluster = rdma.cluster()
+    try:
+        for name in ("A", "B", "C"):
+            cluster.add_node(name)
+        t = cluster.submit("A", "B", SLICE)
+        assert cluster.settle() and cluster.status(t) == "COMPLETED"
+        engines = {name: n.engine for name, n in cluster.nodes.items()}
+        os.kill(cluster.nodes["C"].pid, signal.SIGKILL)
+        wait_until(lambda: not cluster.alive("C"), 30, "C to die of SIGKILL")
+    finally:
+        cluster.close()
+    assert {n: e.stop_outcome for n, e in engines.items()} == {
+        "A": "exited", "B": "exited", "C": "not running"}
+    assert [e.left_behind for n, e in engines.items() if n != "C"] == [[], []]
+    assert not any(e.alive() for e in engines.values())
+
+
 def test_a_killed_process_leaves_nothing_held_and_is_reported(rdma):
     cluster = rdma.cluster()
     try:

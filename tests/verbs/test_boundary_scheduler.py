@@ -92,3 +92,35 @@ def test_a_parked_call_nobody_grants_goes_on_alone_and_is_counted(one_device, pr
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_a_log_says_where_it_stands_without_being_read(one_device, program):
+    """``logged`` gives the n of a log's last entry (what a schedule reads its new entries
+    after), and ``since`` reads only the entries after it: the program's two posts and the
+    completions it polled."""
+    proc = subprocess.Popen([str(program), "mlx5_0", "tagged"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=one_device.apply())
+    try:
+        assert proc.stdout.readline().startswith("ready")
+        ctl = one_device.control(proc.pid)
+        assert (ctl.logged("posts"), ctl.logged("polls")) == (0, 0)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        lines = [proc.stdout.readline().strip() for _ in range(3)]
+        assert lines[-1] == "done", lines
+        posts, polls = ctl.posts(), SchedulingPoints(ctl).polls()
+        assert len(posts) == 2 and polls, (posts, polls)
+        assert ctl.logged("posts") == posts[-1].n == 2
+        assert ctl.logged("polls") == polls[-1].n == len(polls)
+        assert ctl.posts(since=1) == posts[1:]
+        assert SchedulingPoints(ctl).polls(since=polls[-1].n) == []
+        with pytest.raises(ValueError, match="one of posts, polls"):
+            ctl.logged("held")
+        proc.stdin.write("exit\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

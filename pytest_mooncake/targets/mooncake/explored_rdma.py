@@ -207,10 +207,10 @@ class ClusterScenario:
         faults = self._arm(t)
         a = c.nodes["A"]
         points = SchedulingPoints(a.ctl)
-        polls_before = len(points.polls())
-        logged = a.ctl.posts()
-        posts_before = len(logged)
-        self.cursor = logged[-1].n if logged else 0
+        # where the post and poll logs stand (their entries' n), not the logs themselves: a
+        # schedule reads only what it adds (the logs grow over the exploration's schedules)
+        polls_before = a.ctl.logged("polls")
+        posts_before = self.cursor = a.ctl.logged("posts")
         ended = threading.Event()
         errors: list[str] = []
         deadline = transfer_deadline(c)
@@ -258,8 +258,8 @@ class ClusterScenario:
             found = engine_errors(self.memcheck)
             violations += [f"memory_error: {f}" for f in found[self.memory_errors:]]
             self.memory_errors = len(found)
-        posts = a.ctl.posts()[posts_before:] if a.engine.alive() else []
-        polls = points.polls()[polls_before:] if a.engine.alive() else []
+        posts = a.ctl.posts(since=posts_before) if a.engine.alive() else []
+        polls = points.polls(since=polls_before) if a.engine.alive() else []
         stale = stale_polls(posts, polls)
         lo = c._slice_range(t, 0)[0]
         if handed_off(posts, lo, lo + length):

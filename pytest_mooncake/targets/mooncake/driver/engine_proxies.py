@@ -234,6 +234,7 @@ class MooncakeEngine(DriverCommands):
         """How the last ``stop`` ended: ``exited`` when the driver exited by itself (the
         engine's destructor ran), else what happened instead (a test of the destructor's
         effects must know whether it ran)."""
+        self._asked = False  # ask_to_stop sent the stop command; finish_stop waits for the exit
         self.opened: set[str] = set()
         """Peers this process has opened (so the engine may hold their descriptor)."""
         self._start(address=fixed_address, avoid=0)
@@ -319,13 +320,30 @@ class MooncakeEngine(DriverCommands):
         Then remove what the engine left in the shared metadata store (its descriptor and RPC
         entry; ``left_behind`` lists them): 0.3.13 merges a stale descriptor into the next
         engine under the same name, so a later test must not inherit this one's."""
+        self.ask_to_stop()
+        self.finish_stop()
+
+    def ask_to_stop(self) -> None:
+        """The first half of ``stop``: send the driver the stop command, return at once (the
+        engine's destructor runs meanwhile). ``finish_stop`` waits for the exit, reaps and
+        cleans up; between the two, other engines may be asked too, so their destructors run
+        side by side (a cluster's ``close``)."""
         self.stop_outcome = "not running"
+        self._asked = False
         if self.alive() and self.control is not None:
             try:
                 self.control.call("stop")
             except ControlError as exc:
                 self.stop_outcome = f"the stop command failed ({exc})"
             self.control.close()
+            self._asked = True
+
+    def finish_stop(self) -> None:
+        """The second half of ``stop`` (after ``ask_to_stop``): wait up to ``STOP_GRACE`` for
+        the driver to exit, SIGTERM then SIGKILL what is left, reap, and remove what the
+        engine left in the metadata store."""
+        if self._asked:
+            self._asked = False
             code = self.process.wait_exit(STOP_GRACE)
             if code is not None and self.stop_outcome == "not running":
                 self.stop_outcome = "exited" if code == 0 else f"exited with status {code}"
