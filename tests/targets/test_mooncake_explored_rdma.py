@@ -133,3 +133,31 @@ def test_the_fault_scenarios_default_to_their_own_budget():
     assert BoundaryExplorer(None, None, None, None, 1).schedules is None
     assert BoundaryExplorer(None, 7, None, None, 1).schedules == 7
     assert FAULT_SCHEDULES > 40
+
+
+def test_a_qp_fatal_in_a_schedule_leaves_every_event_read_to_the_strategy(rdma):
+    """The exploration's QP-fatal is applied from the scheduler's own thread, and A's event
+    thread reads each event only when the strategy grants that read. A fault that waited there
+    for the build's acknowledgement could end only when the park timeout let the thread go on
+    alone: a step no strategy chose, and 10 s per QP."""
+    scenario = rdma.explorer._scenario("qp_fatal_races_completion", False)
+    outcomes = []
+    run_schedule = scenario.run_schedule
+
+    def recording(strategy, labels):
+        outcomes.append(run_schedule(strategy, labels))
+        return outcomes[-1]
+
+    scenario.run_schedule = recording
+    try:
+        explore(SOURCE, scenario, 6, "mix", seed=11)
+    finally:
+        scenario.cluster.close()
+
+    fired = [o for o in outcomes if "fault:qp_fatal" in o.run.labels]
+    read = [o for o in fired if any(":event" in label for label in
+                                    o.run.labels[o.run.labels.index("fault:qp_fatal") + 1:])]
+    assert read, (f"precondition: in none of {len(outcomes)} schedules did the fault hit a live "
+                  f"QP whose event A's event thread then read")
+    for outcome in fired:
+        assert outcome.run.timeouts == 0, outcome.report()

@@ -469,12 +469,17 @@ class EmulatedRdmaCluster:
         return [q.qpn for q in node.ctl.counters().qps.values()
                 if q.peer in pids and q.state != "err"]
 
-    def qp_fatal(self, node: str, peer: str) -> int:
-        """QP-fatal on every live QP of ``node`` connected to ``peer``; returns how many."""
+    def qp_fatal(self, node: str, peer: str, await_ack: bool = True) -> int:
+        """QP-fatal on every live QP of ``node`` connected to ``peer``; returns how many.
+        ``await_ack=False`` raises the events without waiting for the build to acknowledge
+        each: for a fault applied by the boundary scheduler's own thread, where the build's
+        event thread reads an event only when that scheduler grants it (waiting there could
+        only end at the park timeout, and the thread's read would then be no strategy's
+        choice)."""
         n, p = self._node(node), self._node(peer)
-        return self._fail_qps(n, self._qp_nums_to(n, p))
+        return self._fail_qps(n, self._qp_nums_to(n, p), await_ack)
 
-    def _fail_qps(self, node: Node, qps: list[int]) -> int:
+    def _fail_qps(self, node: Node, qps: list[int], await_ack: bool = True) -> int:
         """QP to ERR and IBV_EVENT_QP_FATAL for each of ``qps``, one at a time: the next once
         the build acknowledged the event before (or ``EVENT_ACK_BOUND`` passed). Raised
         together for an endpoint's two QPs, 0.3.10 (under load) acknowledged one and left the
@@ -483,7 +488,8 @@ class EmulatedRdmaCluster:
         thread acks one event, then takes the endpoint's lock, which a thread destroying the
         endpoint's QPs may hold while ibv_destroy_qp waits for the other event's ack.) A QP the
         build destroyed or moved to ERR itself after an earlier event is not live any more and
-        is skipped. Returns how many QPs got the event."""
+        is skipped. Returns how many QPs got the event. ``await_ack=False``: no wait for the
+        acknowledgements (``qp_fatal``)."""
         self._stirred = True
         raised = 0
         for qp in qps:
@@ -498,6 +504,8 @@ class EmulatedRdmaCluster:
                     continue  # destroyed by the build between the look and the fault
                 raise
             raised += 1
+            if not await_ack:
+                continue
             try:
                 wait_until(lambda a=acked: node.ctl.counters().acked > a, EVENT_ACK_BOUND,
                            f"{node.name} to acknowledge QP {qp}'s QP_FATAL", interval=0.01,

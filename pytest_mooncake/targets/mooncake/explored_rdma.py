@@ -181,7 +181,9 @@ class ClusterScenario:
         if self.name == "partial_post_bad_wr":
             c.fail_post(t, 1)
         if self.name in ("qp_fatal_races_completion", "reclaim_with_pending_completions"):
-            return {"qp_fatal": lambda: c.qp_fatal("A", "B")}
+            # the fault is applied from the scheduler's thread: A's event thread reads each
+            # event only when the strategy grants it, so nothing waits for the acknowledgements
+            return {"qp_fatal": lambda: c.qp_fatal("A", "B", await_ack=False)}
         if self.name == "handoff_while_flush_drains":
             return {"device_fatal": GuardedFault(self._device_fatal,
                                                  lambda: self._posted_through("mlx5_0"))}
