@@ -16,6 +16,9 @@ import pytest
 
 from pytest_mooncake.report.catalogue import load_catalogue, tomllib
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("test_detection_proof")
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = tomllib.loads((ROOT / "pytest_mooncake" / "data" / "verdicts" / "reference.toml").read_text())
 FAMILIES = ("MR", "CO", "MP")

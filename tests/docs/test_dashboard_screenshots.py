@@ -21,6 +21,9 @@ from matplotlib import image
 
 from pytest_mooncake.report import dashboard
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("docs/test_dashboard_screenshots")
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "fixtures" / "reports"
 FIGURE = ROOT / "docs" / "img" / "dashboard.png"

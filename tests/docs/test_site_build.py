@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("docs/test_site_build")
+
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 300
 

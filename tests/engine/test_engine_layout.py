@@ -20,6 +20,9 @@ import pytest
 
 import reference_engine
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("engine/test_engine_layout")
+
 ROOT = Path(reference_engine.__file__).parent
 PACKAGE = "reference_engine"
 PROFILE_NAMES = frozenset({"rfc", "legacy"})

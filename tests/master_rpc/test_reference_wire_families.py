@@ -14,6 +14,9 @@ from pytest_mooncake.targets.reference.coro_gateway import ANSWERS
 from pytest_mooncake.targets.reference.masters import ReferenceMasterCluster
 from pytest_mooncake.targets.reference.wire_listeners import CoroListeners
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("master_rpc/test_reference_wire_families")
+
 
 @pytest.fixture(scope="module")
 def listener(mc_etcd, tmp_path_factory):

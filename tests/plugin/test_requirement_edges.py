@@ -23,6 +23,9 @@ from pytest_mooncake.requirement_edges import (
     unknown_tests,
 )
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("plugin/test_requirement_edges")
+
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTOR = textwrap.dedent('''
     import json, os

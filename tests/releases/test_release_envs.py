@@ -28,6 +28,9 @@ from pytest_mooncake.releases import (
 from pytest_mooncake.releases.pipinstall import pip_argv
 from pytest_mooncake.releases.spec import parse_spec
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("releases/test_release_envs")
+
 FAKE = "mooncake-non-cuda==0.0.1"
 
 

@@ -18,7 +18,8 @@ from pytest_mooncake.releases import loader
 from pytest_mooncake.releases.facts import NotProbed, ProbeFailed, ReleaseFacts, facts_of
 from pytest_mooncake.releases.record import recorded, summary
 
-pytestmark = pytest.mark.release
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = [pytest.mark.release, pytest.mark.xdist_group("releases/test_release_probes")]
 
 
 @pytest.fixture(scope="module")

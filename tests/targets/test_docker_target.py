@@ -22,6 +22,9 @@ from pytest_mooncake.targets.mooncake.placements.containers import (
     parse_image,
 )
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("targets/test_docker_target")
+
 IMAGE = "kvcacheai/mooncake:0.3.13"
 RELEASE_IMAGE = "localhost/mooncake:0.3.13.post1"
 

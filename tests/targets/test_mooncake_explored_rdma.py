@@ -23,6 +23,9 @@ from pytest_mooncake.verbs.control import PostedWr
 from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES as SOURCE
 from pytest_mooncake.verbs.boundary_exploration import explore, replay
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("targets/test_mooncake_explored_rdma")
+
 SCENARIO = "stale_completion_after_retry"
 
 

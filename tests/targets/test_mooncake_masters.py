@@ -19,6 +19,9 @@ from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import (
 from pytest_mooncake.targets.mooncake.store_clients import payload
 from pytest_mooncake.waits import wait_until
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("targets/test_mooncake_masters")
+
 
 @pytest.fixture(scope="module")
 def cluster(mooncake_target):

@@ -30,6 +30,9 @@ from pytest_mooncake.targets.mooncake.verbs_layers import (
 from pytest_mooncake.verbs.library import mlx5_path
 from pytest_mooncake.waits import wait_until
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("targets/test_mooncake_rdma")
+
 SLICE = 4096
 
 

@@ -9,6 +9,9 @@ from pytest_mooncake.targets.base import Capability, TargetError
 from pytest_mooncake.targets.mooncake.option_rules import whole_seconds
 from pytest_mooncake.waits import wait_until
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("targets/test_mooncake_segments")
+
 
 @pytest.fixture(scope="module")
 def cluster(mooncake_target):

@@ -25,6 +25,9 @@ from pytest_mooncake.report.catalogue import load_catalogue, tomllib
 from pytest_mooncake.report.expectations import load_expectations
 from pytest_mooncake.targets import resolve_target
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("targets/test_mooncake_suites")
+
 ROOT = Path(__file__).resolve().parents[2]
 VERDICTS = ROOT / "pytest_mooncake" / "data" / "verdicts" / "mooncake.toml"
 RELEASE_REPORT = ROOT / "fixtures" / "reports" / "release-profiles.json"

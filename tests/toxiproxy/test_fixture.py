@@ -14,6 +14,9 @@ from pytest_mooncake.runtime.ports import free_port
 from pytest_mooncake.runtime.processes import log_matches
 from pytest_mooncake.runtime.toxiproxy_process import api_request, toxiproxy_version
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("toxiproxy/test_fixture")
+
 SERVER = ["-m", "pytest_mooncake.toxiproxy", "--listen", "127.0.0.1:0"]
 
 

@@ -19,6 +19,9 @@ from pytest_mooncake.verbs.boundary_exploration import (
 )
 from pytest_mooncake.verbs.points import SchedulingPoints
 
+# under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
+pytestmark = pytest.mark.xdist_group("verbs/test_boundary_scheduler")
+
 SEED = 20261202
 
 
