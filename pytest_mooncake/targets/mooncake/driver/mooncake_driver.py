@@ -117,11 +117,14 @@ class EngineDriver:
     def __init__(self, args: argparse.Namespace):
         self.segment = args.segment
         self.protocol = args.protocol
+        self.size = args.buffer_size
+        # mapped before the engine starts its threads: their stacks (and the libraries it
+        # loads) are placed by ASLR and once took a restarted engine's kept address
+        # (mmap ... File exists, at --address)
+        self.addr = map_buffer(self.size, args.address, args.avoid)
         self.engine = self._initialize(args)
         if args.metadata == "P2PHANDSHAKE":  # the segment is named by the RPC address
             self.segment = f"{args.segment}:{self.engine.get_rpc_port()}"
-        self.size = args.buffer_size
-        self.addr = map_buffer(self.size, args.address, args.avoid)
         rc = self.engine.register_memory(self.addr, self.size)
         if rc != 0:
             raise SystemExit(f"TransferEngine.register_memory({self.addr:#x}, {self.size}) "
