@@ -9,7 +9,10 @@ MP-4 use it as a means for a second look (``mc_requires``: n/a where the build h
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import time
 
 import pytest
 
@@ -58,21 +61,40 @@ def soaked(cluster, keys: int = KEYS) -> tuple[list[str], int, int, str | None]:
     return written, leader, standby, behind(cluster, standby, f"{keys} acknowledged puts")
 
 
+NO_OPLOG: dict[tuple[str, str], str] = {}
+"""Deployments whose leader was seen keeping no OpLog in this session (this worker's): the
+deployment (build, master flags and env as ``deployed()`` gives them) -> what that probe saw,
+with the test that saw it. A later test needing a following standby of the same deployment
+is n/a at once, citing that probe, instead of waiting WAIT again for the same answer."""
+
+
+def deployment_key(cluster) -> tuple[str, str]:
+    deployed = getattr(cluster, "deployed", None)
+    return (str(cluster.build), json.dumps(deployed() if deployed else {}, sort_keys=True))
+
+
 def soaked_standby(cluster, means: str = "master_fault_planting",
                    keys: int = KEYS) -> tuple[list[str], int, int]:
     """``soaked`` as a precondition: a standby that did not catch up fails the test with what
     it reported, or, where the leader keeps no OpLog at all after the puts (a deployment
     without ``--enable_oplog``: primary sequence 0), the test is n/a naming ``means``, which
-    needs a standby that follows one."""
+    needs a standby that follows one. That probe is made once per deployment and worker
+    (``NO_OPLOG``)."""
+    deployment = deployment_key(cluster)
+    if deployment in NO_OPLOG:
+        raise TargetLacks(Capability(means), NO_OPLOG[deployment])
     written, leader, standby, lagging = soaked(cluster, keys)
     if lagging is None:
         return written, leader, standby
     if cluster.replication(standby)["primary_seq"] == 0:
-        raise TargetLacks(Capability(means), (
-            f"the leader of {cluster.build} keeps no OpLog after {len(written)} "
-            f"acknowledged puts (its masters run without --enable_oplog=true: the build has no "
-            f"such flag, or the deployment leaves it at its default), so no standby follows "
-            f"it: {lagging}"))
+        seen = (f"the leader of {cluster.build} keeps no OpLog after {len(written)} "
+                f"acknowledged puts (its masters run without --enable_oplog=true: the build has "
+                f"no such flag, or the deployment leaves it at its default), so no standby "
+                f"follows it: {lagging}")
+        probe = os.environ.get("PYTEST_CURRENT_TEST", "a test").rsplit(" ", 1)[0]
+        NO_OPLOG[deployment] = (f"{seen} (probed in this session by {probe} at "
+                                f"{time.strftime('%H:%M:%S')} on the same deployment)")
+        raise TargetLacks(Capability(means), seen)
     pytest.fail(f"precondition: {lagging}", pytrace=False)
 
 
