@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_mooncake.config.run_matrices import load_matrix  # noqa: E402
+from pytest_mooncake.report.report_agreement import cells  # noqa: E402
 from pytest_mooncake.report.report_columns import columns, read_report  # noqa: E402
 
 VERDICT_PATHS = ("suites", "pytest_mooncake", "reference_engine")
@@ -157,6 +158,35 @@ def run_one(column: str, seed: int, report: Path, paths: list[str], extra: list[
     return status, time.monotonic() - started
 
 
+def agreement(reports: list[Path]) -> tuple[int, int]:
+    """(cells agreeing, cells judged) across the one-column reports of one column."""
+    runs = [columns(read_report(p)) for p in reports]
+    found = cells(runs)
+    return sum(c.agrees for c in found), len(found)
+
+
+def table(out: Path, column_order: list[str], seeds: list[int]) -> str:
+    """The runs made in ``out`` as a Markdown table, one row per column with a report."""
+    rows = {(r["column"], int(r["seed"])): r for r in recorded(out)}
+    lines = ["| column | seeds | wall s per run | load before/after | verdicts per seed | "
+             "cells agreeing |", "|---|---|---|---|---|---|"]
+    for column in column_order:
+        made = [s for s in seeds if readable(report_of(out, column, s))]
+        if not made:
+            continue
+        runs = [rows.get((column, s), {}) for s in made]
+        walls = ", ".join(r.get("wall_s", "?") for r in runs)
+        loads = ", ".join(f"{r.get('load_before', '?')}/{r.get('load_after', '?')}" for r in runs)
+        verdicts = "; ".join(summary(report_of(out, column, s)) for s in made)
+        agree = "-"
+        if len(made) > 1:
+            k, n = agreement([report_of(out, column, s) for s in made])
+            agree = f"{k} of {n}"
+        lines.append(f"| `{column}` | {', '.join(map(str, made))} | {walls} | {loads} | "
+                     f"{verdicts} | {agree} |")
+    return "\n".join(lines)
+
+
 def report_cli(*args: str) -> int:
     return subprocess.run([sys.executable, "-m", "pytest_mooncake.report", *args],
                           cwd=ROOT).returncode
@@ -182,6 +212,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="start no new run after MIN minutes (the runs made are kept)")
     p.add_argument("--run-deadline", type=float, default=60.0, metavar="MIN",
                    help="kill a run that takes longer than this (default 60 min)")
+    p.add_argument("--table", action="store_true",
+                   help="judge nothing: print the Markdown table of the runs made in --out "
+                        "(per column: seeds, wall s, load, verdicts per seed, cells agreeing)")
     p.add_argument("--allow-uncommitted", action="store_true",
                    help="run on uncommitted changes to suites/, pytest_mooncake/ or "
                         "reference_engine/ (the fingerprint then covers the diff)")
@@ -202,18 +235,21 @@ def plan(args: argparse.Namespace) -> tuple[list[str], list[int]]:
                       f"runs one --mc-target per session and does not pass them")
     if not args.columns:
         return matrix, seeds
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()]
-    unknown = [c for c in columns if c not in matrix]
+    wanted = [c.strip() for c in args.columns.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in matrix]
     if unknown:
         raise Refused(f"--columns: {unknown} not in matrix {args.matrix} (its columns: "
                       f"{', '.join(matrix)})")
-    return columns, seeds
+    return wanted, seeds
 
 
 def main(argv: list[str]) -> int:
     args, extra = parse(argv)
     try:
-        columns, seeds = plan(args)
+        order, seeds = plan(args)
+        if args.table:
+            print(table(args.out, order, seeds))
+            return EXIT_AGREE
         commit, print_ = fingerprint(args.allow_uncommitted)
         args.out.mkdir(parents=True, exist_ok=True)
         other = {r["fingerprint"] for r in recorded(args.out)} - {print_}
@@ -224,9 +260,9 @@ def main(argv: list[str]) -> int:
     except Refused as exc:
         print(f"stability_runs: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    todo = [(c, s) for c in columns for s in seeds if not readable(report_of(args.out, c, s))]
-    total = len(columns) * len(seeds)
-    print(f"stability runs of {len(columns)} column(s) x seeds {seeds} at {commit} "
+    todo = [(c, s) for c in order for s in seeds if not readable(report_of(args.out, c, s))]
+    total = len(order) * len(seeds)
+    print(f"stability runs of {len(order)} column(s) x seeds {seeds} at {commit} "
           f"(verdict code {print_}): {total - len(todo)} of {total} already judged in {args.out}",
           flush=True)
     began = time.monotonic()
@@ -262,14 +298,14 @@ def main(argv: list[str]) -> int:
         print(f"    exit {status} in {wall:.0f} s: {summary(report)}", flush=True)
         if all(readable(report_of(args.out, column, s)) for s in seeds):
             report_cli("agree", *[str(report_of(args.out, column, s)) for s in seeds])
-    missing = [(c, s) for c in columns for s in seeds if not readable(report_of(args.out, c, s))]
+    missing = [(c, s) for c in order for s in seeds if not readable(report_of(args.out, c, s))]
     if missing or stopped:
         print(f"{len(missing)} of {total} run(s) still to make", flush=True)
         return EXIT_INCOMPLETE
     matrices = []
     for seed in seeds:
         merged = args.out / f"matrix-seed{seed}.json"
-        if report_cli("merge", *[str(report_of(args.out, c, seed)) for c in columns],
+        if report_cli("merge", *[str(report_of(args.out, c, seed)) for c in order],
                       "-o", str(merged), "--matrix", args.matrix) != 0:
             return EXIT_USAGE
         matrices.append(str(merged))

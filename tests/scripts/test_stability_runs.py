@@ -41,6 +41,11 @@ def test_runs_are_recorded_merged_compared_and_resumed(tmp_path):
     assert merged["columns"]["reference:legacy"]["requirements"]["MR-7"]["verdict"] == "FAIL"
     assert "4 of 4 cells agree across 2 runs" in first.stdout, first.stdout
 
+    shown = stability(out, "--table")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("| `reference:legacy`"))
+    assert "| 5, 6 |" in row and "1 FAIL, 1 pass; 1 FAIL, 1 pass" in row and "2 of 2 |" in row, row
+
     again = stability(out)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "4 of 4 already judged" in again.stdout and "[1/" not in again.stdout, again.stdout
