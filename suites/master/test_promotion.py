@@ -69,8 +69,11 @@ is n/a at once, citing that probe, instead of waiting WAIT again for the same an
 
 
 def deployment_key(cluster) -> tuple[str, str]:
+    """The build (a real build's version; the class of a cluster that names none, e.g. the
+    reference's) and the master flags and environment it was deployed with."""
     deployed = getattr(cluster, "deployed", None)
-    return (str(cluster.build), json.dumps(deployed() if deployed else {}, sort_keys=True))
+    return (str(getattr(cluster, "build", type(cluster).__name__)),
+            json.dumps(deployed() if deployed else {}, sort_keys=True))
 
 
 def soaked_standby(cluster, means: str = "master_fault_planting",
