@@ -19,8 +19,12 @@ agree" means three runs of the same code. Once every seed of a column is judged,
 ``report agree`` compares them; once every column is, ``report merge`` writes
 ``OUT/matrix-seedS.json`` per seed and ``report agree`` compares the matrices.
 
-Exit status: 0 every column judged under every seed and every cell agrees; 1 some cell
-differs; 2 usage error or refused fingerprint; 3 stopped before every run was made
+Each complete column's and the matrices' failure messages are also read for harness symptoms
+(``report failures --harness``, docs/verdict-stability.md): a failure our harness caused is no
+verdict of the build's.
+
+Exit status: 0 every column judged under every seed, every cell agrees and no failure message
+shows a harness symptom; 1 some cell differs or some message does; 2 usage error or refused fingerprint; 3 stopped before every run was made
 (``--stop-after``, Ctrl-C, a run that wrote no report).
 """
 
@@ -297,7 +301,9 @@ def main(argv: list[str]) -> int:
                           "fingerprint": print_})
         print(f"    exit {status} in {wall:.0f} s: {summary(report)}", flush=True)
         if all(readable(report_of(args.out, column, s)) for s in seeds):
-            report_cli("agree", *[str(report_of(args.out, column, s)) for s in seeds])
+            made = [str(report_of(args.out, column, s)) for s in seeds]
+            report_cli("agree", *made)
+            report_cli("failures", "--harness", *made)
     missing = [(c, s) for c in order for s in seeds if not readable(report_of(args.out, c, s))]
     if missing or stopped:
         print(f"{len(missing)} of {total} run(s) still to make", flush=True)
@@ -309,7 +315,10 @@ def main(argv: list[str]) -> int:
                       "-o", str(merged), "--matrix", args.matrix) != 0:
             return EXIT_USAGE
         matrices.append(str(merged))
-    return EXIT_AGREE if report_cli("agree", *matrices) == 0 else EXIT_DIFFER
+    agree = report_cli("agree", *matrices) == 0
+    # a cell whose failure message shows our harness is no verdict of the build's
+    harness_free = report_cli("failures", "--harness", *matrices) == 0
+    return EXIT_AGREE if agree and harness_free else EXIT_DIFFER
 
 
 if __name__ == "__main__":
