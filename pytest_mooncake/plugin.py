@@ -111,7 +111,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                   ConfirmationRuns(command, mc_config.confirm,
                                                    lambda: _rerun_dir(config),
                                                    lambda d: _rerun_outputs(config, d),
-                                                   _known_failures(mc_config, gate)),
+                                                   _known_failures(mc_config, gate),
+                                                   mc_config.confirm_only == "witnesses"),
                                   gate)
         config.pluginmanager.register(recorder, "mooncake-matrix")
     if config.pluginmanager.hasplugin("xdist"):

@@ -90,10 +90,13 @@ OPTIONS: tuple[Option, ...] = (
            "requirement stays FAIL: first with the run's seed, then with seeds drawn from it, "
            "each in a fresh pytest session; a test seen both failing and passing makes its "
            "requirement intermittent (k/N). 0: no re-runs. Default: 2.", "N"),
-    Option("confirm_only", "all", "which failed tests --mc-confirm re-runs: all, or "
+    Option("confirm_only", "all", "which failed tests --mc-confirm re-runs: all; "
            "deviations (needs --mc-expect): only those whose FAIL the expectations do not "
-           "expect; a known FAIL keeps its one run, recorded in the report's "
-           "reruns.not_rerun (docs/speed.md). Default: all.", "all|deviations"),
+           "expect, a known FAIL keeping its one run; or witnesses: first the quickest failed "
+           "test of each failed cell, then the other failed tests of the cells whose witness "
+           "did not fail every time (the same requirement verdicts as all). Tests left alone "
+           "are recorded in the report's reruns.not_rerun (docs/speed.md). Default: all.",
+           "all|deviations|witnesses"),
     Option("expect", "", "compare the verdicts with an expectations file (TOML; a path, or the "
            "name of a shipped one such as mooncake-0.3.13.post1@ha-oplog or of the project's "
            "fixtures/expectations/NAME.toml): exit 0 when every result is as expected, 1 on a "
@@ -252,7 +255,7 @@ def _verbs(value: str) -> str:
 
 
 def _confirm_only(value: str, expect: str | None) -> str:
-    chosen = _choice("confirm_only", value, ("all", "deviations"))
+    chosen = _choice("confirm_only", value, ("all", "deviations", "witnesses"))
     if chosen == "deviations" and not expect:
         raise pytest.UsageError("--mc-confirm-only=deviations needs --mc-expect=FILE|NAME (the "
                                 "expectations say which FAILs are known)")

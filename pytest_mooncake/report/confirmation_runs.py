@@ -9,6 +9,13 @@ the whole run still follows from the one ``--mc-seed``. Each re-run is exactly t
 command the report prints for that seed, with all failed tests at once (and the run's xdist
 workers). Its outcomes come from its JSON report and join each test's runs in the matrix;
 ``verdict_rule`` turns them into FAIL (failed every time) or intermittent (seen both ways).
+
+With ``witnesses`` (``--mc-confirm-only=witnesses``) the re-runs go first to one failed test
+per failed cell, the one that took least time (a test failing in several cells stands for all
+of them). A cell whose witness failed in every run is FAIL, whatever its other failed tests
+would do, so those are left at their one run; the other cells' failed tests are then re-run
+with the same seeds. Every requirement's verdict is the one re-running all would give; the
+re-runs cost the witnesses' time where the failures reproduce.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any
 
 from pytest_mooncake.report.conformance_matrix import ConformanceMatrix, Rerun
 from pytest_mooncake.report.replay_commands import PytestCommand
-from pytest_mooncake.report.verdict_rule import ERROR, FAILED
+from pytest_mooncake.report.verdict_rule import ERROR, FAILED, PASSED
 from pytest_mooncake.runtime.processes import ProcessStartError, Supervisor
 
 DEFAULT_RERUNS = 2
@@ -88,14 +95,48 @@ def _requirement_maps(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield cell.get("requirements") or {}
 
 
+def failed_cells(matrix: ConformanceMatrix, nodeid: str) -> list[tuple[str, str]]:
+    """The cells (requirement, column or pair) in which ``nodeid`` failed in the run."""
+    return [(req, key) for req, key in matrix.cells()
+            if any(t.nodeid == nodeid and t.outcome == FAILED for t in matrix.tests(req, key))]
+
+
+def witness_tests(matrix: ConformanceMatrix, nodeids: list[str],
+                  spent: dict[str, float]) -> list[str]:
+    """One failed test per failed cell, the one that took least time (then by node id); a test
+    already chosen for another cell stands for every cell it failed in."""
+    chosen: list[str] = []
+    wanted = set(nodeids)
+    for req, key in matrix.cells():
+        failed = [t.nodeid for t in matrix.tests(req, key)
+                  if t.outcome == FAILED and t.nodeid in wanted]
+        if failed and not any(n in chosen for n in failed):
+            chosen.append(min(failed, key=lambda n: (spent.get(n, 0.0), n)))
+    return sorted(chosen)
+
+
+def confirmed_cells(matrix: ConformanceMatrix, chosen: list[str]) -> dict[tuple[str, str], str]:
+    """Cell -> the witness that failed in every run of it (so the cell is FAIL by the verdict
+    rule, ``verdict_of_runs``: failed, and never passed)."""
+    out: dict[tuple[str, str], str] = {}
+    for req, key in matrix.cells():
+        for t in matrix.tests(req, key):
+            if t.nodeid in chosen and FAILED in t.outcomes and PASSED not in t.outcomes:
+                out.setdefault((req, key), t.nodeid)
+    return out
+
+
 class ConfirmationRuns:
     """The re-runs of one session (``count`` of them; 0: none)."""
 
     def __init__(self, command: PytestCommand, count: int, workdir: Callable[[], Path],
                  outputs: Callable[[Path], dict[str, str]] | None = None,
-                 leave: Callable[[ConformanceMatrix], dict[str, str]] | None = None):
+                 leave: Callable[[ConformanceMatrix], dict[str, str]] | None = None,
+                 witnesses: bool = False):
         self.command = command
         self.count = count
+        self.witnesses = witnesses
+        """Re-run one failed test per failed cell first (``--mc-confirm-only=witnesses``)."""
         self.workdir = workdir
         """Where re-runs keep their logs, reports and temporary directories (made on first use)."""
         self.outputs = outputs or (lambda _: {})
@@ -119,23 +160,55 @@ class ConfirmationRuns:
                 return []
         spent = {t.nodeid: t.duration for req, key in matrix.cells()
                  for t in matrix.tests(req, key) if t.outcome == FAILED}
-        deadline = BASE_DEADLINE + DEADLINE_FACTOR * sum(spent.values())
         root = self.workdir()
-        for i, seed in enumerate(rerun_seeds(matrix.seed, self.count), 1):
+        seeds = rerun_seeds(matrix.seed, self.count)
+        if not self.witnesses:
+            self._rounds(matrix, nodeids, seeds, spent, root, say)
+            return self.records
+        chosen = witness_tests(matrix, nodeids, spent)
+        say(f"witnesses: {len(chosen)} of {len(nodeids)} failed test(s), one per failed cell "
+            f"(--mc-confirm-only=witnesses)")
+        self._rounds(matrix, chosen, seeds, spent, root, say)
+        confirmed = confirmed_cells(matrix, chosen)
+        rest, left = [], {}
+        for nodeid in nodeids:
+            if nodeid in chosen:
+                continue
+            cells = failed_cells(matrix, nodeid)
+            if all(cell in confirmed for cell in cells):
+                by = sorted({confirmed[cell] for cell in cells})
+                left[nodeid] = (f"its FAIL in {', '.join(f'{r} [{k}]' for r, k in cells)} is "
+                                f"confirmed by {', '.join(by)} (failed in every run); not re-run "
+                                f"under --mc-confirm-only=witnesses")
+            else:
+                rest.append(nodeid)
+        self.left.update(left)
+        if rest:
+            say(f"{len(rest)} failed test(s) of cells no witness confirmed, re-run with the "
+                f"same seeds")
+            self._rounds(matrix, rest, seeds, spent, root, say)
+        say(f"not re-run: {len(left)} failed test(s) of cells a witness confirmed FAIL")
+        return self.records
+
+    def _rounds(self, matrix: ConformanceMatrix, nodeids: list[str], seeds: list[int],
+                spent: dict[str, float], root: Path, say: Callable[[str], None]) -> None:
+        """Re-run ``nodeids`` once per seed and fold each outcome into the matrix."""
+        deadline = BASE_DEADLINE + DEADLINE_FACTOR * sum(spent.get(n, 0.0) for n in nodeids)
+        for i, seed in enumerate(seeds, 1):
+            n = len(self.records) + 1
             say(f"re-run {i} of {self.count}: {len(nodeids)} failed test(s) with "
                 f"--mc-seed={seed} ...")
-            record, outcomes = self._one(root / f"rerun-{i}", seed, nodeids, deadline)
+            record, outcomes = self._one(root / f"rerun-{n}", seed, nodeids, deadline)
             self.records.append(record)
             for nodeid in nodeids:
                 got = outcomes.get(nodeid)
                 matrix.record_rerun(nodeid, Rerun(seed, got.outcome, got.message, got.duration)
-                                    if got else Rerun(seed, ERROR, self._missing(i, record)))
+                                    if got else Rerun(seed, ERROR, self._missing(n, record)))
             counts = {o: sum(r.outcome == o for r in outcomes.values())
                       for o in ("failed", "passed", "error", "skipped")}
-            say(f"re-run {i}: " + ", ".join(f"{n} {o}" for o, n in counts.items() if n)
+            say(f"re-run {i}: " + ", ".join(f"{k} {o}" for o, k in counts.items() if k)
                 + f" in {record.duration:.1f} s" + (f"; {record.problem}" if record.problem
                                                      else "") + f" (log {record.log})")
-        return self.records
 
     @staticmethod
     def _missing(i: int, record: RerunRecord) -> str:

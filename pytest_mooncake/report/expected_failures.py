@@ -21,7 +21,7 @@ from pytest_mooncake.report.expectations import Expectation, Expectations
 from pytest_mooncake.report.report_columns import column_free_id
 from pytest_mooncake.report.verdict_rule import FAILED
 
-CHOICES = ("all", "deviations")
+CHOICES = ("all", "deviations", "witnesses")
 
 
 def _cells(matrix: ConformanceMatrix) -> dict[str, tuple[str, str | None]]:
