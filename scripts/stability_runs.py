@@ -216,6 +216,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="start no new run after MIN minutes (the runs made are kept)")
     p.add_argument("--run-deadline", type=float, default=60.0, metavar="MIN",
                    help="kill a run that takes longer than this (default 60 min)")
+    p.add_argument("--seed-first", action="store_true",
+                   help="judge every column with the first seed before any with the next (a "
+                        "first look at every column, e.g. for harness symptoms); default: "
+                        "every seed of a column before the next column")
     p.add_argument("--table", action="store_true",
                    help="judge nothing: print the Markdown table of the runs made in --out "
                         "(per column: seeds, wall s, load, verdicts per seed, cells agreeing)")
@@ -264,7 +268,9 @@ def main(argv: list[str]) -> int:
     except Refused as exc:
         print(f"stability_runs: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    todo = [(c, s) for c in order for s in seeds if not readable(report_of(args.out, c, s))]
+    pairs = ([(c, s) for s in seeds for c in order] if args.seed_first
+             else [(c, s) for c in order for s in seeds])
+    todo = [(c, s) for c, s in pairs if not readable(report_of(args.out, c, s))]
     total = len(order) * len(seeds)
     print(f"stability runs of {len(order)} column(s) x seeds {seeds} at {commit} "
           f"(verdict code {print_}): {total - len(todo)} of {total} already judged in {args.out}",
