@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from pytest_mooncake.config.run_matrices import load_matrix  # noqa: E402
 from pytest_mooncake.report.report_agreement import cells  # noqa: E402
 from pytest_mooncake.report.report_columns import columns, read_report  # noqa: E402
+from pytest_mooncake.runtime.die_with_parent import wrap  # noqa: E402
 
 VERDICT_PATHS = ("suites", "pytest_mooncake", "reference_engine")
 RUNS = "runs.tsv"
@@ -139,7 +140,9 @@ def run_one(column: str, seed: int, report: Path, paths: list[str], extra: list[
     with log.open("w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        # through die_with_parent: a SIGKILLed script takes its session (and so its processes)
+        # with it
+        proc = subprocess.Popen(wrap(cmd), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
             status = proc.wait(timeout=deadline_s)
@@ -251,7 +254,12 @@ def plan(args: argparse.Namespace) -> tuple[list[str], list[int]]:
     return wanted, seeds
 
 
+def interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, interrupted)  # stopped like Ctrl-C: the run's session first
     args, extra = parse(argv)
     try:
         order, seeds = plan(args)
