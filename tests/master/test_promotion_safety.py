@@ -99,3 +99,19 @@ def test_leader_crash_with_a_bad_context_leaves_no_master_serving_an_empty_index
     assert cluster.serving() == []
     assert cluster.promotable(standby)["promotable"] is False
     assert "refusing to campaign" in cluster.master_log(standby)
+
+
+def test_a_planted_removal_reaches_the_standby_not_the_leader(cluster_factory):
+    """``plant_removal``: the standby replays the removal (the promoted standby lacks the key),
+    the leader never applied it (it still serves the key until it is killed)."""
+    cluster = cluster_factory("rfc", masters=2, clients=1, warmup=0)
+    keys = put_keys(cluster.client(0), 4)
+    leader = cluster.leader()
+    (standby,) = cluster.standbys()
+    seq = cluster.plant_removal("k3")
+    wait_until(lambda: cluster.promotable(standby)["applied_seq"] >= seq, 10,
+               "standby applied the planted removal", ignore=TRANSIENT)
+    assert "k3" in cluster.keys(leader)
+    status, body = cluster.promote(standby)
+    assert status == 200, body
+    assert sorted(cluster.keys(standby)) == sorted(k for k in keys if k != "k3")

@@ -189,3 +189,38 @@ def test_an_object_beside_a_valid_replica_is_planted_as_two_replicas_the_standby
     assert not {"planted-beside", "planted-beside-spare"} & set(cluster.keys(leader))
     assert "planted-beside" not in "".join(
         line for line in cluster.master_log(standby).splitlines() if "deserialize" in line)
+
+
+def test_a_planted_removal_is_replayed_by_the_standby_and_not_applied_by_the_leader(
+        mooncake_target, request):
+    """``plant_removal`` on a real build: modelled on a REMOVE the build logged (none logged
+    yet: n/a naming that), appended as the next batch; the standby applies it, the leader
+    still serves the key, and once the leader is killed the promoted standby does not."""
+    cluster = mooncake_target.master_cluster(masters=2, clients=1)
+    request.addfinalizer(cluster.close)
+    leader = cluster.leader(timeout=30)
+    (standby,) = cluster.standbys()
+    client = cluster.client()
+    for key in ("kept", "doomed", "spare"):
+        assert client.put(key, 64)["ok"]
+    with pytest.raises(TargetLacks) as unmodelled:
+        cluster.plant_removal("doomed")
+    assert "logged no REMOVE (op 3)" in unmodelled.value.reason
+    assert client.remove("spare", force=True)["ok"]  # the build's own REMOVE, the model
+    wait_until(lambda: (r := cluster.replication(standby))["applied_seq"]
+               >= r["primary_seq"] > 0, 30, "the standby to apply the puts and the remove")
+    seq = cluster.plant_removal("doomed")
+    at = wait_until(lambda: (r := cluster.replication(standby))["applied_seq"] >= seq and r,
+                    30, "the standby to apply the planted removal")
+    assert at["primary_seq"] == seq
+    oplog = OpLogInEtcd(cluster.etcd, cluster.oplog_cluster)
+    request.addfinalizer(oplog.close)
+    (planted,) = oplog.batches()[-1].entries
+    model = [e for b in oplog.batches() for e in b.entries if e.key == "spare"][-1]
+    assert (planted.key, planted.op_type, planted.payload) == ("doomed", 3, model.payload)
+    assert "doomed" in cluster.keys(leader), "the leader applied a removal it was never told of"
+    cluster.kill_master(leader)
+    new = cluster.leader(timeout=60)
+    served = wait_until(lambda: (keys := cluster.keys(new)) and "kept" in keys and keys, 30,
+                        "the promoted standby to serve 'kept'")
+    assert "doomed" not in served, f"the promoted standby serves the planted removal's key: {served}"

@@ -36,6 +36,7 @@ from pytest_mooncake.targets.reference.process_env import reference_env
 from pytest_mooncake.targets.reference.wire_listeners import CoroListeners
 
 PLANT_OP_PUT_END = 1
+PLANT_OP_REMOVE = 3
 STARTING_STATES = (None, "STOPPED", "CONNECTING", "SYNCING", "standby", "starting")
 """What ``/ha/promotable`` says as ``state`` while a standby master has no baseline yet
 (``reference_engine.master.standby_state``; "standby"/"starting" before its standby exists)."""
@@ -601,6 +602,18 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
                        else {"client_id": "planter", "size": size, "replicas": replicas})
             result = client.call("plant_raw_entry",
                                  {"op_type": PLANT_OP_PUT_END, "key": key, "payload": payload})
+            return int(result["sequence_id"])
+        finally:
+            client.close()
+
+    def plant_removal(self, key: str) -> int:
+        """Append a REMOVE of ``key`` to the replicated OpLog (the leader's debug RPC) without
+        the leader applying it: a standby replays it. Returns its sequence id."""
+        client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
+        self._attach(client)
+        try:
+            result = client.call("plant_raw_entry",
+                                 {"op_type": PLANT_OP_REMOVE, "key": key, "payload": ""})
             return int(result["sequence_id"])
         finally:
             client.close()

@@ -278,6 +278,34 @@ class MooncakeMasters:
         finally:
             oplog.close()
 
+    def plant_removal(self, key: str) -> int:
+        """Append to the OpLog in etcd a REMOVE of ``key``, a copy of the last REMOVE the build
+        itself logged with only the key changed; the leader's index keeps ``key``, a standby
+        replays the removal. Used where the leader cannot be asked: after a planted entry,
+        0.3.13.post1's leader answers its own OpLog writes with ETCD_TRANSACTION_FAIL (rc=-1002),
+        its prefix moved by the planter. Returns its sequence id; ``TargetLacks`` where the
+        build logged no REMOVE to model one on."""
+        if not self.etcd or not self.oplog_cluster:
+            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                f"{self.where}: the etcd its masters keep their OpLog in is not known to this "
+                f"handle, so nothing can be planted in it"))
+        oplog = planting.OpLogInEtcd(self.etcd, self.oplog_cluster)
+        try:
+            why = oplog.unplantable()
+            if why:
+                raise TargetLacks(Capability.MASTER_FAULT_PLANTING,
+                                  f"mooncake_master of {self.build} ({self.where}): {why}")
+            removes = [e for b in oplog.batches() for e in b.entries
+                       if e.op_type == planting.REMOVE]
+            if not removes:
+                raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                    f"mooncake_master of {self.build} ({self.where}) logged no REMOVE (op "
+                    f"{planting.REMOVE}) in {oplog.root}batches/ to model a planted one on"))
+            return oplog.append([planting.OpLogEntry(planting.REMOVE, removes[-1].tenant, key,
+                                                     removes[-1].payload)])
+        finally:
+            oplog.close()
+
     def _bad_payload(self, victim_key: str, payload: bytes, kind: str) -> bytes:
         """The victim's metadata made invalid as ``kind`` says, located through the replica the
         serving leader reports for it."""

@@ -38,6 +38,9 @@ OPLOG_ROOT = "/oplog/"
 SCHEMA_VERSION = 1
 PUT_END = 1
 """OpType of a completed put; its payload is the object's metadata (replicas, descriptors)."""
+REMOVE = 3
+"""OpType of a removed object (its payload empty in the builds' source); planted only modelled on
+a REMOVE the build itself logged (``plant_removal``)."""
 APPEND_TIMEOUT = 10.0
 
 
