@@ -9,9 +9,14 @@ it to well under a minute per call."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from pytest_mooncake.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "stability_runs.py"
@@ -82,3 +87,41 @@ def test_bad_seeds_and_unknown_columns_are_named(tmp_path):
                              capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2 and "['mooncake==9.9'] not in matrix releases" in \
         unknown.stderr, unknown.stderr
+
+
+def sessions_of(out: Path) -> list[int]:
+    """Pids of pytest sessions whose command line writes into ``out``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(str(out).encode() in a for a in argv) and b"pytest" in b" ".join(argv) \
+                and not any(a.endswith(b"stability_runs.py") for a in argv):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_script_leaves_no_session_behind(tmp_path, signum):
+    out = tmp_path / "proof"
+    # the whole suites, serially: minutes, so a session that outlived its script would still
+    # be running when the wait below gives up
+    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--matrix", "reference-profiles",
+           "--seeds", "5,6", "--paths", "suites/", "--allow-uncommitted", "--", "-q", "-n", "0",
+           "--mc-confirm=0"]
+    script = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: sessions_of(out), 60, "the script's first pytest session")
+        script.send_signal(signum)
+        script.wait(timeout=60)
+        wait_until(lambda: not sessions_of(out), 60,
+                   f"the session to go with its script (signal {signum})")
+    finally:
+        script.kill()
+        script.wait()
+    assert not list(out.glob("*-seed*.json")), "a killed run kept a report"
