@@ -84,7 +84,7 @@ def crowd_is_dropped(name: str, pid: int, address: tuple[str, int], stall: bytes
     """With ``IDLE_PEERS`` connections that send nothing and ``STALLED_PEERS`` that sent
     ``stall`` (a request that never completes) open: a good peer is served (``good()``), the
     idle ones hold no thread (the server's threads grow by at most one per stalled peer, plus
-    two for the good peer's session), and the server closes all of them (start it with a short
+    two for the good peer's session, plus one per ten idle peers for threads of its own), and the server closes all of them (start it with a short
     receive timeout). Returns a line with the footprints for the test log."""
     before = footprint(pid)
     idle = idle_crowd(address, IDLE_PEERS)
@@ -95,7 +95,10 @@ def crowd_is_dropped(name: str, pid: int, address: tuple[str, int], stall: bytes
         assert good(), (f"a good peer was not served while {IDLE_PEERS} idle and "
                         f"{STALLED_PEERS} stalled peers were connected to the {name}")
         crowded = footprint(pid)
-        assert crowded.threads <= before.threads + STALLED_PEERS + 2, (
+        # a server holding a thread per idle peer grows by IDLE_PEERS; the slack of one per ten
+        # covers the process's own threads that start in the meantime (seen in a loaded CI
+        # run: the reference master went from 13 to 21 threads, 8 of which no peer held)
+        assert crowded.threads <= before.threads + STALLED_PEERS + 2 + IDLE_PEERS // 10, (
             f"{IDLE_PEERS} idle peers took the {name} from {before} to {crowded}: an idle "
             f"connection must not hold a thread")
         wait_closed(idle + stalled, 20, f"the {name} to close {IDLE_PEERS} idle and "
