@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pytest_mooncake.runtime.deadlines import wait_until
@@ -254,16 +255,7 @@ class MooncakeMasters:
         Returns its sequence id; ``TargetLacks`` with what the probe of the etcd keys found
         where the build keeps no such OpLog or no entry for the victim."""
         planted_kind(kind)
-        if not self.etcd or not self.oplog_cluster:
-            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
-                f"{self.where}: the etcd its masters keep their OpLog in is not known to this "
-                f"handle, so nothing can be planted in it"))
-        oplog = planting.OpLogInEtcd(self.etcd, self.oplog_cluster)
-        try:
-            why = oplog.unplantable()
-            if why:
-                raise TargetLacks(Capability.MASTER_FAULT_PLANTING,
-                                  f"mooncake_master of {self.build} ({self.where}): {why}")
+        with self._plantable_oplog() as oplog:
             puts = [e for b in oplog.batches() for e in b.entries
                     if e.op_type == planting.PUT_END and e.key == victim_key]
             if not puts:
@@ -275,16 +267,11 @@ class MooncakeMasters:
                        else self._bad_payload(victim_key, puts[-1].payload, kind))
             return oplog.append([planting.OpLogEntry(planting.PUT_END, puts[-1].tenant, key,
                                                      payload)])
-        finally:
-            oplog.close()
 
-    def plant_removal(self, key: str) -> int:
-        """Append to the OpLog in etcd a REMOVE of ``key``, a copy of the last REMOVE the build
-        itself logged with only the key changed; the leader's index keeps ``key``, a standby
-        replays the removal. Used where the leader cannot be asked: after a planted entry,
-        0.3.13.post1's leader answers its own OpLog writes with ETCD_TRANSACTION_FAIL (rc=-1002),
-        its prefix moved by the planter. Returns its sequence id; ``TargetLacks`` where the
-        build logged no REMOVE to model one on."""
+    @contextmanager
+    def _plantable_oplog(self) -> Iterator[planting.OpLogInEtcd]:
+        """The OpLog the masters keep in etcd, once probed plantable (``unplantable``: what the
+        probe found is the ``TargetLacks`` reason); closed on leaving."""
         if not self.etcd or not self.oplog_cluster:
             raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
                 f"{self.where}: the etcd its masters keep their OpLog in is not known to this "
@@ -295,6 +282,18 @@ class MooncakeMasters:
             if why:
                 raise TargetLacks(Capability.MASTER_FAULT_PLANTING,
                                   f"mooncake_master of {self.build} ({self.where}): {why}")
+            yield oplog
+        finally:
+            oplog.close()
+
+    def plant_removal(self, key: str) -> int:
+        """Append to the OpLog in etcd a REMOVE of ``key``, a copy of the last REMOVE the build
+        itself logged with only the key changed; the leader's index keeps ``key``, a standby
+        replays the removal. Used where the leader cannot be asked: after a planted entry,
+        0.3.13.post1's leader answers its own OpLog writes with ETCD_TRANSACTION_FAIL (rc=-1002),
+        its prefix moved by the planter. Returns its sequence id; ``TargetLacks`` where the
+        build logged no REMOVE to model one on."""
+        with self._plantable_oplog() as oplog:
             removes = [e for b in oplog.batches() for e in b.entries
                        if e.op_type == planting.REMOVE]
             if not removes:
@@ -303,8 +302,6 @@ class MooncakeMasters:
                     f"{planting.REMOVE}) in {oplog.root}batches/ to model a planted one on"))
             return oplog.append([planting.OpLogEntry(planting.REMOVE, removes[-1].tenant, key,
                                                      removes[-1].payload)])
-        finally:
-            oplog.close()
 
     def _bad_payload(self, victim_key: str, payload: bytes, kind: str) -> bytes:
         """The victim's metadata made invalid as ``kind`` says, located through the replica the
