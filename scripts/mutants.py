@@ -21,6 +21,7 @@ suites + project tests, and a JSON result (``--json``) come out at the end.
     python scripts/mutants.py --only MR-7-clock-instance-id --keep /tmp/m
     python scripts/mutants.py --check               # anchors and syntax only, no test runs
     python scripts/mutants.py --source mechanical --family MR --sample 20   # generated mutants
+    python scripts/mutants.py --source mechanical -j 1 --journal run.jsonl  # resumable
 
 ``--source mechanical`` judges the mechanical mutants instead (``mutation.mechanical``:
 comparison, boolean, negation, constant, arithmetic, deletion and return edits over the functions
@@ -42,9 +43,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
+from mutation.journal import Journal, JournalError, tree_commit
 from mutation.mechanical import OPERATORS, generate, load_triage
-from mutation.report import summary, table
-from mutation.runner import BaselineFailed, Config, run_all
+from mutation.report import requirement_table, summary, table
+from mutation.runner import BaselineFailed, Config, Result, run_all
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DEADLINE = 420.0
@@ -81,9 +83,11 @@ def select(mutants: list[Mutant], only: list[str], families: list[str], sample: 
     return chosen
 
 
-def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None) -> list[Mutant]:
+def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None,
+                 triaged_out: dict[str, tuple[str, list[str]]] | None = None) -> list[Mutant]:
     """The mutants ``--source`` names; mechanical ones triaged by hand are left out (no suite
-    can or should kill them: triage.toml says why, one by one)."""
+    can or should kill them: triage.toml says why, one by one). ``triaged_out`` receives those
+    left out (id -> (verdict, requirements)) for the per-requirement table."""
     mutants = load_catalogue(args.catalogue, reqs) if args.source != "mechanical" else []
     if args.source != "curated":
         operators = tuple(o for o in args.operators.split(",") if o)
@@ -91,7 +95,11 @@ def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None) ->
         if unknown:
             raise CatalogueError(f"unknown operator(s) {unknown}; known: {', '.join(OPERATORS)}")
         triaged = load_triage(root)
-        mechanical = [m for m in generate(root, operators) if m.id not in triaged]
+        generated = generate(root, operators)
+        if triaged_out is not None:
+            triaged_out.update({m.id: (triaged[m.id][0], list(m.requirements))
+                                for m in generated if m.id in triaged})
+        mechanical = [m for m in generated if m.id not in triaged]
         if args.killed_before is not None:
             try:
                 judged = json.loads(args.killed_before.read_text("utf-8"))
@@ -104,6 +112,22 @@ def load_mutants(args: argparse.Namespace, root: Path, reqs: set[str] | None) ->
             mechanical = [m for m in mechanical if m.id in killed]
         mutants += mechanical
     return mutants
+
+
+def judge_with_journal(chosen: list[Mutant], cfg: Config, root: Path, jobs: int,
+                       journal: Journal | None) -> list[Result]:
+    """``run_all`` over what the journal has not judged yet; its results and the journal's,
+    in ``chosen``'s order."""
+    if journal is None:
+        return run_all(chosen, cfg, root, jobs)
+    todo = [m for m in chosen if m.id not in journal.done]
+    journal.open()
+    try:
+        fresh = run_all(todo, cfg, root, jobs, on_result=journal.record) if todo else []
+    finally:
+        journal.close()
+    got = {**journal.done, **{r.id: r for r in fresh}}
+    return [got[m.id] for m in chosen]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -130,6 +154,10 @@ def parser() -> argparse.ArgumentParser:
                         "fails there too is reported UNCONFIRMED")
     p.add_argument("--json", type=Path, default=Path("mutants-result.json"),
                    help="where to write the JSON result (default mutants-result.json)")
+    p.add_argument("--journal", type=Path, default=None, metavar="FILE.jsonl",
+                   help="record each judged mutant as it comes and skip those an earlier run "
+                        "with this journal judged (same seed, --suites-only and deadline; the "
+                        "seed defaults to the journal's): a long run resumes where it stopped")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
                    help="keep each mutant's scratch tree and log under DIR")
     p.add_argument("--catalogue", type=Path, default=ROOT / "mutants",
@@ -161,9 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     root = args.root.resolve()
     reqs = known_requirements(root) if (root / "pytest_mooncake").is_dir() else None
+    triaged: dict[str, tuple[str, list[str]]] = {}
     try:
-        mutants = load_mutants(args, root, reqs)
-    except CatalogueError as exc:
+        mutants = load_mutants(args, root, reqs, triaged)
+        if args.journal is not None and args.seed is None:
+            args.seed = (Journal.stored_settings(args.journal) or {}).get("seed")
+    except (CatalogueError, JournalError) as exc:
         print(f"mutants: {exc}", file=sys.stderr)
         return 2
     problems = check(mutants, root)
@@ -185,6 +216,20 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         print("mutants: nothing selected", file=sys.stderr)
         return 2
+    journal = None
+    if args.journal is not None:
+        try:
+            journal = Journal(args.journal, {"seed": seed, "suites_only": args.suites_only,
+                                             "deadline": args.deadline}, tree_commit(root))
+        except JournalError as exc:
+            print(f"mutants: {exc}", file=sys.stderr)
+            return 2
+        before = [journal.done[m.id] for m in chosen if m.id in journal.done]
+        commits = sorted({journal.commits[r.id] for r in before} - {""})
+        print(f"mutants: journal {args.journal}: {len(before)} of {len(chosen)} judged before"
+              + (f" (at {', '.join(commits)})" if commits else "")
+              + (f"; {journal.dropped} line(s) cut short or ERROR, judged again"
+                 if journal.dropped else ""), flush=True)
     python = args.python or default_python(root)
     cfg = Config(python, seed, args.deadline, args.suites_only, args.confirm,
                  args.keep.resolve() if args.keep else None, baseline=not args.no_baseline)
@@ -193,12 +238,17 @@ def main(argv: list[str] | None = None) -> int:
           + ("" if args.suites_only else " then the project tests"), flush=True)
     print(f"mutants: interpreter {python}", flush=True)
     try:
-        results = run_all(chosen, cfg, root, args.jobs)
+        results = judge_with_journal(chosen, cfg, root, args.jobs, journal)
     except BaselineFailed as exc:
         print(f"mutants: {exc}", file=sys.stderr)
         return 2
     print()
     print(table(results))
+    if args.source != "curated":
+        print("\nper requirement (triaged mutants are counted, not run):")
+        print(requirement_table(results, {k: v for k, v in triaged.items()
+                                          if set(v[1]) & {r for m in chosen
+                                                          for r in m.requirements}}))
     s = summary(results)
     print(f"\nsuites alone: {s['killed_by_suites']}/{s['judged']} killed "
           f"({s['suite_kill_rate']}%)")

@@ -1,4 +1,5 @@
-"""The verdicts in words: the table and the kill rates (suites alone, suites + project tests)."""
+"""The verdicts in words: the tables (per mutant, per requirement) and the kill rates (suites
+alone, suites + project tests)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,53 @@ def table(results: list[Result]) -> str:
         if i == 0:
             lines.append("|" + "|".join("-" * (w + 2) for w in [*widths, 5]) + "|")
     return "\n".join(lines)
+
+
+def requirement_table(results: list[Result], triaged: dict[str, tuple[str, list[str]]]) -> str:
+    """Per requirement: generated, killed (by the suites, by project tests), timed out (a hang
+    is a kill), survived, equivalent and beyond-requirements (triaged out of the run), errors.
+    ``triaged``: mutant id -> (verdict, its requirements). A mutant of several requirements
+    counts under each."""
+    cols = ("generated", "killed by suites", "killed by tests", "of which hangs", "survived",
+            "equivalent", "beyond", "error")
+    rows: dict[str, dict[str, int]] = {}
+
+    def row(req: str) -> dict[str, int]:
+        return rows.setdefault(req, dict.fromkeys(cols, 0))
+    for r in results:
+        for req in r.requirements:
+            c = row(req)
+            c["generated"] += 1
+            if r.status == ERROR:
+                c["error"] += 1
+            elif r.killed:
+                c["killed by suites" if r.phase == "suites" else "killed by tests"] += 1
+                c["of which hangs"] += r.status == HANG
+            else:
+                c["survived"] += 1
+    for verdict, reqs in triaged.values():
+        for req in reqs:
+            c = row(req)
+            c["generated"] += 1
+            c["equivalent" if verdict == "equivalent" else "beyond"] += 1
+
+    def order(req: str) -> tuple[str, int]:
+        fam, _, num = req.partition("-")
+        return fam, int(num) if num.isdigit() else 0
+    lines = ["| requirement | " + " | ".join(cols) + " | suites' kill rate |",
+             "|---|" + "---|" * (len(cols) + 1)]
+    total = dict.fromkeys(cols, 0)
+    for req in sorted(rows, key=order):
+        c = rows[req]
+        for k in cols:
+            total[k] += c[k]
+        lines.append(f"| {req} | " + " | ".join(str(c[k]) for k in cols) + f" | {_rate(c)} |")
+    lines.append("| all (a mutant counted once per requirement) | "
+                 + " | ".join(str(total[k]) for k in cols) + f" | {_rate(total)} |")
+    return "\n".join(lines)
+
+
+def _rate(c: dict[str, int]) -> str:
+    """Suites' kills of the judged, non-equivalent mutants (beyond-requirements set aside)."""
+    judged = c["generated"] - c["equivalent"] - c["beyond"] - c["error"]
+    return f"{100.0 * c['killed by suites'] / judged:.0f} %" if judged else "-"

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -303,7 +304,9 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def run_all(chosen: list[Mutant], cfg: Config, root: Path, jobs: int) -> list[Result]:
+def run_all(chosen: list[Mutant], cfg: Config, root: Path, jobs: int,
+            on_result: Callable[[Result], None] | None = None) -> list[Result]:
+    """Judge ``chosen``; ``on_result`` sees each result as it comes (a journal)."""
     scratch = Path(tempfile.mkdtemp(prefix="mc-mutants-"))
     runner: Runner | None = None
     try:
@@ -320,6 +323,8 @@ def run_all(chosen: list[Mutant], cfg: Config, root: Path, jobs: int) -> list[Re
                 for n, fut in enumerate(concurrent.futures.as_completed(futures), 1):
                     r = fut.result()
                     results[r.id] = r
+                    if on_result is not None:
+                        on_result(r)
                     print(f"[{n}/{len(chosen)}] {r.id}: {r.status}"
                           + (f" by {r.killed_by}" if r.killed_by else "")
                           + f" ({r.seconds:.0f}s)", flush=True)

@@ -231,3 +231,72 @@ def test_a_suite_that_fails_without_any_mutant_stops_the_run(tmp_path):
     assert "suites/test_toy.py::test_add" in proc.stderr
     assert "baseline:" in proc.stdout and not result.exists()
     assert "[1/" not in proc.stdout, "mutants ran after a failed baseline"
+
+
+def run_toy(repo: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "mutants.py"), "--root", str(repo),
+         "--catalogue", str(repo / "cat"), "--json", str(tmp_path / "result.json"), "-j", "1",
+         "--python", sys.executable, "--only", "MR-1-subtracts,MR-1-unbounded,MR-1-harmless",
+         *extra], capture_output=True, text=True, timeout=300)
+
+
+def test_a_journaled_run_resumes_where_it_stopped(tmp_path):
+    """A run stopped mid-way (here: its journal loses its last line and has another cut short,
+    as a SIGKILL leaves it) judges only what is missing, and the result holds all of them."""
+    repo = toy_repo(tmp_path)
+    journal = tmp_path / "run.jsonl"
+    first = run_toy(repo, tmp_path, "--journal", str(journal), "--seed", "5")
+    assert first.returncode == 1, first.stdout + first.stderr  # MR-1-harmless survives
+    lines = journal.read_text().splitlines()
+    head = json.loads(lines[0])
+    assert head["journal"] == 1 and head["seed"] == 5 and head["suites_only"] is False
+    judged = {json.loads(ln)["id"]: ln for ln in lines[1:]}
+    assert set(judged) == {"MR-1-subtracts", "MR-1-unbounded", "MR-1-harmless"}
+    keep = judged.pop("MR-1-subtracts")
+    cut = judged.pop("MR-1-unbounded")[:40]  # a line cut short, no newline
+    journal.write_text("\n".join([lines[0], keep, cut]))
+    again = run_toy(repo, tmp_path, "--journal", str(journal))  # the seed comes from it
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "1 of 3 judged before" in again.stdout and "1 line(s) cut short" in again.stdout
+    ran = [ln for ln in again.stdout.splitlines() if ln.startswith("[")]
+    assert len(ran) == 2 and not any("MR-1-subtracts" in ln for ln in ran), ran
+    doc = json.loads((tmp_path / "result.json").read_text())
+    assert doc["seed"] == 5
+    assert {m["id"]: m["status"] for m in doc["mutants"]} == {
+        "MR-1-subtracts": "killed", "MR-1-unbounded": "killed", "MR-1-harmless": "SURVIVED"}
+    assert "| MR-1 |" not in again.stdout  # curated source: no per-requirement table
+    done = run_toy(repo, tmp_path, "--journal", str(journal))
+    assert "3 of 3 judged before" in done.stdout and "baseline:" not in done.stdout
+
+
+def test_a_journal_of_other_settings_is_refused_by_name(tmp_path):
+    repo = toy_repo(tmp_path)
+    journal = tmp_path / "run.jsonl"
+    journal.write_text(json.dumps({"journal": 1, "seed": 5, "suites_only": False,
+                                   "deadline": 420.0}) + "\n")
+    proc = run_toy(repo, tmp_path, "--journal", str(journal), "--suites-only")
+    assert proc.returncode == 2
+    assert "suites_only: journal False, this run True" in proc.stderr
+    assert journal.read_text().count("\n") == 1, "the journal was touched"
+    journal.write_text("not json\n")
+    proc = run_toy(repo, tmp_path, "--journal", str(journal))
+    assert proc.returncode == 2 and "not a mutants journal" in proc.stderr
+
+
+def test_the_requirement_table_counts_each_outcome_under_each_requirement():
+    from mutation.report import requirement_table
+    from mutation.runner import Result
+    results = [Result("a", ["MR-2"], "compare", "killed", phase="suites"),
+               Result("b", ["MR-2", "MR-10"], "delete", "killed (hang)", phase="suites"),
+               Result("c", ["MR-10"], "return", "killed", phase="tests"),
+               Result("d", ["MR-2"], "constant", "SURVIVED"),
+               Result("e", ["MR-2"], "arith", "ERROR")]
+    text = requirement_table(results, {"f": ("equivalent", ["MR-2"]),
+                                       "g": ("beyond-requirements", ["MR-10"])})
+    rows = {ln.split(" | ")[0].strip("| "): ln.strip("|").split(" | ")[1:]
+            for ln in text.splitlines()[2:]}
+    assert list(rows)[:2] == ["MR-2", "MR-10"], "requirements in number order"
+    # generated, by suites, by tests, hangs, survived, equivalent, beyond, error, rate
+    assert [c.strip() for c in rows["MR-2"]] == ["5", "2", "0", "1", "1", "1", "0", "1", "67 %"]
+    assert [c.strip() for c in rows["MR-10"]] == ["3", "1", "1", "1", "0", "0", "1", "0", "50 %"]
