@@ -170,8 +170,10 @@ class Runner:
         return rc, time.monotonic() - start
 
     def suites_args(self, m: Mutant) -> list[str]:
+        # --mc-confirm=0: the first failure kills (-x); the plugin's re-runs of it (two more
+        # sessions per kill by default) would only confirm what --confirm checks on its own
         return ["-p", "pytest_mooncake", *m.suites, f"--mc-only={','.join(m.requirements)}",
-                f"--mc-seed={self.cfg.seed}"]
+                f"--mc-seed={self.cfg.seed}", "--mc-confirm=0"]
 
     def baseline(self, chosen: list[Mutant]) -> None:
         """Run what will judge the mutants on the unmutated tree first: a test that fails
@@ -180,7 +182,7 @@ class Runner:
         reqs = sorted({r for m in chosen for r in m.requirements})
         suites = sorted({s for m in chosen for s in m.suites})
         runs = [("suites", ["-p", "pytest_mooncake", *suites, f"--mc-only={','.join(reqs)}",
-                            f"--mc-seed={self.cfg.seed}"])]
+                            f"--mc-seed={self.cfg.seed}", "--mc-confirm=0"])]
         tests = sorted({t for m in chosen for t in m.tests})
         if tests and not self.cfg.suites_only:
             runs.append(("tests", tests))
