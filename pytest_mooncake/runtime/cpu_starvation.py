@@ -82,6 +82,11 @@ class StarvedDeadline:
         """Seconds on a CPU the threads of ``pid`` had since the start."""
         return sum(v for (p, _), v in self._delta(0).items() if p == pid)
 
+    def thread(self, pid: int, tid: int) -> tuple[float, float]:
+        """(seconds on a CPU, seconds runnable without one) of thread ``tid`` of ``pid`` since
+        the start (zeros for a thread never read)."""
+        return (self._delta(0).get((pid, tid), 0.0), self._delta(1).get((pid, tid), 0.0))
+
     def busiest(self) -> float:
         """The most seconds on a CPU one thread of the build had since the start."""
         return max((v for (p, _), v in self._delta(0).items() if p not in self.ours),
@@ -93,6 +98,11 @@ class StarvedDeadline:
         elapsed = self.elapsed()
         return (elapsed - self.starved() >= self.timeout
                 or (elapsed >= self.timeout and self.busiest() >= PROGRESS_CPU))
+
+    def refresh(self) -> StarvedDeadline:
+        """Read every thread now (``expired`` reads them only once the deadline is due)."""
+        self.last, self.sampled = self.sample(self.pids), self.clock()
+        return self
 
     def expired(self) -> bool:
         now = self.clock()

@@ -44,6 +44,10 @@ DEFAULT_QUIET_US = 3000
 DEFAULT_MAX_STEPS = 400
 DEFAULT_STALL_S = 30.0
 """How long a schedule may see nothing runnable while its processes have not finished."""
+DEFAULT_ACK_STALL_S = 10.0
+"""How long nothing may be runnable while a destroy waits for an unacknowledged async event
+before the schedule stops as wedged (rdma-core's destroy returns only after the ack; a build
+whose event reader cannot ack it, e.g. a lock the destroyer holds, never gets out)."""
 REPLAY_WAIT_WINDOWS = 200
 """Quiet windows a replay step waits for the action its label names before it diverges."""
 
@@ -70,6 +74,7 @@ class ScheduleRun:
     empty_windows: int = 0  # quiet windows with nothing runnable (threads busy elsewhere)
     timeouts: int = 0  # parked calls that went on alone (park timeout)
     stopped: str | None = None  # why the schedule stopped before its processes finished
+    wedged: tuple = ()  # the AckWaits (points.py) it stopped on: destroys no ack releases
     diverged: str | None = None  # a replay step whose action never appeared
 
 
@@ -118,7 +123,8 @@ class BoundaryScheduler:
     """Drives the scheduling points of ``points`` (one per process) through one schedule."""
 
     def __init__(self, points: Sequence[SchedulingPoints], *, quiet_us: int = DEFAULT_QUIET_US,
-                 max_steps: int = DEFAULT_MAX_STEPS, stall_s: float = DEFAULT_STALL_S):
+                 max_steps: int = DEFAULT_MAX_STEPS, stall_s: float = DEFAULT_STALL_S,
+                 ack_stall_s: float = DEFAULT_ACK_STALL_S):
         if quiet_us < 100:
             raise ValueError(f"quiet_us={quiet_us}: a quiet window under 100 us sees threads "
                              f"between two calls as blocked")
@@ -126,15 +132,19 @@ class BoundaryScheduler:
         self.quiet_us = quiet_us
         self.max_steps = max_steps
         self.stall_s = stall_s
+        self.ack_stall_s = ack_stall_s
+        self._waits: list = []
 
     def _snapshot(self, labeller: Labeller, run: ScheduleRun) -> list[Action]:
         actions: list[Action] = []
+        self._waits = []
         for proc, pts in enumerate(self.points):
             try:
                 state = pts.wait_quiet(self.quiet_us, timeout=max(1.0, self.quiet_us / 1e5))
             except ProcessGone:
                 continue
             run.timeouts = max(run.timeouts, state.timeouts)
+            self._waits += state.ack_waits
             labeller.see(proc, state)
             actions += labeller.actions(proc, state)
         return actions
@@ -160,7 +170,8 @@ class BoundaryScheduler:
             faults: Mapping[str, Callable[[], None]] | None = None) -> ScheduleRun:
         """One schedule: ``strategy`` (a reference strategy object) picks, or ``replay`` (a
         label sequence) dictates; it ends when ``finished()`` and nothing is runnable, at
-        ``max_steps``, or after ``stall_s`` of nothing runnable. ``faults``: one-shot actions
+        ``max_steps``, after ``stall_s`` of nothing runnable, or after ``ack_stall_s`` of
+        nothing runnable while a destroy waits as long for an unacknowledged event (``wedged``). ``faults``: one-shot actions
         (a QP-fatal, a device event) that are candidates at every step until chosen once, so
         the strategy places them among the verbs calls; one with a ``ready()`` method is a
         candidate only at steps where it returns True. The points are turned off at the end
@@ -185,7 +196,15 @@ class BoundaryScheduler:
                         return run
                     idle_since = idle_since or time.monotonic()
                     run.empty_windows += 1
-                    if time.monotonic() - idle_since > self.stall_s:
+                    idle = time.monotonic() - idle_since
+                    wedged = tuple(w for w in self._waits if w.unacked
+                                   and w.waited_us >= self.ack_stall_s * 1e6)
+                    if wedged and idle >= self.ack_stall_s:
+                        run.wedged = wedged
+                        run.stopped = (f"nothing runnable for {idle:.0f} s while "
+                                       + "; ".join(w.describe() for w in wedged))
+                        return run
+                    if idle > self.stall_s:
                         run.stopped = f"nothing runnable for {self.stall_s:g} s"
                         return run
                     continue

@@ -31,6 +31,27 @@ class ParkedCall:
 
 
 @dataclass(frozen=True)
+class AckWait:
+    """A thread inside ``ibv_destroy_qp``/``ibv_destroy_cq`` waiting for the application to
+    acknowledge async events it was handed (rdma-core returns only after every one is)."""
+
+    tid: int
+    what: str  # qp, cq
+    qp: int = 0
+    unacked: int = 0
+    reader: int = 0  # the thread that read the QP's last event (0: unknown)
+    waited_us: int = 0
+    call: str = "destroy"
+
+    def describe(self) -> str:
+        obj = f"QP {self.qp}" if self.what == "qp" else "a CQ"
+        who = f" read by thread {self.reader}" if self.reader else ""
+        return (f"thread {self.tid} has waited {self.waited_us / 1e6:.1f} s in ibv_destroy_"
+                f"{self.what} of {obj} for {self.unacked} async event(s){who} to be "
+                f"acknowledged")
+
+
+@dataclass(frozen=True)
 class PointsState:
     on: bool
     points: int  # calls parked since the points went on
@@ -39,6 +60,7 @@ class PointsState:
     held: tuple[HeldCompletion, ...]
     quiet_us: int  # since the last change
     timed_out: bool  # wait_quiet's deadline came before a quiet window
+    ack_waits: tuple[AckWait, ...] = ()  # destroys blocked on an unacknowledged event
 
 
 @dataclass(frozen=True)
@@ -91,5 +113,7 @@ class SchedulingPoints:
         f = reply.fields
         parked = tuple(_from(ParkedCall, d) for kind, d in reply.lines if kind == "parked")
         held = tuple(_from(HeldCompletion, d) for kind, d in reply.lines if kind == "held")
+        waits = tuple(_from(AckWait, d) for kind, d in reply.lines if kind == "waiting")
         return PointsState(f.get("sched") == "on", f.get("points", 0), f.get("timeouts", 0),
-                           parked, held, f.get("quiet_us", 0), bool(f.get("timed_out", 0)))
+                           parked, held, f.get("quiet_us", 0), bool(f.get("timed_out", 0)),
+                           waits)

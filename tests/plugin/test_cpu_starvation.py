@@ -87,6 +87,22 @@ def test_a_wait_the_cap_ends_while_starved_is_not_a_verdict() -> None:
     assert "in 240.0s (deadline 60s of CPU-available time, cap 240s)" in d.describe()
 
 
+def test_refresh_reads_the_threads_before_the_deadline_is_due() -> None:
+    """A wedge judged at 12 s (explored_rdma.py) asks how starved the build was so far:
+    ``expired`` reads nothing before its deadline, ``refresh`` does."""
+    m = Machine()
+    d = deadline(m)
+    m.advance(12.0, ran=0.5, waited=3.0)
+    assert not d.expired() and d.starved() == 0.0  # not read yet
+    assert d.refresh().starved() == 3.0 and d.elapsed() == 12.0
+    assert "in 12.0s" in d.describe() and "A 0.5s" in d.describe()
+    wedged = ("stuck_slice: transfer 3 (write 8192 bytes A->B) never ended: " + d.describe()
+              + "; wedged: thread 11 has waited 10.0 s in ibv_destroy_qp of QP 280 for 1 async "
+                "event(s) read by thread 12 to be acknowledged")
+    assert symptom_of(wedged) is None, "the wedge message says what it measured"
+    assert d.thread(7, 7) == (0.5, 3.0) and d.thread(7, 99) == (0.0, 0.0)
+
+
 def test_the_new_stuck_slice_message_is_a_finding_and_the_old_one_a_symptom() -> None:
     m = Machine()
     d = deadline(m)

@@ -1,10 +1,12 @@
 """The scheduler at the verbs boundary (issue #25) on a build-shaped program: a planted
 stale-completion defect is found within the default number of schedules and its token replays
-to the same failure; the fixed program passes; a parked call nobody grants goes on alone."""
+to the same failure; the fixed program passes; a parked call nobody grants goes on alone; a
+destroy no acknowledgement can release stops its schedule as wedged."""
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from stale_program import build_program, scenario
@@ -127,3 +129,64 @@ def test_a_log_says_where_it_stands_without_being_read(one_device, program):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+WEDGE_SOURCE = Path(__file__).with_name("destroy_vs_event.c")
+
+
+class FirstEnabled:
+    """The smallest strategy: always the first runnable action."""
+
+    def reset(self, slots):
+        pass
+
+    def pick(self, slots, step):
+        return 0
+
+
+def run_destroy_vs_event(device, mode: str):
+    from pytest_mooncake.runtime.native import build_executable
+    from pytest_mooncake.verbs import library_path
+    from pytest_mooncake.verbs.boundary_scheduler import BoundaryScheduler
+    lib = library_path()
+    exe = build_executable("destroy_vs_event", [WEDGE_SOURCE], cflags=["-pthread"],
+                           ldflags=[f"-L{lib.parent}", "-l:libibverbs.so.1"])
+    proc = subprocess.Popen([str(exe), "mlx5_0", mode], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=device.apply())
+    try:
+        ready = proc.stdout.readline().split()
+        assert ready[:1] == ["ready"], ready
+        qpn = int(ready[1].split("=")[1])
+        ctl = device.control(proc.pid)
+        points = SchedulingPoints(ctl)
+        points.on()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        ctl.request(f"event type=qp_fatal qp={qpn}")
+        # stall_s far above ack_stall_s: a stop at the stall bound would not say "wedged"
+        run = BoundaryScheduler([points], quiet_us=3000, stall_s=120, ack_stall_s=1).run(
+            FirstEnabled(), lambda: proc.poll() is not None)
+        return qpn, proc, run
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_a_destroy_waiting_for_an_ack_nobody_can_give_stops_the_schedule_as_wedged(one_device):
+    """The destroy-vs-event deadlock: the schedule stops at the ack bound, not the stall bound,
+    naming the destroying thread, the QP, the unacknowledged event and the thread that read it."""
+    qpn, proc, run = run_destroy_vs_event(one_device, "locked")
+    assert run.wedged, run
+    (wait,) = run.wedged
+    assert (wait.what, wait.qp, wait.unacked) == ("qp", qpn, 1), wait
+    assert wait.reader and wait.reader != wait.tid, wait
+    assert run.stopped.startswith("nothing runnable") and f"QP {qpn}" in run.stopped, run.stopped
+    assert "1 async event(s) read by thread" in run.stopped, run.stopped
+    assert [label.split(":")[1].split(".")[0] for label in run.labels] == ["event", "destroy"]
+
+
+def test_a_destroy_whose_event_is_acknowledged_is_not_wedged(one_device):
+    qpn, proc, run = run_destroy_vs_event(one_device, "unlocked")
+    assert proc.returncode == 0 and not run.wedged and run.stopped is None, run

@@ -797,8 +797,10 @@ class EmulatedRdmaCluster:
         self._stirred = False
         return True
 
-    def check(self) -> list[RdmaViolation]:
-        """The CO-9 invariants a real build shows from outside (call after ``settle``)."""
+    def check(self, wedged: str = "") -> list[RdmaViolation]:
+        """The CO-9 invariants a real build shows from outside (call after ``settle``).
+        ``wedged``: a destroy no ack releases keeps a transfer WAITING (the caller says so in
+        its stuck_slice): no reclaim is waited for, since the destroy is what is stuck."""
         out: list[RdmaViolation] = []
         for node in self.nodes.values():
             if not node.engine.alive():
@@ -810,6 +812,8 @@ class EmulatedRdmaCluster:
                     f"transfer {i} ({t.op} {t.length} bytes {t.src}->{t.dst}) never ended")))
         live = [n for n in self.nodes.values() if n.engine.alive()]
         try:
+            if wedged:
+                raise Timeout("a wedged destroy reclaims nothing")
             # polled every 20 ms, not with wait_until's doubling back-off up to 0.2 s: the
             # build destroys a retired QP on a timer of its own, and every schedule of an
             # exploration waits here for it (the condition, and so the verdict, is the same)

@@ -90,6 +90,12 @@ FAULT_SCHEDULES = 120
 among the posts and which thread holds its event when a worker destroys a QP is a much larger
 space than the other scenarios' (tests/benchmarks/bench_deadlock_detection.py measures how
 often a budget finds the releases' destroy-vs-event deadlock; docs/rdma-exploration.md)."""
+WEDGE_STARVED_S = 2.0
+"""A wedge is judged early unless the thread that read the unacknowledged event sat runnable
+without a CPU this long and ran less (``_reader_starved``): a starved reader looks wedged too."""
+WEDGE_GRACE = 2.0
+"""Seconds a transfer is still given after a schedule stopped wedged (its points went off, so
+whatever they held goes on) before its destroy is judged one no ack will release."""
 SCENARIO_SCHEDULES = {"qp_fatal_races_completion": FAULT_SCHEDULES,
                       "reclaim_with_pending_completions": FAULT_SCHEDULES}
 
@@ -216,11 +222,13 @@ class ClusterScenario:
         ended = threading.Event()
         errors: list[str] = []
         deadline = transfer_deadline(c)
+        give_up_at: list[float] = []  # set when the schedule stopped wedged (plus the grace)
 
         def drive() -> None:
             try:
                 c._flush()
-                wait_until(lambda: c.status(t) != "WAITING" or deadline.expired(),
+                wait_until(lambda: c.status(t) != "WAITING" or deadline.expired()
+                           or bool(give_up_at and time.monotonic() > give_up_at[0]),
                            STRETCH_CAP * TRANSFER_TIMEOUT + 10, f"transfer {t} to end",
                            interval=0.005, max_interval=0.02)
             except Timeout:
@@ -233,28 +241,46 @@ class ClusterScenario:
         points.on()
         driver = threading.Thread(target=drive, name=f"transfer-{t}", daemon=True)
         driver.start()
+        run = None
         try:
             run = BoundaryScheduler([points], quiet_us=self.quiet_us,
                                     max_steps=self.max_steps).run(
                 strategy, ended.is_set, labels, faults)
+            # a destroy waiting on an ack no thread gives: judged now, not at the 60 s bound,
+            # unless the machine starved the event's reader meanwhile (the bound decides then)
+            if run.wedged and not _reader_starved(deadline.refresh(), a.pid, run.wedged):
+                give_up_at.append(time.monotonic() + WEDGE_GRACE)
         finally:
             driver.join(STRETCH_CAP * TRANSFER_TIMEOUT + 20)
         stacks = ""
         if run.stopped and run.stopped.startswith("nothing runnable") and a.engine.alive():
             stacks = thread_stacks(a.pid)  # who is blocked where, outside the verbs calls
-        try:  # the points went off: what they held reached the CQs just now; let it drain
-            wait_until(c._nics_idle, IDLE_BOUND, "A's NICs to drain", interval=0.01,
-                       max_interval=0.05)
-        except Timeout:
-            pass  # check() reports what stayed
         status = c.status(t)
-        if status == "WAITING" and deadline.starved_out():
+        wedged = ""
+        if give_up_at and status == "WAITING":
+            readers = "".join(
+                f"; reader {w.reader} ran {ran:.1f}s and sat runnable without a CPU "
+                f"{waited:.1f}s" for w in run.wedged if w.reader
+                for ran, waited in [deadline.thread(a.pid, w.reader)])
+            wedged = (f"wedged: {'; '.join(w.describe() for w in run.wedged)}, with no verbs "
+                      f"call runnable meanwhile (ibv_destroy_* returns only once each event is "
+                      f"acknowledged){readers}; judged without waiting out the "
+                      f"{TRANSFER_TIMEOUT:g} s transfer bound")
+        else:
+            try:  # the points went off: what they held reached the CQs just now; let it drain
+                wait_until(c._nics_idle, IDLE_BOUND, "A's NICs to drain", interval=0.01,
+                           max_interval=0.05)
+            except Timeout:
+                pass  # check() reports what stayed
+            status = c.status(t)
+        if status == "WAITING" and not wedged and deadline.starved_out():
             raise PreconditionUnestablished(
                 f"harness starved of CPU: transfer {t} of schedule {self.index} had not ended, "
                 f"but the machine did not let the build run long enough to judge it: "
                 f"{deadline.describe()}")
         violations = [f"{v.kind}: {v.detail}" for v in
-                      self._judge(t, status, data, offset, deadline) + stale_retires(run.labels)]
+                      self._judge(t, status, data, offset, deadline, wedged)
+                      + stale_retires(run.labels)]
         violations += [f"harness: {e}" for e in errors]
         if self.memcheck is not None:
             found = engine_errors(self.memcheck)
@@ -279,13 +305,14 @@ class ClusterScenario:
         return self.last
 
     def _judge(self, t: int, status: str, data: bytes, offset: int,
-               deadline: StarvedDeadline) -> list[RdmaViolation]:
+               deadline: StarvedDeadline, wedged: str = "") -> list[RdmaViolation]:
         c = self.cluster
         # check() also waits for retired QPs to be destroyed: the next schedule starts from a
         # build with no reclaim pending (a replay then meets the same state); a transfer that
         # never ended says what the machine gave the build meanwhile (not starved: ours to judge)
-        out = [RdmaViolation(v.kind, f"{v.detail}: {deadline.describe()}")
-               if v.kind == "stuck_slice" else v for v in c.check()]
+        out = [RdmaViolation(v.kind, f"{v.detail}: {deadline.describe()}"
+                             + (f"; {wedged}" if wedged else ""))
+               if v.kind == "stuck_slice" else v for v in c.check(wedged)]
         if status == "COMPLETED" and c.nodes["B"].engine.alive():
             landed = c.read("B", offset, len(data))
             if landed != data:
@@ -294,6 +321,18 @@ class ClusterScenario:
                     f"transfer {t} ended COMPLETED but B's bytes differ from byte {bad} on "
                     f"(slice {bad // SLICE})")))
         return out
+
+
+def _reader_starved(deadline: StarvedDeadline, pid: int, wedged: Sequence[Any]) -> bool:
+    """Whether a thread that read an unacknowledged event (else, any thread) sat runnable
+    without a CPU for WEDGE_STARVED_S and barely ran: then its missing ack may be the machine's
+    doing, not the build's. A reader blocked on a lock is not runnable (not starved); one
+    spinning for a lock ran (it had its turns)."""
+    readers = [w.reader for w in wedged if w.reader]
+    if not readers:
+        return deadline.starved() >= WEDGE_STARVED_S
+    return any(waited >= WEDGE_STARVED_S and ran < WEDGE_STARVED_S
+               for ran, waited in (deadline.thread(pid, r) for r in readers))
 
 
 def transfer_deadline(cluster: Any) -> StarvedDeadline:

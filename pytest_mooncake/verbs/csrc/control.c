@@ -686,7 +686,14 @@ static void say_parked(const struct sched_parked *s, uint64_t now, void *arg) {
         (unsigned long long)s->wr_id, s->arg, (unsigned long long)((now - s->since_ns) / 1000));
 }
 
-/* The scheduler's state: a header line, the parked threads, then the held completions. */
+static void say_ack_wait(const struct ack_wait *w, uint32_t unacked, uint64_t now, void *arg) {
+    say(arg, "waiting tid=%d call=destroy what=%s qp=%u unacked=%u reader=%d waited_us=%llu\n",
+        (int)w->tid, w->what[0] == 'Q' ? "qp" : "cq", w->qpn, unacked, (int)w->reader,
+        (unsigned long long)((now - w->since_ns) / 1000));
+}
+
+/* The scheduler's state: a header line, the parked threads, the threads whose destroy waits
+ * for an acknowledgement, then the held completions. */
 static void say_sched(struct out *o, int timed_out) {
     int on;
     uint64_t points, timeouts, changed, n;
@@ -697,6 +704,7 @@ static void say_sched(struct out *o, int timed_out) {
         (unsigned long long)n, (unsigned long long)(now > changed ? (now - changed) / 1000 : 0),
         timed_out);
     sched_list(say_parked, o);
+    ack_wait_list(say_ack_wait, o);
     pthread_mutex_lock(&hold_lock);
     for (struct held *h = held_list; h; h = h->next) describe_held(o, h);
     pthread_mutex_unlock(&hold_lock);

@@ -400,6 +400,8 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
     emu_sched_point(SP_EVENT, is_qp_event(r.type) && r.element ? ((struct ibv_qp *)r.element)->qp_num : 0,
                     0, 0, r.type);
     event->event_type = r.type;
+    if (is_qp_event(r.type) && r.element)
+        atomic_store(&((struct emu_qp *)r.element)->event_reader, emu_tid());
     if (r.type == IBV_EVENT_CQ_ERR)
         event->element.cq = r.element;
     else if (is_qp_event(r.type))

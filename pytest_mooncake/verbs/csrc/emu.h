@@ -194,6 +194,7 @@ struct emu_qp {
     uint64_t err_ns;        /* when it entered ERR (0: never) */
     int app_err;            /* the application moved it to ERR itself (ibv_modify_qp) */
     uint32_t async_reported;
+    _Atomic int32_t event_reader; /* the thread that read its last async event (0: none yet) */
     struct emu_qp *next;
 };
 

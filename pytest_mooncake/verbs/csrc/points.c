@@ -128,7 +128,44 @@ void sched_counts(int *on, uint64_t *npoints, uint64_t *ntimeouts, uint64_t *cha
     *changed = atomic_load(&changed_ns);
 }
 
+static pthread_mutex_t ack_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ack_wait *ack_waits;
+
+void ack_wait_begin(struct ack_wait *w) {
+    w->since_ns = emu_now_ns();
+    pthread_mutex_lock(&ack_lock);
+    w->next = ack_waits;
+    ack_waits = w;
+    pthread_mutex_unlock(&ack_lock);
+    emu_sched_touch();
+}
+
+void ack_wait_end(struct ack_wait *w) {
+    pthread_mutex_lock(&ack_lock);
+    for (struct ack_wait **p = &ack_waits; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    pthread_mutex_unlock(&ack_lock);
+    emu_sched_touch();
+}
+
+void ack_wait_list(ack_wait_fn fn, void *arg) {
+    uint64_t now = emu_now_ns();
+    pthread_mutex_lock(&ack_lock);
+    for (struct ack_wait *w = ack_waits; w; w = w->next) {
+        pthread_mutex_lock(w->mutex);
+        uint32_t unacked = *w->reported - *w->done;
+        pthread_mutex_unlock(w->mutex);
+        fn(w, unacked, now, arg);
+    }
+    pthread_mutex_unlock(&ack_lock);
+}
+
 void sched_after_fork_child(void) { /* only the forking thread came along: nobody is parked */
+    pthread_mutex_init(&ack_lock, NULL);
+    ack_waits = NULL;
     pthread_mutex_init(&sched_lock, NULL);
     parked = NULL;
     nparked = 0;

@@ -36,4 +36,22 @@ void sched_counts(int *on, uint64_t *points, uint64_t *timeouts, uint64_t *chang
                   uint64_t *nparked);
 void sched_after_fork_child(void);
 
+/* A thread inside ibv_destroy_qp/ibv_destroy_cq waiting for the acknowledgement of async events
+ * it handed out (rdma-core blocks there until every one is acknowledged): listed by `sched
+ * state` as `waiting` lines, so a controller sees a destroy wedged on an ack without waiting out
+ * a transfer's deadline. `reader` is the thread that read the QP's last event (0: unknown). */
+struct ack_wait {
+    int32_t tid, reader;
+    const char *what; /* "QP", "CQ (completion)", "CQ (async)" */
+    uint32_t qpn;
+    const uint32_t *done, *reported; /* read under the object's mutex by the lister */
+    pthread_mutex_t *mutex;
+    uint64_t since_ns;
+    struct ack_wait *next;
+};
+void ack_wait_begin(struct ack_wait *w);
+void ack_wait_end(struct ack_wait *w);
+typedef void (*ack_wait_fn)(const struct ack_wait *, uint32_t unacked, uint64_t now_ns, void *);
+void ack_wait_list(ack_wait_fn fn, void *arg);
+
 #endif

@@ -130,11 +130,22 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *
 }
 
 /* Waits until the application acknowledged every event it was handed for `obj` (rdma-core blocks
- * the same way); says so on stderr every few seconds, since a missing ack hangs here forever. */
+ * the same way); says so on stderr every few seconds, since a missing ack hangs here forever, and
+ * is listed by `sched state` meanwhile (points.c) so a controller sees the wedge at once. */
 static void wait_acked(pthread_mutex_t *m, pthread_cond_t *cv, const uint32_t *done,
-                       const uint32_t *reported, const char *what) {
+                       const uint32_t *reported, const char *what, uint32_t qpn, int32_t reader) {
+    struct ack_wait w = {.tid = emu_tid(), .reader = reader, .what = what, .qpn = qpn,
+                         .done = done, .reported = reported, .mutex = m};
+    int listed = 0;
     pthread_mutex_lock(m);
     while (*done != *reported) {
+        if (!listed) { /* ack_wait_list takes ack_lock then m: never hold m while taking it */
+            pthread_mutex_unlock(m);
+            ack_wait_begin(&w);
+            listed = 1;
+            pthread_mutex_lock(m);
+            continue;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 5;
@@ -143,6 +154,7 @@ static void wait_acked(pthread_mutex_t *m, pthread_cond_t *cv, const uint32_t *d
                     *reported - *done);
     }
     pthread_mutex_unlock(m);
+    if (listed) ack_wait_end(&w);
 }
 
 EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq) {
@@ -152,9 +164,9 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq) {
     pthread_mutex_unlock(&g.objects);
     if (busy) return EBUSY;
     wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, &cq->comp_reported,
-               "CQ (completion)");
+               "CQ (completion)", 0, 0);
     wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed, &cq->async_reported,
-               "CQ (async)");
+               "CQ (async)", 0, 0);
     pthread_mutex_lock(&g.objects);
     for (struct emu_cq **p = &g.cqs; *p; p = &(*p)->next)
         if (*p == cq) {
@@ -775,7 +787,8 @@ EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp) {
     struct emu_qp *qp = (struct emu_qp *)ibqp;
     emu_sched_point(SP_DESTROY, ibqp->qp_num, 0, 0, 0);
-    wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, &qp->async_reported, "QP");
+    wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, &qp->async_reported, "QP",
+               ibqp->qp_num, atomic_load(&qp->event_reader));
     pthread_mutex_lock(&g.objects);
     for (struct emu_qp **p = &g.qps; *p; p = &(*p)->next)
         if (*p == qp) {
