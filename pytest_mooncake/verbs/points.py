@@ -39,13 +39,21 @@ class AckWait:
     what: str  # qp, cq
     qp: int = 0
     unacked: int = 0
-    reader: int = 0  # the thread that read the QP's last event (0: unknown)
+    reader: int = 0  # the thread that read the QP's last event (0: none read yet)
+    ctx_reader: int = 0  # the thread that last asked the QP's device for events (0: none)
     waited_us: int = 0
     call: str = "destroy"
 
+    @property
+    def acker(self) -> int:
+        """The thread whose acknowledgement (or reading) the destroy waits for, if known."""
+        return self.reader or self.ctx_reader
+
     def describe(self) -> str:
         obj = f"QP {self.qp}" if self.what == "qp" else "a CQ"
-        who = f" read by thread {self.reader}" if self.reader else ""
+        who = (f" read by thread {self.reader}" if self.reader else
+               f" (thread {self.ctx_reader} reads the device's events)" if self.ctx_reader
+               else "")
         return (f"thread {self.tid} has waited {self.waited_us / 1e6:.1f} s in ibv_destroy_"
                 f"{self.what} of {obj} for {self.unacked} async event(s){who} to be "
                 f"acknowledged")

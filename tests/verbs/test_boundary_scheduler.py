@@ -181,7 +181,7 @@ def test_a_destroy_waiting_for_an_ack_nobody_can_give_stops_the_schedule_as_wedg
     assert run.wedged, run
     (wait,) = run.wedged
     assert (wait.what, wait.qp, wait.unacked) == ("qp", qpn, 1), wait
-    assert wait.reader and wait.reader != wait.tid, wait
+    assert wait.reader and wait.reader != wait.tid and wait.ctx_reader == wait.reader, wait
     assert run.stopped.startswith("nothing runnable") and f"QP {qpn}" in run.stopped, run.stopped
     assert "1 async event(s) read by thread" in run.stopped, run.stopped
     assert [label.split(":")[1].split(".")[0] for label in run.labels] == ["event", "destroy"]

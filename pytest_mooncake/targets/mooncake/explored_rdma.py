@@ -259,9 +259,9 @@ class ClusterScenario:
         wedged = ""
         if give_up_at and status == "WAITING":
             readers = "".join(
-                f"; reader {w.reader} ran {ran:.1f}s and sat runnable without a CPU "
-                f"{waited:.1f}s" for w in run.wedged if w.reader
-                for ran, waited in [deadline.thread(a.pid, w.reader)])
+                f"; thread {w.acker} ran {ran:.1f}s and sat runnable without a CPU "
+                f"{waited:.1f}s" for w in run.wedged if w.acker
+                for ran, waited in [deadline.thread(a.pid, w.acker)])
             wedged = (f"wedged: {'; '.join(w.describe() for w in run.wedged)}, with no verbs "
                       f"call runnable meanwhile (ibv_destroy_* returns only once each event is "
                       f"acknowledged){readers}; judged without waiting out the "
@@ -328,7 +328,7 @@ def _reader_starved(deadline: StarvedDeadline, pid: int, wedged: Sequence[Any]) 
     without a CPU for WEDGE_STARVED_S and barely ran: then its missing ack may be the machine's
     doing, not the build's. A reader blocked on a lock is not runnable (not starved); one
     spinning for a lock ran (it had its turns)."""
-    readers = [w.reader for w in wedged if w.reader]
+    readers = [w.acker for w in wedged if w.acker]
     if not readers:
         return deadline.starved() >= WEDGE_STARVED_S
     return any(waited >= WEDGE_STARVED_S and ran < WEDGE_STARVED_S

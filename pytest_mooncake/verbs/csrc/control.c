@@ -687,9 +687,9 @@ static void say_parked(const struct sched_parked *s, uint64_t now, void *arg) {
 }
 
 static void say_ack_wait(const struct ack_wait *w, uint32_t unacked, uint64_t now, void *arg) {
-    say(arg, "waiting tid=%d call=destroy what=%s qp=%u unacked=%u reader=%d waited_us=%llu\n",
-        (int)w->tid, w->what[0] == 'Q' ? "qp" : "cq", w->qpn, unacked, (int)w->reader,
-        (unsigned long long)((now - w->since_ns) / 1000));
+    say(arg, "waiting tid=%d call=destroy what=%s qp=%u unacked=%u reader=%d ctx_reader=%d "
+        "waited_us=%llu\n", (int)w->tid, w->what[0] == 'Q' ? "qp" : "cq", w->qpn, unacked,
+        (int)w->reader, (int)w->ctx_reader, (unsigned long long)((now - w->since_ns) / 1000));
 }
 
 /* The scheduler's state: a header line, the parked threads, the threads whose destroy waits

@@ -396,6 +396,7 @@ void emu_post_async(struct emu_context *c, enum ibv_event_type type, void *eleme
 
 EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event) {
     struct emu_async_record r;
+    atomic_store(&((struct emu_context *)context)->event_reader, emu_tid());
     if (read(context->async_fd, &r, sizeof r) != sizeof r) return -1;
     emu_sched_point(SP_EVENT, is_qp_event(r.type) && r.element ? ((struct ibv_qp *)r.element)->qp_num : 0,
                     0, 0, r.type);

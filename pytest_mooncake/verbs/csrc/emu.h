@@ -105,6 +105,7 @@ struct emu_context {
     int async_wr; /* write end of ctx.async_fd's pipe */
     atomic_int fatal;
     uint32_t seen_gen[EMU_MAX_PORTS];
+    _Atomic int32_t event_reader; /* the thread that last called ibv_get_async_event on it */
     struct emu_context *next;
 };
 

@@ -39,9 +39,10 @@ void sched_after_fork_child(void);
 /* A thread inside ibv_destroy_qp/ibv_destroy_cq waiting for the acknowledgement of async events
  * it handed out (rdma-core blocks there until every one is acknowledged): listed by `sched
  * state` as `waiting` lines, so a controller sees a destroy wedged on an ack without waiting out
- * a transfer's deadline. `reader` is the thread that read the QP's last event (0: unknown). */
+ * a transfer's deadline. `reader` is the thread that read the QP's last event (0: none read yet),
+ * `ctx_reader` the thread that last called ibv_get_async_event on the QP's device. */
 struct ack_wait {
-    int32_t tid, reader;
+    int32_t tid, reader, ctx_reader; /* ctx_reader: who last asked the device for events */
     const char *what; /* "QP", "CQ (completion)", "CQ (async)" */
     uint32_t qpn;
     const uint32_t *done, *reported; /* read under the object's mutex by the lister */

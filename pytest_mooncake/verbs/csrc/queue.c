@@ -133,8 +133,10 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *
  * the same way); says so on stderr every few seconds, since a missing ack hangs here forever, and
  * is listed by `sched state` meanwhile (points.c) so a controller sees the wedge at once. */
 static void wait_acked(pthread_mutex_t *m, pthread_cond_t *cv, const uint32_t *done,
-                       const uint32_t *reported, const char *what, uint32_t qpn, int32_t reader) {
-    struct ack_wait w = {.tid = emu_tid(), .reader = reader, .what = what, .qpn = qpn,
+                       const uint32_t *reported, const char *what, uint32_t qpn, int32_t reader,
+                       int32_t ctx_reader) {
+    struct ack_wait w = {.tid = emu_tid(), .reader = reader, .ctx_reader = ctx_reader,
+                         .what = what, .qpn = qpn,
                          .done = done, .reported = reported, .mutex = m};
     int listed = 0;
     pthread_mutex_lock(m);
@@ -164,9 +166,11 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq) {
     pthread_mutex_unlock(&g.objects);
     if (busy) return EBUSY;
     wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, &cq->comp_reported,
-               "CQ (completion)", 0, 0);
+               "CQ (completion)", 0, 0,
+               atomic_load(&((struct emu_context *)ibcq->context)->event_reader));
     wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed, &cq->async_reported,
-               "CQ (async)", 0, 0);
+               "CQ (async)", 0, 0,
+               atomic_load(&((struct emu_context *)ibcq->context)->event_reader));
     pthread_mutex_lock(&g.objects);
     for (struct emu_cq **p = &g.cqs; *p; p = &(*p)->next)
         if (*p == cq) {
@@ -788,7 +792,8 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp) {
     struct emu_qp *qp = (struct emu_qp *)ibqp;
     emu_sched_point(SP_DESTROY, ibqp->qp_num, 0, 0, 0);
     wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, &qp->async_reported, "QP",
-               ibqp->qp_num, atomic_load(&qp->event_reader));
+               ibqp->qp_num, atomic_load(&qp->event_reader),
+               atomic_load(&((struct emu_context *)ibqp->context)->event_reader));
     pthread_mutex_lock(&g.objects);
     for (struct emu_qp **p = &g.qps; *p; p = &(*p)->next)
         if (*p == qp) {
