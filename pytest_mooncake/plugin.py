@@ -53,8 +53,9 @@ from pytest_mooncake.report.profile_differences import deployment_line
 from pytest_mooncake.report.replay_commands import PytestCommand
 from pytest_mooncake.runtime.die_with_parent import die_with
 from pytest_mooncake.runtime.etcd_process import sweep_abandoned_data_dirs
+from pytest_mooncake.runtime.fork_server import ForkServers
 from pytest_mooncake.runtime.ports import sweep_stale_claims
-from pytest_mooncake.runtime.processes import reap_all
+from pytest_mooncake.runtime.processes import reap_all, spawn_popen, use_fork_servers
 from pytest_mooncake.targets import (
     ComponentStartError,
     PreconditionUnestablished,
@@ -63,6 +64,7 @@ from pytest_mooncake.targets import (
     UnknownTarget,
     resolve_target,
 )
+from pytest_mooncake.targets.reference.process_env import FORKED_MODULES
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,6 +85,11 @@ def pytest_configure(config: pytest.Config) -> None:
     mc_config = mc_options.resolve(mc_options.raw_values(config), inherited_seed=inherited)
     targets = _resolve_targets(mc_config, Path(config.rootpath))
     config.stash[MC_CONFIG] = mc_config
+    if mc_config.fork_server == "auto":
+        servers = ForkServers(FORKED_MODULES, spawn_popen)
+        before = use_fork_servers(servers)
+        config.add_cleanup(servers.close)  # runs second: the servers' children are reaped by then
+        config.add_cleanup(lambda: use_fork_servers(before))  # a pytester session's end
     for target in targets.values():
         target.use_verbs(mc_config.verbs)
     config.stash[MC_TARGETS] = targets

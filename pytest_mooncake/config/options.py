@@ -107,6 +107,12 @@ OPTIONS: tuple[Option, ...] = (
            "(with xdist sending one test at a time unless --maxschedchunk is given); none: "
            "pytest's order. Default: auto = the table the package ships, used only with xdist "
            "workers (-n N).", "auto|none|FILE.json"),
+    Option("fork_server", "auto", "how the reference target starts its Python processes "
+           "(engines, masters, store clients, metadata servers): auto forks each from a "
+           "server per test process that imported their modules once (a fresh interpreter's "
+           "start and imports, 0.2-0.4 s of CPU each, saved; docs/speed.md), falling back to a "
+           "new interpreter for anything it cannot run the same way; off starts each as a new "
+           "interpreter. Real builds are never forked. Default: auto.", "auto|off"),
     Option("expect_strict", "false", "with --mc-expect, an unexpected pass (a FAIL fixed) also "
            "fails the run. Default: false.", switch=True),
     Option("expect_update", "false", "with --mc-expect, write the run's verdicts into the "
@@ -144,6 +150,8 @@ class McConfig:
     expect_update: bool = False
     durations: str = "auto"
     confirm_only: str = "all"
+    fork_server: str = "auto"
+    """``auto``: the reference's Python processes fork from a server (runtime/fork_server.py)."""
     """Which failed tests are re-run (``report/expected_failures.py``): all or deviations."""
     """Where the test order comes from (``config/longest_first.py``): auto, none or a file."""
     raw: dict[str, str] = field(default_factory=dict, compare=False)
@@ -324,5 +332,6 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         expect_update=_switch("expect_update", raw.get("expect_update", "false")),
         durations=raw.get("durations", "auto").strip() or "auto",
         confirm_only=_confirm_only(raw.get("confirm_only", "all"), expect),
+        fork_server=_choice("fork_server", raw.get("fork_server", ""), ("auto", "off")),
         raw=dict(raw),
     )

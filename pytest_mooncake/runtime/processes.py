@@ -22,9 +22,11 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
 from pytest_mooncake.runtime.die_with_parent import wrap
+from pytest_mooncake.runtime.fork_server import ForkServerError
 from pytest_mooncake.runtime.loopback_http import http_request
 
 ReadyProbe = Callable[["ManagedProcess"], bool]
@@ -93,6 +95,20 @@ class _Spawner:
 
 
 _SPAWNER = _Spawner()
+spawn_popen = _SPAWNER.popen
+"""``subprocess.Popen`` from the long-lived spawner thread (see ``_Spawner``)."""
+
+_FORK_SERVERS: Any = None
+"""A ``fork_server.ForkServers`` whose servers fork the Python children they accept (the
+plugin's ``--mc-fork-server``), or None: every child is exec'd."""
+
+
+def use_fork_servers(servers: Any) -> Any:
+    """Fork accepted children from ``servers`` from now on (None: exec every child); returns
+    the servers used before."""
+    global _FORK_SERVERS
+    before, _FORK_SERVERS = _FORK_SERVERS, servers
+    return before
 
 
 # ------------------------------------------------------------------------ readiness probes
@@ -139,6 +155,9 @@ def exit_status(popen: subprocess.Popen[bytes]) -> int | None:
     its pid, and so its group id, its own); None while it runs."""
     if popen.returncode is not None:
         return popen.returncode
+    nowait = getattr(popen, "status_nowait", None)
+    if nowait is not None:  # a ForkedChild: its fork server keeps the zombie
+        return nowait()
     try:
         info = os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:  # reaped behind our back (a Popen.wait elsewhere)
@@ -233,14 +252,24 @@ class ManagedProcess:
                 raise ProcessStartError(f"{self.name} is already running (pid {self.pid})")
             self._reap(0.0)  # exited on its own: what is left of its group goes first
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = wrap(self.argv, self.env)
+        server = (_FORK_SERVERS.for_child(self.argv, self.env)
+                  if _FORK_SERVERS is not None else None)
         with open(self.log_path, "ab") as log:
-            log.write(f"--- start #{self.starts + 1}: {' '.join(self.argv)}\n".encode())
+            log.write(f"--- start #{self.starts + 1}: {' '.join(self.argv)}"
+                      f"{' (forked)' if server is not None else ''}\n".encode())
             log.flush()
-            self.popen = _SPAWNER.popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self.env, cwd=self.cwd, start_new_session=True,
-            )
+            self.popen = None
+            if server is not None:
+                try:
+                    self.popen = server.spawn(self.argv, self.env, self.cwd, self.log_path)
+                except ForkServerError as exc:
+                    log.write(f"--- not forked ({exc}): started as a new interpreter\n".encode())
+                    log.flush()
+            if self.popen is None:
+                self.popen = _SPAWNER.popen(
+                    wrap(self.argv, self.env), stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, start_new_session=True,
+                )
         self.starts += 1
         with _LIVE_LOCK:
             _LIVE.add(self)

@@ -16,6 +16,20 @@ from collections.abc import Mapping
 
 from pytest_mooncake.runtime.native import cache_dir
 
+FORKED_MODULES = (
+    "reference_engine.__main__",
+    "reference_engine.engine.engine_main",
+    "reference_engine.master.master_main",
+    "reference_engine.master.store_client_main",
+    "reference_engine.metadata.metadata_server_main",
+    "reference_engine.master.etcd_client",  # sets protobuf's pure-Python implementation first
+    "reference_engine.etcd_connection",
+    "etcd3",
+    "etcd3.exceptions",
+    "grpc",
+)
+"""What a fork server imports for the reference's processes (``--mc-fork-server=auto``): every
+command's module and the etcd client, whose gRPC and protobuf import was most of a start."""
 BYTECODE_CACHE = "pycache"
 """The directory below the plugin's cache that holds the reference processes' bytecode."""
 
