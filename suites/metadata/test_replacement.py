@@ -14,6 +14,7 @@ import threading
 
 import pytest
 
+from pytest_mooncake.landed_writes import lands, must_land
 from pytest_mooncake.planting import (
     buffer_names,
     plant,
@@ -34,15 +35,6 @@ pytestmark = pytest.mark.mc_requires("engine", "engine_restart")
 
 def short(instance_id: str | None) -> str:
     return f"{instance_id[:8]}.." if instance_id else "none"
-
-
-def lands(b, a, payload: bytes) -> bool:
-    """B writes ``payload`` into the buffer the *current* A registered itself (its address as
-    A's own descriptor names it, the way a user who read A's new descriptor would aim) and A
-    finds it there. Writes at a predecessor's addresses are MR-18's business, not this."""
-    own = a.buffers()[0][0]
-    result = within(CALL_DEADLINE, b.write_at, "seg-a", own, payload, what="a write to seg-a")
-    return result.ok and a.local_read(0, len(payload)) == payload
 
 
 def ttl_s(engine, asked_ms: float) -> float:
@@ -74,7 +66,7 @@ def test_new_instance_is_followed(mc_engine):
     instance (its writes reach the restarted A)."""
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", prefer_ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"before-restart!!"), "B cannot write to A at all"
+    must_land(b, a, b"before-restart!!")
     restarted_and_reached(a, b, "MR-9 requires the target state to move to the new instance")
 
 
@@ -83,7 +75,7 @@ def test_new_instance_is_followed(mc_engine):
 def test_new_instance_retires_old_endpoints(mc_engine):
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", prefer_ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"before-restart!!"), "B cannot write to A at all"
+    must_land(b, a, b"before-restart!!")
     before = dict(b.stats())
     old_id, new_id = restarted_and_reached(
         a, b, "MR-9 requires the target state to move to the new instance")
@@ -101,7 +93,7 @@ def test_new_instance_retires_old_endpoints(mc_engine):
 def test_same_instance_never_triggers_cleanup(mc_engine, mc_metadata):
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"first-write-ok!!")
+    must_land(b, a, b"first-write-ok!!")
     before = dict(b.stats())
     changed = with_probe_buffer(published(mc_metadata, "seg-a"), "same-instance-v2")
     plant(mc_metadata, "seg-a", changed)
@@ -121,7 +113,7 @@ def test_same_instance_never_triggers_cleanup(mc_engine, mc_metadata):
 def test_replacement_detected_with_identical_addresses(mc_engine, mc_metadata):
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"before-restart!!")
+    must_land(b, a, b"before-restart!!")
     old = published(mc_metadata, "seg-a")
     before = dict(b.stats())
     a.restart(keep_addresses=True)
@@ -143,7 +135,7 @@ def test_replacement_detected_with_identical_addresses(mc_engine, mc_metadata):
 def retried_write_lands(a, b) -> None:
     """With B's cached descriptor far from expiry, A restarts: B's next write must land in the
     new A (retire the failed endpoint, force a refresh, retry)."""
-    assert lands(b, a, b"before-restart!!")
+    must_land(b, a, b"before-restart!!")
     a.restart()
     payload = b"retried-write-ok"
     result = within(CALL_DEADLINE, b.write_at, "seg-a", a.buffers()[0][0], payload,
@@ -175,7 +167,7 @@ def test_transport_failure_recovery_counts_a_forced_refresh(mc_engine):
 
 def write_to_dead_peer(a, b):
     """Kill A and write to it: the result, which must come back within CALL_DEADLINE."""
-    assert lands(b, a, b"peer-is-alive!!!")
+    must_land(b, a, b"peer-is-alive!!!")
     own = a.buffers()[0][0]
     a.kill()
     try:
@@ -211,7 +203,7 @@ def test_legacy_peer_contents_still_refresh(mc_engine, mc_metadata):
     a = mc_engine("seg-a")
     plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
     b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"legacy-peer-ok!!")
+    must_land(b, a, b"legacy-peer-ok!!")
     a.restart()
     plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
     bound = WAIT + ttl_s(b, SHORT_TTL_MS)
@@ -230,7 +222,7 @@ def test_legacy_peer_transport_failure_forces_refresh(mc_engine, mc_metadata):
     a = mc_engine("seg-a")
     plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
     b = mc_engine("seg-b", prefer_ttl_ms=LONG_TTL_MS)
-    assert lands(b, a, b"legacy-peer-ok!!")
+    must_land(b, a, b"legacy-peer-ok!!")
     a.restart()
     plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
     result = within(CALL_DEADLINE, b.write_at, "seg-a", a.buffers()[0][0], b"legacy-recovered",
@@ -247,7 +239,7 @@ def test_recovery_is_counted(mc_engine, proxied_metadata):
     proxy, via_proxy = proxied_metadata
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", metadata=via_proxy, ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"observable-ok!!!")
+    must_land(b, a, b"observable-ok!!!")
     a.restart()
     b.lookup("seg-a", force=True)
     try:
@@ -282,7 +274,7 @@ def test_recovery_is_visible_in_the_log(mc_engine, proxied_metadata):
     proxy, via_proxy = proxied_metadata
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", metadata=via_proxy, prefer_ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"observable-ok!!!")
+    must_land(b, a, b"observable-ok!!!")
     restarted_and_reached(a, b, "the replacement MR-15 asks to see never completed")
     proxy.disable()
 
@@ -355,7 +347,7 @@ def assert_no_connection_leak(a, b, restarted: str, record_property) -> None:
 def test_peer_killed_and_restarted_recovers(mc_engine, record_property):
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", prefer_ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"before-the-kill!")
+    must_land(b, a, b"before-the-kill!")
     old_id = a.descriptor().get("instance_id")
     outcomes: list[bool] = []
     stop = threading.Event()
@@ -383,7 +375,10 @@ def test_peer_killed_and_restarted_recovers(mc_engine, record_property):
         stop.set()
         writer.join(timeout=CALL_DEADLINE * 2)
     assert not writer.is_alive(), "B's writer hung: a transfer never returned (MR-16: no deadlock)"
-    assert a.alive() and b.alive()
-    assert buffer_names(a.descriptor())
+    assert a.alive() and b.alive(), (
+        f"after B's writes reached the restarted A, an engine died: A alive={a.alive()}, "
+        f"B alive={b.alive()}")
+    assert buffer_names(a.descriptor()), (
+        f"the restarted A publishes no buffer: {a.descriptor()}")
     restarted = f"instance {short(old_id)} -> {short(a.descriptor().get('instance_id'))}"
     assert_no_connection_leak(a, b, restarted, record_property)

@@ -18,10 +18,11 @@ import uuid
 
 import pytest
 
+from pytest_mooncake.landed_writes import lands
 from pytest_mooncake.planting import described, plant, published, shows, with_probe_buffer
 from pytest_mooncake.planting import without_instance_id as legacy
 from pytest_mooncake.targets import TargetLacks
-from pytest_mooncake.waits import Timeout, wait_until, within
+from pytest_mooncake.waits import Timeout, wait_until
 
 WAIT = 10.0
 SHORT_TTL_MS = 200
@@ -35,22 +36,6 @@ pytestmark = pytest.mark.mc_requires("engine")
 def ttl_s(engine, asked_ms: float) -> float:
     ttl = engine.cache_ttl_ms
     return (asked_ms if ttl is None else ttl) / 1000
-
-
-def write_lands(b, a, payload: bytes) -> bool:
-    """B's write into the buffer the current A registered is acknowledged and its bytes land
-    there (TCP protocol v1, Mooncake 0.3.10/0.3.11, acknowledges before they land: waited
-    for, LANDS at most)."""
-    result = within(CALL_DEADLINE, b.write_at, "seg-a", a.buffers()[0][0], payload,
-                    what="a write to seg-a")
-    if not result.ok:
-        return False
-    try:
-        wait_until(lambda: a.local_read(0, len(payload)) == payload, LANDS,
-                   "the acknowledged write to land in A's buffer")
-    except Timeout:
-        return False
-    return True
 
 
 Conn = tuple[tuple[str, int], tuple[str, int]]
@@ -119,7 +104,7 @@ def test_replacement_closes_connections_to_the_old_instance(mc_engine, mc_metada
     next transfer would run into it."""
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", prefer_ttl_ms=SHORT_TTL_MS)
-    assert write_lands(b, a, b"before-restart!!"), "B cannot write to A at all"
+    assert lands(b, a, b"before-restart!!", lands_s=LANDS), "B cannot write to A at all"
     held = connections(b, a)
     old = published(mc_metadata, "seg-a")
     a.restart(keep_addresses=keep_addresses)
@@ -144,7 +129,7 @@ def test_replacement_closes_connections_to_the_old_instance(mc_engine, mc_metada
                 f"retired when the instance_id changes" + (
                     "; MR-11 even when the new instance reuses the old addresses"
                     if keep_addresses else ""), pytrace=False)
-    assert write_lands(b, a, b"after-restart!!!"), (
+    assert lands(b, a, b"after-restart!!!", lands_s=LANDS), (
         "B's lookups serve the new A, yet its write to the new A's own buffer did not land")
 
 
@@ -176,11 +161,11 @@ def test_a_legacy_peers_transport_failure_retires_its_endpoint(mc_engine, mc_met
     a = mc_engine("seg-a")
     plant(mc_metadata, "seg-a", legacy(published(mc_metadata, "seg-a")))
     b = mc_engine("seg-b", prefer_ttl_ms=LONG_TTL_MS)
-    assert write_lands(b, a, b"legacy-peer-ok!!"), "B cannot write to a legacy peer at all"
+    assert lands(b, a, b"legacy-peer-ok!!", lands_s=LANDS), "B cannot write to a legacy peer at all"
     before = dict(b.stats())
     a.restart()
     plant(mc_metadata, "seg-a", legacy(published(mc_metadata, "seg-a")))
-    assert write_lands(b, a, b"legacy-recovered"), (
+    assert lands(b, a, b"legacy-recovered", lands_s=LANDS), (
         "a legacy peer restarted and B's write to its new process did not land (MR-14 keeps "
         "failure-triggered recovery for legacy peers)")
     after = dict(b.stats())
@@ -227,6 +212,6 @@ def test_opaque_instance_ids_are_read(mc_engine, mc_metadata, mc_rng):
             assert seen.descriptor["instance_id"] == iid, (
                 f"A published instance_id {what} ({iid!r}); the reader reports "
                 f"{seen.descriptor['instance_id']!r} (MR-8: an opaque value, read as it is)")
-        assert write_lands(reader, a, f"opaque-id-{n}-{iid[:4]}".encode()), (
+        assert lands(reader, a, f"opaque-id-{n}-{iid[:4]}".encode(), lands_s=LANDS), (
             f"with instance_id {what} ({iid!r}) in A's descriptor, a reader's write to A did not "
             f"land (MR-8)")

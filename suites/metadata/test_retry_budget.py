@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from pytest_mooncake.landed_writes import lands, must_land
 from pytest_mooncake.planting import malformed_values, plant, published
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.waits import Timeout, wait_until, within
@@ -27,13 +28,6 @@ CALL_DEADLINE = 30.0
 REFRESH_COUNTERS = ("refresh_ok", "refresh_failed", "refresh_forced")
 
 pytestmark = pytest.mark.mc_requires("engine")
-
-
-def lands(b, a, payload: bytes) -> bool:
-    """B writes ``payload`` into the buffer the current A registered itself and A finds it."""
-    own = a.buffers()[0][0]
-    result = within(CALL_DEADLINE, b.write_at, "seg-a", own, payload, what="a write to seg-a")
-    return result.ok and a.local_read(0, len(payload)) == payload
 
 
 def counters(engine) -> dict[str, int] | None:
@@ -55,7 +49,7 @@ def failed_write_with_refreshes_failing(mc_engine, proxied_metadata):
     proxy, via_proxy = proxied_metadata
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", metadata=via_proxy, prefer_ttl_ms=LONG_TTL_MS)
-    assert lands(b, a, b"peer-is-alive!!!"), "B cannot write to A at all"
+    must_land(b, a, b"peer-is-alive!!!")
     own = a.buffers()[0][0]
     a.kill()
     before = counters(b)
@@ -181,7 +175,7 @@ def test_every_replacement_is_counted(mc_engine):
     buffer), so it saw two replacements: the counter moves by two, not one per segment."""
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", prefer_ttl_ms=SHORT_TTL_MS)
-    assert lands(b, a, b"first-instance!!"), "B cannot write to A at all"
+    must_land(b, a, b"first-instance!!")
     before = dict(b.stats())
     ttl = (b.cache_ttl_ms if b.cache_ttl_ms is not None else SHORT_TTL_MS) / 1000
     for n in (2, 3):
