@@ -125,6 +125,9 @@ class StoreClient:
         self.ha = open_ha_backend(etcd, timeout=etcd_timeout)
         self.stats = ClientStats()
         self._link: _Link | None = None
+        self._refusal: str | None = None
+        """Why the leader refused our handshake (an incompatible version), while it leads."""
+        self._refused_by: str | None = None
         self._last_leader: str | None = None
         self._detached_at: float | None = None
         self._state = threading.Condition()
@@ -216,6 +219,11 @@ class StoreClient:
         deadline = time.monotonic() + self.reattach_timeout
         while True:
             link = self._wait_link(deadline)
+            if link is None and self._refusal is not None:
+                # refused, not absent: the refusal is the answer, at once (MP-8: loudly)
+                self.stats.failed_calls += 1
+                raise MasterError(ErrorCode.INVALID_VERSION,
+                                  f"{op}: the leader refused this client: {self._refusal}")
             if link is None:
                 self.stats.failed_calls += 1
                 raise MasterError(ErrorCode.RPC_FAIL,
@@ -235,7 +243,8 @@ class StoreClient:
 
     def _wait_link(self, deadline: float) -> _Link | None:
         with self._state:
-            while self._link is None and not self._closed.is_set():
+            while (self._link is None and self._refusal is None
+                   and not self._closed.is_set()):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
@@ -287,6 +296,9 @@ class StoreClient:
                 raise
             self.stats.last_error = f"{self.ha.name}: {type(exc).__name__}"
             return False
+        if self._refused_by is not None and address != self._refused_by:
+            with self._state:  # the leader that refused us is gone: wait for the next one
+                self._refusal = self._refused_by = None
         if address is None:
             self.stats.last_error = f"no leader in {self.ha.name}"
             return False
@@ -298,12 +310,16 @@ class StoreClient:
             self.stats.last_error = f"{address}: {exc}"
             if exc.code is ErrorCode.INVALID_VERSION:
                 log.error("client %s rejected by %s: %s", self.client_id, address, exc.message)
+                with self._state:
+                    self._refusal, self._refused_by = self.stats.last_error, address
+                    self._state.notify_all()
             return False
         except _LINK_ERRORS as exc:
             self.stats.last_error = f"{address}: {type(exc).__name__}: {exc}"
             return False
         with self._state:
             self._link = link
+            self._refusal = self._refused_by = None
             if self._detached_at is not None:
                 self.stats.reattaches.append(
                     Reattach(self._last_leader, address, self._detached_at, time.time()))

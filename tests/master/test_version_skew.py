@@ -22,6 +22,9 @@ def test_incompatible_client_is_rejected_and_the_master_logs_its_version(cluster
     put = bad.put("k")
     get = bad.exists("k")
     assert put["ok"] is False and get["ok"] is False
+    # the refusal is the answer (not "no leader attached" after the reattach timeout)
+    for answer in (put, get):
+        assert "refused this client" in answer["message"] and "9.0.0" in answer["message"], answer
 
 
 @pytest.mark.mc_req("MP-8")
