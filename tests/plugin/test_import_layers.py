@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("targets", "cluster"),                   # the Target API and implementations; cluster CLI
     ("config", "kube_manifests"),             # options, markers, stash keys, run matrices;
                                               # Kubernetes manifests from a cluster file
-    ("fixtures", "planting", "waits", "raw_peers", "tcp_wire", "acknowledged_puts"),  # fixtures, helpers suites import
+    ("fixtures", "planting", "waits", "raw_peers", "tcp_wire", "acknowledged_puts",
+     "landed_writes"),  # fixtures, helpers suites import
     ("plugin", "__init__"),                   # the pytest hooks; the entry point
 ]
 """Lowest first. A module of pytest_mooncake (keyed by the first name under the package:
