@@ -260,6 +260,43 @@ def test_recovery_is_counted(mc_engine, proxied_metadata):
         f"see refreshes (ok/failed/forced), replacements and retired endpoints")
 
 
+@pytest.mark.mc_req("MR-15")
+@pytest.mark.mc_requires("engine_counters")
+def test_refreshes_that_find_the_same_descriptor_count_no_replacement(mc_engine):
+    """The edge of MR-15's "observable": counters an operator reads count events, not
+    refreshes. B refreshes A's unchanged descriptor again and again (refresh_ok grows, past its
+    TTL); no snapshot is counted as replaced and no replacement observed, until A really is
+    replaced, which moves both."""
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    must_land(b, a, b"same-peer-twice!")
+    base = dict(b.stats())
+
+    def refreshed_three_more_times() -> bool:
+        b.lookup("seg-a")
+        return b.stats().get("refresh_ok", 0) >= base.get("refresh_ok", 0) + 3
+
+    try:
+        wait_until(refreshed_three_more_times, WAIT, "B to refresh A's descriptor 3 more times")
+    except Timeout:
+        pytest.fail(f"B ({SHORT_TTL_MS} ms TTL) looked A up for {WAIT:g}s and its refresh_ok "
+                    f"counter did not grow by 3 (counters before {base}, after {b.stats()}); "
+                    f"MR-15 requires refreshes be observable", pytrace=False)
+    after = dict(b.stats())
+    moved = {k: (base.get(k, 0), after.get(k, 0)) for k in ("snapshots_replaced", "replacements")
+             if after.get(k, 0) != base.get(k, 0)}
+    assert not moved, (
+        f"B refreshed A's unchanged descriptor {after.get('refresh_ok', 0) - base.get('refresh_ok', 0)} "
+        f"times and counted {moved} (before, after): MR-15's counters must count replaced "
+        f"snapshots and replacements, not refreshes that found the same descriptor")
+    restarted_and_reached(a, b, "A's replacement never reached B")
+    replaced = dict(b.stats())
+    assert replaced.get("snapshots_replaced", 0) > after.get("snapshots_replaced", 0), (
+        f"A was replaced and B reached the new process, yet B's snapshots_replaced stayed at "
+        f"{after.get('snapshots_replaced', 0)} (counters {replaced}); MR-15 requires a replaced "
+        f"snapshot be counted")
+
+
 LOGGED = {"a refresh": ("refresh_ok", "snapshots_replaced"), "a failed refresh":
           ("refresh_failed",), "a replacement": ("replacements",)}
 """What an operator must find in an engine's log, by event: the counters ``log_events`` reads
