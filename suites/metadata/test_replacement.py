@@ -297,6 +297,53 @@ def test_refreshes_that_find_the_same_descriptor_count_no_replacement(mc_engine)
         f"snapshot be counted")
 
 
+@pytest.mark.mc_req("MR-15")
+def test_the_log_tells_a_forced_refresh_from_an_ordinary_one(mc_engine, proxied_metadata):
+    """MR-15's log must say which refreshes were forced (MR-5's kind) and which were the TTL's:
+    with the metadata network cut, B's forced lookup of A fails and its log shows a forced
+    refresh; then B's ordinary lookups past its TTL fail too, and none of them is logged as
+    forced."""
+    proxy, via_proxy = proxied_metadata
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", metadata=via_proxy, prefer_ttl_ms=SHORT_TTL_MS)
+    must_land(b, a, b"observable-ok!!!")
+    proxy.disable()
+    try:
+        base = dict(b.log_events())
+
+        def forced_logged() -> bool:
+            b.lookup("seg-a", force=True)
+            return b.log_events().get("refresh_forced", 0) > base.get("refresh_forced", 0)
+
+        try:
+            wait_until(forced_logged, WAIT, "B's log to show a forced refresh")
+        except Timeout:
+            pytest.fail(f"B's forced lookups of A failed on a cut metadata network for {WAIT:g}s "
+                        f"and its log shows no forced refresh (read from it: {b.log_events()}); "
+                        f"MR-15 requires a forced refresh be visible", pytrace=False)
+        forced = dict(b.log_events())
+
+        def failed_again() -> bool:
+            b.lookup("seg-a")
+            return b.log_events().get("refresh_failed", 0) >= forced.get("refresh_failed", 0) + 2
+
+        try:
+            wait_until(failed_again, WAIT, "B's log to show two more failed refreshes")
+        except Timeout:
+            pytest.fail(f"B looked A up past its TTL for {WAIT:g}s on a cut metadata network and "
+                        f"its log shows no further failed refresh (read from it: "
+                        f"{b.log_events()}); MR-15 requires failed refreshes be visible",
+                        pytrace=False)
+    finally:
+        proxy.enable()
+    after = dict(b.log_events())
+    assert after.get("refresh_forced", 0) == forced.get("refresh_forced", 0), (
+        f"B's ordinary lookups past its TTL failed "
+        f"{after.get('refresh_failed', 0) - forced.get('refresh_failed', 0)} times and its log "
+        f"counted {after.get('refresh_forced', 0) - forced.get('refresh_forced', 0)} of them as "
+        f"forced refreshes; MR-15's log must tell the TTL's refreshes from forced ones")
+
+
 LOGGED = {"a refresh": ("refresh_ok", "snapshots_replaced"), "a failed refresh":
           ("refresh_failed",), "a replacement": ("replacements",)}
 """What an operator must find in an engine's log, by event: the counters ``log_events`` reads
