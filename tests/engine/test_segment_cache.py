@@ -194,6 +194,24 @@ def test_instance_change_counts_a_replacement_and_notifies():
     assert seen == [("a", "one", "two")] and cache.counters.get("replacements") == 1
 
 
+def test_a_failed_cleanup_of_a_replaced_peer_is_logged_and_the_new_snapshot_stands(caplog):
+    """MR-15's "retire observable", on its failure path, which no target can provoke from outside
+    (the engine's own cleanup raising): the failure is logged with its traceback, and B serves
+    the new instance anyway."""
+    def cleanup_fails(name, old, new):
+        raise RuntimeError("planted: closing the old endpoints failed")
+    cache, meta, clock = make(on_replacement=cleanup_fails)
+    meta.publish("a", instance_id="one")
+    cache.lookup("a")
+    meta.publish("a", instance_id="two")
+    with caplog.at_level(logging.ERROR, logger="reference_engine.cache"):
+        assert cache.lookup("a", force=True).instance_id == "two"
+    failed = [r for r in caplog.records if "retiring resources of the replaced a failed" in
+              r.getMessage()]
+    assert failed and failed[0].exc_info and "planted" in str(failed[0].exc_info[1]), \
+        [r.getMessage() for r in caplog.records]
+
+
 def test_identical_resources_with_a_new_id_are_still_a_replacement():
     cache, meta, _ = make()
     meta.publish("a", instance_id="one")
