@@ -6,8 +6,9 @@ lacked the means); pass if every test that ran passed and at least one ran.
 
 With re-runs (``--mc-confirm``, ``confirmation_runs``) a test has an outcome per run of it, the
 first from the run itself: a test that failed and never passed keeps FAIL; a test seen both
-failing and passing makes its requirement **intermittent** (unless another test of it FAILs
-every time); a test never re-run counts with its one outcome.
+failing and passing makes its requirement **intermittent**, unless the requirement FAILs in
+every run anyway (another test FAILs every time, or the tests seen both ways fail in turns);
+a test never re-run counts with its one outcome.
 """
 
 from __future__ import annotations
@@ -43,7 +44,15 @@ def verdict_of_runs(runs: Iterable[Sequence[str]]) -> str | None:
     if any(FAILED in r and PASSED not in r for r in runs):
         return VERDICT_FAIL
     if any(FAILED in r and PASSED in r for r in runs):
-        return VERDICT_INTERMITTENT
+        # the requirement per run: the k-th outcome of each re-run test (every re-run runs
+        # them with the same seeds in the same order), the one outcome of a test never re-run.
+        # Two tests each seen both ways may still FAIL the requirement in every run (an
+        # exploration finding the bug in one scenario or another each time): that is FAIL
+        # reproduced, not intermittent.
+        width = max(len(r) for r in runs)
+        failed_runs = sum(any((r[k] if k < len(r) else r[0]) == FAILED for r in runs)
+                          for k in range(width))
+        return VERDICT_FAIL if failed_runs == width else VERDICT_INTERMITTENT
     return verdict(r[0] for r in runs)
 
 
