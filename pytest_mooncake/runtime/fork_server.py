@@ -46,6 +46,12 @@ class ForkServerError(RuntimeError):
     """The server cannot fork this child (it is gone, or refused); the message says why."""
 
 
+def _runs_module_of(argv: Sequence[str], python: str, modules: Sequence[str]) -> bool:
+    """Whether ``argv`` is ``python -m M ...`` with M the top package of one of ``modules``."""
+    return (len(argv) >= 3 and argv[0] == python and argv[1] == "-m"
+            and argv[2] in {m.split(".")[0] for m in modules})
+
+
 def _python_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """What decides how an interpreter starts (PYTHONPATH, PYTHONPYCACHEPREFIX, ...)."""
     return tuple(sorted((k, v) for k, v in env.items() if k.startswith("PYTHON")))
@@ -144,13 +150,7 @@ class ForkServer:
         return self.threads == 1
 
     def accepts(self, argv: Sequence[str], env: Mapping[str, str]) -> bool:
-        return (len(argv) >= 3 and argv[0] == self.python and argv[1] == "-m"
-                and argv[2] in self.roots and _python_env(env) == self.key)
-
-    @property
-    def roots(self) -> set[str]:
-        """The ``-m`` modules it runs: the top packages of the modules it imported."""
-        return {m.split(".")[0] for m in self.modules}
+        return _runs_module_of(argv, self.python, self.modules) and _python_env(env) == self.key
 
     def request(self, doc: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -170,7 +170,7 @@ class ForkServer:
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None,
               log_path: Path) -> ForkedChild:
         if not self.accepts(argv, env):
-            raise ForkServerError(f"not a python -m of {sorted(self.roots)} with this "
+            raise ForkServerError(f"not a python -m of {', '.join(self.modules)} with this "
                                   f"server's interpreter settings: {' '.join(argv)[:200]}")
         reply = self.request({"op": "spawn", "module": argv[2], "argv0": argv[0],
                               "args": list(argv[3:]), "env": dict(env),
@@ -207,8 +207,7 @@ class ForkServers:
         self.refusals: list[str] = []
 
     def for_child(self, argv: Sequence[str], env: Mapping[str, str]) -> ForkServer | None:
-        if (len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m"
-                or argv[2] not in {m.split(".")[0] for m in self.modules}):
+        if not _runs_module_of(argv, sys.executable, self.modules):
             return None
         key = _python_env(env)
         with self._lock:

@@ -260,6 +260,21 @@ def test_recovery_is_counted(mc_engine, proxied_metadata):
         f"see refreshes (ok/failed/forced), replacements and retired endpoints")
 
 
+def looked_up_until(b, read, name: str, at_least: int, force: bool, failure: str) -> dict:
+    """B looks A up (forced or not) until ``read()`` (its counters, or its log read as them)
+    shows ``name`` at ``at_least``, within WAIT; else the test FAILs saying ``failure`` and what
+    was read last. Returns that reading."""
+    def reached() -> bool:
+        b.lookup("seg-a", force=force)
+        return read().get(name, 0) >= at_least
+
+    try:
+        wait_until(reached, WAIT, f"B's {name} to reach {at_least}")
+    except Timeout:
+        pytest.fail(f"{failure} (read: {dict(read())})", pytrace=False)
+    return dict(read())
+
+
 @pytest.mark.mc_req("MR-15")
 @pytest.mark.mc_requires("engine_counters")
 def test_refreshes_that_find_the_same_descriptor_count_no_replacement(mc_engine):
@@ -271,18 +286,10 @@ def test_refreshes_that_find_the_same_descriptor_count_no_replacement(mc_engine)
     b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
     must_land(b, a, b"same-peer-twice!")
     base = dict(b.stats())
-
-    def refreshed_three_more_times() -> bool:
-        b.lookup("seg-a")
-        return b.stats().get("refresh_ok", 0) >= base.get("refresh_ok", 0) + 3
-
-    try:
-        wait_until(refreshed_three_more_times, WAIT, "B to refresh A's descriptor 3 more times")
-    except Timeout:
-        pytest.fail(f"B ({SHORT_TTL_MS} ms TTL) looked A up for {WAIT:g}s and its refresh_ok "
-                    f"counter did not grow by 3 (counters before {base}, after {b.stats()}); "
-                    f"MR-15 requires refreshes be observable", pytrace=False)
-    after = dict(b.stats())
+    after = looked_up_until(
+        b, b.stats, "refresh_ok", base.get("refresh_ok", 0) + 3, False,
+        f"B ({SHORT_TTL_MS} ms TTL) looked A up for {WAIT:g}s and its refresh_ok counter did not "
+        f"grow by 3 (counters before {base}); MR-15 requires refreshes be observable")
     moved = {k: (base.get(k, 0), after.get(k, 0)) for k in ("snapshots_replaced", "replacements")
              if after.get(k, 0) != base.get(k, 0)}
     assert not moved, (
@@ -310,30 +317,14 @@ def test_the_log_tells_a_forced_refresh_from_an_ordinary_one(mc_engine, proxied_
     proxy.disable()
     try:
         base = dict(b.log_events())
-
-        def forced_logged() -> bool:
-            b.lookup("seg-a", force=True)
-            return b.log_events().get("refresh_forced", 0) > base.get("refresh_forced", 0)
-
-        try:
-            wait_until(forced_logged, WAIT, "B's log to show a forced refresh")
-        except Timeout:
-            pytest.fail(f"B's forced lookups of A failed on a cut metadata network for {WAIT:g}s "
-                        f"and its log shows no forced refresh (read from it: {b.log_events()}); "
-                        f"MR-15 requires a forced refresh be visible", pytrace=False)
-        forced = dict(b.log_events())
-
-        def failed_again() -> bool:
-            b.lookup("seg-a")
-            return b.log_events().get("refresh_failed", 0) >= forced.get("refresh_failed", 0) + 2
-
-        try:
-            wait_until(failed_again, WAIT, "B's log to show two more failed refreshes")
-        except Timeout:
-            pytest.fail(f"B looked A up past its TTL for {WAIT:g}s on a cut metadata network and "
-                        f"its log shows no further failed refresh (read from it: "
-                        f"{b.log_events()}); MR-15 requires failed refreshes be visible",
-                        pytrace=False)
+        forced = looked_up_until(
+            b, b.log_events, "refresh_forced", base.get("refresh_forced", 0) + 1, True,
+            f"B's forced lookups of A failed on a cut metadata network for {WAIT:g}s and its log "
+            f"shows no forced refresh; MR-15 requires a forced refresh be visible")
+        looked_up_until(
+            b, b.log_events, "refresh_failed", forced.get("refresh_failed", 0) + 2, False,
+            f"B looked A up past its TTL for {WAIT:g}s on a cut metadata network and its log "
+            f"shows no further failed refresh; MR-15 requires failed refreshes be visible")
     finally:
         proxy.enable()
     after = dict(b.log_events())
