@@ -87,10 +87,25 @@ class Endpoint:
         self.state = UNCONNECTED
 
     def _reconstruct(self) -> None:
+        """Fresh QPs after a failed handshake. The device may have died meanwhile (a fatal
+        event read by no one yet): then the endpoint keeps no QPs, can never connect or post,
+        and says why in ``last_error``; the worker retires it like any failed handshake."""
+        count = len(self.qps)
         for qp in self.qps:
-            qp.destroy()
-        self.qps = [self.ctx.verbs.create_qp(self.ctx.pd, self.cq, self.max_wr)
-                    for _ in self.qps]
+            try:
+                qp.destroy()
+            except VerbsError:
+                pass
+        self.qps = []
+        try:
+            for _ in range(count):
+                self.qps.append(self.ctx.verbs.create_qp(self.ctx.pd, self.cq, self.max_wr))
+        except VerbsError as exc:
+            for qp in self.qps:
+                qp.destroy()
+            self.qps = []
+            self.postable = False
+            self.last_error += f"; re-creating its QPs failed: {exc}"
         for qp in self.qps:
             self.ctx.qp_owner[qp.qp_num] = self
             self.ctx.qp_slot[qp.qp_num] = self.slot
@@ -121,6 +136,8 @@ class Endpoint:
                 return CONNECT_OK
             if self.state != UNCONNECTED:
                 return CONNECT_BUSY if self.state == CONNECTING else CONNECT_FAILED
+            if not self.qps:
+                return CONNECT_FAILED
             self.state = CONNECTING
         try:
             reply = rpc(server_of(self.peer_nic_path), self.handshake_desc())
@@ -240,7 +257,7 @@ class Endpoint:
                     pass
                 if self.ctx.qp_owner.get(qp.qp_num) is self:
                     del self.ctx.qp_owner[qp.qp_num]
-            if self.state != DESTROYED and self.qps:
+            if self.state != DESTROYED and self.slot >= 0:
                 self.ctx.free_slot(self.slot, self)
             self.state = DESTROYED
 
