@@ -44,7 +44,7 @@ from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
 from mutation.journal import Journal, JournalError, tree_commit
-from mutation.mechanical import OPERATORS, generate, load_triage
+from mutation.mechanical import OPERATORS, generate, load_scope, load_triage
 from mutation.report import requirement_table, summary, table
 from mutation.runner import BaselineFailed, Config, Result, run_all
 
@@ -121,9 +121,13 @@ def judge_with_journal(chosen: list[Mutant], cfg: Config, root: Path, jobs: int,
     if journal is None:
         return run_all(chosen, cfg, root, jobs)
     todo = [m for m in chosen if m.id not in journal.done]
+    functions = {m.id: m.function for m in chosen}
+    prior = [(r.id, functions[r.id], r.killed_by) for r in journal.done.values()
+             if r.id in functions and r.killed and r.phase == "suites" and r.killed_by]
     journal.open()
     try:
-        fresh = run_all(todo, cfg, root, jobs, on_result=journal.record) if todo else []
+        fresh = run_all(todo, cfg, root, jobs, on_result=journal.record,
+                        prior=prior) if todo else []
     finally:
         journal.close()
     got = {**journal.done, **{r.id: r for r in fresh}}
@@ -179,6 +183,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the baseline run (the judging suites and tests on the unmutated "
                         "tree, which must pass before any kill counts)")
+    p.add_argument("--reach", type=Path, default=None, metavar="MAP.json",
+                   help="run each mechanical mutant's suites tests that execute its function "
+                        "only, the tests that killed that function's other mutants first; the "
+                        "map comes from one instrumented run of the scope's suites, kept in "
+                        "MAP.json and made again when the tree, seed or scope changed "
+                        "(docs/mutation.md, 'The reach map')")
     p.add_argument("--check", action="store_true",
                    help="only check that every patch applies and compiles")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
@@ -232,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                  if journal.dropped else ""), flush=True)
     python = args.python or default_python(root)
     cfg = Config(python, seed, args.deadline, args.suites_only, args.confirm,
-                 args.keep.resolve() if args.keep else None, baseline=not args.no_baseline)
+                 args.keep.resolve() if args.keep else None, baseline=not args.no_baseline,
+                 reach=args.reach.resolve() if args.reach else None,
+                 scope=load_scope(root) if args.reach else {})
     print(f"mutants: {len(chosen)} of {len(mutants)} mutants, seed {seed}, {args.jobs} at a time, "
           f"deadline {args.deadline:.0f}s, judged by the suites"
           + ("" if args.suites_only else " then the project tests"), flush=True)

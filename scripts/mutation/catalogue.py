@@ -42,6 +42,8 @@ class Mutant:
     suites: tuple[str, ...] = ("suites/",)
     deadline: float | None = None
     source: str = ""
+    function: str = ""
+    """``file::qualname`` of the one function a mechanical mutant edits (the reach map's key)."""
 
     @property
     def files(self) -> list[str]:

@@ -138,7 +138,7 @@ def load_tested(root: Path) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _function_nodes(tree: ast.Module) -> dict[str, ast.AST]:
+def function_nodes(tree: ast.Module) -> dict[str, ast.AST]:
     found: dict[str, ast.AST] = {}
 
     def walk(node: ast.AST, prefix: str) -> None:
@@ -256,7 +256,7 @@ def edits_in(root: Path, target: str) -> list[Edit]:
     except FileNotFoundError:
         raise CatalogueError(f"mechanical scope names {file}, which does not exist") from None
     tree = ast.parse(text, file)
-    func = _function_nodes(tree).get(qualname)
+    func = function_nodes(tree).get(qualname)
     if func is None:
         raise CatalogueError(f"mechanical scope names {target}: no function {qualname!r} in "
                              f"{file} (renamed? update mutants/mechanical/scope.toml)")
@@ -314,7 +314,7 @@ def generate(root: Path, operators: tuple[str, ...] = OPERATORS) -> list[Mutant]
                 f"mechanical {edit.operator} at {edit.file}:{edit.line} in {edit.function}",
                 f"{edit.old_line.strip()}  ->  {edit.new_line.strip()}",
                 (Hunk(edit.file, find, replace),), tested.get(mid, ()), ("suites/",), None,
-                "mechanical"))
+                "mechanical", target))
     return mutants
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, mutated_sources
+from mutation.reach import ReachMap, build, check_kills, load_or_build, map_key, order_killers_first
 
 try:
     from pytest_mooncake.runtime.die_with_parent import wrap
@@ -78,6 +79,8 @@ class Result:
     detail: str = ""
     confirmed: bool | None = None
     """With ``--confirm``: whether the killing test passes on the unmutated tree."""
+    tests_run: int | None = None
+    """With a reach map: how many suites tests were chosen for it (None: the whole suites)."""
 
     @property
     def killed(self) -> bool:
@@ -99,6 +102,11 @@ class Config:
     baseline: bool = True
     baseline_deadline: float = 1800.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    reach: Path | None = None
+    """Where the reach map is kept (``--reach``): mechanical mutants then run only the suites
+    tests that execute their function, their function's killers first (``mutation.reach``)."""
+    scope: dict[str, list[str]] = field(default_factory=dict)
+    """requirement -> the mechanical scope's functions (what the reach map instruments)."""
 
 
 class Runner:
@@ -111,6 +119,9 @@ class Runner:
         self._procs: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._stopping = False
+        self.reach: ReachMap | None = None
+        self.killers: dict[str, dict[str, int]] = {}
+        """function -> killing test -> how many of its mutants that test killed."""
 
     def env(self, tree: Path) -> dict[str, str]:
         env = dict(os.environ)
@@ -169,11 +180,57 @@ class Runner:
                     self._procs.discard(proc)
         return rc, time.monotonic() - start
 
-    def suites_args(self, m: Mutant) -> list[str]:
+    def suites_args(self, m: Mutant, selected: list[str] | None = None) -> list[str]:
         # --mc-confirm=0: the first failure kills (-x); the plugin's re-runs of it (two more
         # sessions per kill by default) would only confirm what --confirm checks on its own
-        return ["-p", "pytest_mooncake", *m.suites, f"--mc-only={','.join(m.requirements)}",
+        return ["-p", "pytest_mooncake", *(selected or m.suites),
+                f"--mc-only={','.join(m.requirements)}", f"--mc-seed={self.cfg.seed}",
+                "--mc-confirm=0"]
+
+    def selected_tests(self, m: Mutant) -> list[str] | None:
+        """The suites tests the reach map chooses for ``m``, killers first; None: the whole
+        suites (no map, a curated mutant, a function the map cannot select for)."""
+        if self.reach is None or not m.function or not self.reach.selects(m.function):
+            return None
+        with self._lock:
+            killers = dict(self.killers.get(m.function, {}))
+        return order_killers_first(self.reach.judging(m.function, m.requirements), killers)
+
+    def note_kill(self, function: str, killer: str | None) -> None:
+        if function and killer and "::" in killer:
+            with self._lock:
+                counts = self.killers.setdefault(function, {})
+                counts[killer] = counts.get(killer, 0) + 1
+
+    def use_reach(self, say: Callable[[str], None] = print) -> None:
+        """Load the reach map at ``cfg.reach``, or make it with one instrumented run of the
+        suites of every requirement the mechanical scope maps."""
+        scope = self.cfg.scope
+        targets = sorted({t for ts in scope.values() for t in ts})
+        reqs = sorted(scope, key=lambda r: (r.split("-")[0], int(r.split("-")[-1])
+                                            if r.split("-")[-1].isdigit() else 0))
+        args = ["-p", "pytest_mooncake", "suites/", f"--mc-only={','.join(reqs)}",
                 f"--mc-seed={self.cfg.seed}", "--mc-confirm=0"]
+        names = [str(p.relative_to(self.base)) for p in self.base.rglob("*") if p.is_file()]
+        key = map_key(self.base, names, targets, self.cfg.seed, args)
+
+        def make() -> ReachMap:
+            say(f"reach map: one instrumented run of the suites of {len(reqs)} requirements "
+                f"over {len(targets)} functions ...")
+            started = time.monotonic()
+
+            def run(tree: Path, tail: list[str], log: Path) -> int | None:
+                rc, _ = self._pytest(tree, tail, self.scratch / "reach.xml",
+                                     self.cfg.baseline_deadline, log)
+                return rc
+
+            made = build(self.base, targets, self.scratch, key, run, args)
+            say(f"reach map: {len(made.requirements)} tests, {len(made.tests)} of "
+                f"{len(made.instrumented)} instrumented functions reached by a test, "
+                f"{len(made.everywhere)} outside any test ({time.monotonic() - started:.0f}s)")
+            return made
+
+        self.reach = load_or_build(self.cfg.reach, key, make, say)
 
     def baseline(self, chosen: list[Mutant]) -> None:
         """Run what will judge the mutants on the unmutated tree first: a test that fails
@@ -206,6 +263,14 @@ class Runner:
 
     def run(self, m: Mutant) -> Result:
         res = Result(m.id, list(m.requirements), m.kind, SURVIVED)
+        selected = self.selected_tests(m)
+        if selected is not None:
+            res.tests_run = len(selected)
+            if not selected:
+                res.detail = (f"no test of {', '.join(m.requirements)} executes {m.function} "
+                              f"in the reach map's run (seed {self.cfg.seed}), so none can "
+                              f"kill it: a test of the requirement that reaches it is missing")
+                return res
         started = time.monotonic()
         try:
             tree = make_scratch(self.base, m, self.scratch)
@@ -214,7 +279,7 @@ class Runner:
             return res
         log = tree / "mutant-run.log"
         budget = m.deadline or self.cfg.deadline
-        phases = [("suites", self.suites_args(m))]
+        phases = [("suites", self.suites_args(m, selected))]
         if m.tests and not self.cfg.suites_only:
             phases.append(("tests", list(m.tests)))
         try:
@@ -227,6 +292,8 @@ class Runner:
                     continue
                 res.status, res.killed_by, res.detail = verdict
                 res.phase = phase
+                if phase == "suites":
+                    self.note_kill(m.function, res.killed_by)
                 break
             if res.status == KILLED and self.cfg.confirm and res.killed_by and "::" in res.killed_by:
                 res.confirmed = self.confirm(res.killed_by, res.phase)
@@ -307,8 +374,11 @@ def _tail(path: Path) -> str:
 
 
 def run_all(chosen: list[Mutant], cfg: Config, root: Path, jobs: int,
-            on_result: Callable[[Result], None] | None = None) -> list[Result]:
-    """Judge ``chosen``; ``on_result`` sees each result as it comes (a journal)."""
+            on_result: Callable[[Result], None] | None = None,
+            prior: list[tuple[str, str, str]] = ()) -> list[Result]:
+    """Judge ``chosen``; ``on_result`` sees each result as it comes (a journal). ``prior``:
+    (mutant id, function, killing test) of kills judged before (a journal's), which order the
+    tests of a reach map killers first and check the map."""
     scratch = Path(tempfile.mkdtemp(prefix="mc-mutants-"))
     runner: Runner | None = None
     try:
@@ -318,6 +388,13 @@ def run_all(chosen: list[Mutant], cfg: Config, root: Path, jobs: int,
                                       if "/" in f}))
         if cfg.baseline:
             runner.baseline(chosen)
+        if cfg.reach is not None:
+            runner.use_reach()
+            for _, function, killer in prior:
+                runner.note_kill(function, killer)
+            missed = check_kills(runner.reach, prior)
+            for line in missed:
+                print(f"reach map misses a kill: {line}", flush=True)
         results: dict[str, Result] = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {pool.submit(runner.run, m): m for m in chosen}
@@ -329,7 +406,9 @@ def run_all(chosen: list[Mutant], cfg: Config, root: Path, jobs: int,
                         on_result(r)
                     print(f"[{n}/{len(chosen)}] {r.id}: {r.status}"
                           + (f" by {r.killed_by}" if r.killed_by else "")
-                          + f" ({r.seconds:.0f}s)", flush=True)
+                          + f" ({r.seconds:.0f}s"
+                          + (f", {r.tests_run} tests" if r.tests_run is not None else "")
+                          + ")", flush=True)
             except KeyboardInterrupt:
                 runner.stop()
                 for f in futures:
