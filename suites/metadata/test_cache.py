@@ -585,6 +585,52 @@ def test_a_slow_fetch_does_not_block_cached_lookups(mc_engine, mc_metadata, prox
 @pytest.mark.mc_req("MR-6")
 @pytest.mark.mc_requires("engine_counters")
 @pytest.mark.parametrize("mc_metadata", ["http"], indirect=True)
+def test_a_reader_arriving_during_a_slow_fetch_of_the_same_peer_gets_the_whole_descriptor(
+        mc_engine, mc_metadata, proxied_metadata):
+    """Two readers of one peer, the second asking while the first one's fetch (200 kB at
+    40 kB/s) is still on the wire. An engine may share that fetch or make its own; either way
+    each reader observes the complete descriptor. A fetch in flight is no reason to fail the
+    reader that came second: MR-6's concurrent readers observe complete snapshots, and only
+    those."""
+    proxy, via_proxy = proxied_metadata
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", metadata=via_proxy, ttl_ms=LONG_TTL_MS)
+    doc = dict(published(mc_metadata, "seg-a"), padding="x" * 200_000)
+    plant(mc_metadata, "seg-a", doc)
+    fetches = b.stats().get("metadata_fetches", 0)
+    proxy.add_toxic(type="bandwidth", attributes={"rate": 40}, stream="downstream",
+                    name="slow")
+    got: dict[str, object] = {}
+
+    def first_reader() -> None:
+        got["first"] = b.lookup("seg-a")
+        got["first_done"] = True
+
+    first = threading.Thread(target=first_reader, daemon=True)
+    first.start()
+    try:
+        wait_until(lambda: b.stats().get("metadata_fetches", 0) > fetches, WAIT,
+                   "B's first lookup of A to start its (slow) fetch")
+        overlapped = "first_done" not in got
+        second = within(60.0, b.lookup, "seg-a",
+                        what="B's second lookup of seg-a while the first one's fetch trickles in")
+    finally:
+        proxy.destroy_toxic("slow")
+        first.join(timeout=60)
+    assert overlapped, ("precondition: the first lookup's fetch of A's 200 kB value ended "
+                        "before the second lookup began, so the two did not overlap")
+    assert second.ok, (
+        f"B's second lookup of seg-a, made while the first one's fetch of it was on the wire, "
+        f"failed: {second.error}; the first lookup got "
+        f"{'the descriptor' if getattr(got.get('first'), 'ok', False) else got.get('first')}")
+    assert shows(second, doc), f"the second reader observed {described(second)}"
+    assert getattr(got.get("first"), "ok", False) and shows(got["first"], doc), (
+        f"the first reader observed {got.get('first')}")
+
+
+@pytest.mark.mc_req("MR-6")
+@pytest.mark.mc_requires("engine_counters")
+@pytest.mark.parametrize("mc_metadata", ["http"], indirect=True)
 def test_a_slow_fetch_does_not_hold_up_another_peers_fetch(mc_engine, mc_metadata,
                                                           proxied_metadata):
     """Each HTTP metadata request is its own connection, so a bandwidth limit on the proxy makes
