@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_mooncake.report.command_errors import CommandError
     from pytest_mooncake.report.catalogue import load_catalogue
+    from pytest_mooncake.report.command_errors import CommandError
 
     found = columns(read_report(args.report))
     if args.column:

@@ -24,8 +24,8 @@ import socket
 import time
 from typing import Any
 
-from pytest_mooncake.runtime.ports import claim_port, free_port, release_port
 from pytest_mooncake.runtime.deadlines import Timeout, wait_until
+from pytest_mooncake.runtime.ports import claim_port, free_port, release_port
 from pytest_mooncake.targets.base import Capability, ComponentStartError, TargetLacks
 from pytest_mooncake.targets.handshake_frames import METADATA, HandshakeFrameError, exchange
 

@@ -14,7 +14,13 @@ from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import log_matches
 from reference_engine.descriptor import decode, encode, tcp_descriptor
 from reference_engine.engine.control_client import ControlClient
-from reference_engine.metadata import KeyLayout, MetadataError, MetadataUriError, open_store, parse_uri
+from reference_engine.metadata import (
+    KeyLayout,
+    MetadataError,
+    MetadataUriError,
+    open_store,
+    parse_uri,
+)
 from reference_engine.metadata.handshake_store import HandshakeStore, split_server_name
 from reference_engine.rdma.handshake_rpc import METADATA, read_frame, write_frame
 

@@ -19,9 +19,9 @@ from pytest_mooncake.targets.mooncake.explored_rdma import (
     handed_off,
     stale_retires,
 )
-from pytest_mooncake.verbs.control import PostedWr
 from pytest_mooncake.targets.reference.schedule_strategies import REFERENCE_STRATEGIES as SOURCE
 from pytest_mooncake.verbs.boundary_exploration import explore, replay
+from pytest_mooncake.verbs.control import PostedWr
 
 # under --dist loadgroup, one worker runs the module, so its module-scoped fixtures are built once
 pytestmark = pytest.mark.xdist_group("targets/test_mooncake_explored_rdma")

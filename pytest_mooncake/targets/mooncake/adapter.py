@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from pytest_mooncake.targets.p2p_deployment import start_deployed
 from pytest_mooncake.targets.base import (
     Capability,
     EngineHandle,
@@ -44,6 +43,7 @@ from pytest_mooncake.targets.mooncake.profile_strategies import (
     profile_named,
 )
 from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL
+from pytest_mooncake.targets.p2p_deployment import start_deployed
 
 
 class Placement(Protocol):

@@ -20,8 +20,8 @@ from typing import Any
 from pytest_mooncake.nodes.proc_sockets import Socket
 from pytest_mooncake.runtime.processes import ManagedProcess, Supervisor
 from pytest_mooncake.targets.base import LookupResult, TargetError, TransferResult
-from pytest_mooncake.targets.p2p_deployment import P2pDirectory, P2pMetadata, start_deployed
 from pytest_mooncake.targets.log_events import count_events
+from pytest_mooncake.targets.p2p_deployment import P2pDirectory, P2pMetadata, start_deployed
 from pytest_mooncake.targets.process_sockets import local_sockets
 from pytest_mooncake.targets.reference import reference_log
 from pytest_mooncake.targets.reference.process_env import reference_env

@@ -20,8 +20,6 @@ from pytest_mooncake.releases import ProbeFailed, ReleaseFacts
 from pytest_mooncake.releases import mooncake_family as family
 from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import Supervisor, port_open
-from pytest_mooncake.targets.p2p_deployment import P2P_URI, P2pDirectory, P2pMetadata
-from pytest_mooncake.targets.mooncake.driver.engine_proxies import P2P_PORT_ENV
 from pytest_mooncake.targets.base import (
     Capability,
     MetadataHandle,
@@ -36,6 +34,7 @@ from pytest_mooncake.targets.mooncake.backend_probes import (
     master_accepts,
 )
 from pytest_mooncake.targets.mooncake.cache_knobs import NO_CACHE_ENV, REFRESH_ENV, CacheKnobs
+from pytest_mooncake.targets.mooncake.driver.engine_proxies import P2P_PORT_ENV
 from pytest_mooncake.targets.mooncake.emulated_rdma import MooncakeRdma
 from pytest_mooncake.targets.mooncake.install import (
     MooncakeInstall,
@@ -56,6 +55,7 @@ from pytest_mooncake.targets.mooncake.metadata_stores import (
 from pytest_mooncake.targets.mooncake.option_rules import MOONCAKE_ETCD_ROUTING
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 from pytest_mooncake.targets.mooncake.verbs_layers import VerbsLayer, verbs_layer
+from pytest_mooncake.targets.p2p_deployment import P2P_URI, P2pDirectory, P2pMetadata
 
 ENGINE_API = ("initialize", "register_memory", "transfer_sync_write", "transfer_sync_read",
               "get_first_buffer_address")
