@@ -54,6 +54,7 @@ LATER_RUNS = [ROOT / "fixtures" / "reports" / name for name in (
     "rdma-exploration.json",    # suites/rdma explored at the verbs boundary, 0.3.13.post1/0.3.14
     "releases-master.json",     # MP-4/MP-6 (suites/master) of every release, both profiles
     "master-wire.json",         # MP-7/MP-8 through the master's own wire
+    "co3-mr12-0.3.11.json",     # CO-3 judged on resources only, MR-12's QP-fatal retry: 0.3.11
 )]
 """Stored runs after the matrix run, overlaid on it in the order they started."""
 ETCD_BACKENDS = {"metadata": "etcd", "ha": "etcd"}

@@ -71,6 +71,15 @@ def completed(cluster, t: int, what: str) -> None:
     assert status == "COMPLETED", f"{what}: the transfer ended {status}"
 
 
+def ended(cluster, t: int, what: str) -> str:
+    """The transfer's end, COMPLETED or FAILED: for requirements about what a completion
+    releases, not about whether the transfer recovers (MR-12's)."""
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    status = cluster.status(t)
+    assert status in ("COMPLETED", "FAILED"), f"{what}: the transfer never ended ({status})"
+    return status
+
+
 def live_qps_to(cluster, node: str, peer: str) -> set[int]:
     return {q["qp_num"] for q in cluster.qps(node)
             if q["peer"] == peer and q["state"] == "rts"}
@@ -247,7 +256,9 @@ def test_every_completion_releases_its_resources(mc_completions, case):
     """After a stale completion, an error completion, and flushes of a failed QP, nothing the
     completions should have released stays counted: QP depth and CQ outstanding (the reference
     engine's counters; on a real build, its NICs' send-queue slots and CQ entries it never
-    polled) are zero once the cluster settles."""
+    polled) are zero once the cluster settles. Whether the transfer then completes is MR-12's
+    (``test_a_qp_fatal_with_work_in_flight_is_retried_to_completion``); CO-3 asks only that
+    it ends and that its completions released what their posts held."""
     cluster = two_nodes(mc_completions)
     data = payload(case.encode(), 4 * SLICE)
     cluster.write_local("A", 0, data)
@@ -265,12 +276,12 @@ def test_every_completion_releases_its_resources(mc_completions, case):
         assert cluster.settle()
         assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
         cluster.release("old")
-    completed(cluster, t, f"a transfer with a {case} completion")
-    assert cluster.read("B", 0, 4 * SLICE) == data
+    status = ended(cluster, t, f"a transfer with a {case} completion")
     left = unreleased(cluster, "A")
     assert not left, (
-        f"after a {case} completion and quiescence, A still counts {left}; CO-3 requires every "
-        f"completion, current or stale, to release what its post holds, exactly once")
+        f"after a {case} completion and quiescence (the transfer {status}), A still counts "
+        f"{left}; CO-3 requires every completion, current or stale, to release what its post "
+        f"holds, exactly once")
     assert_checked(cluster, "CO-3", f"a {case} completion")
 
 

@@ -225,6 +225,31 @@ def test_transport_failure_recovers_on_a_peer_replaced_under_new_rkeys(mc_comple
 
 
 @pytest.mark.mc_req("MR-12")
+def test_a_qp_fatal_with_work_in_flight_is_retried_to_completion(mc_completions):
+    """A's QP to B turns fatal while one of the transfer's slices is held on the wire: its
+    flushed work requests come back as error completions. MR-12: a QP failure is recoverable;
+    the endpoint is retired and the slices are retried (B has a second NIC, and A can build a
+    new QP to either) until the transfer completes with every byte at B."""
+    cluster = mc_completions.cluster()
+    cluster.add_node("A", ("mlx5_0",))
+    cluster.add_node("B", ("mlx5_0", "mlx5_1"))
+    data = (b"qp-fatal-retry!!" * (4 * SLICE // 16))[:4 * SLICE]
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", 4 * SLICE)
+    cluster.hold(t, 2, tag="old", stage="execution")
+    assert cluster.settle()
+    assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
+    cluster.release("old")
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    status = cluster.status(t)
+    assert status == "COMPLETED", (
+        f"A's QP to B turned fatal with a slice in flight, and the transfer ended {status} "
+        f"instead of retiring the endpoint and retrying its slices (MR-12: a QP failure is "
+        f"recoverable within the retry budget)")
+    assert cluster.read("B", 0, 4 * SLICE) == data, "the bytes at B are not the payload"
+
+
+@pytest.mark.mc_req("MR-12")
 def test_retries_are_bounded(mc_completions):
     """Every attempt of a slice fails (retry exceeded): the transfer must fail, after at most
     the retry budget's posts, never retry forever. The budget is Mooncake's: a slice is
