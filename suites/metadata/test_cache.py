@@ -449,6 +449,53 @@ def test_forced_refresh_bypasses_the_ttl(mc_engine, mc_metadata):
 
 @pytest.mark.mc_req("MR-5")
 @pytest.mark.mc_demands("forced_refresh")
+@pytest.mark.mc_requires("engine_counters")
+@pytest.mark.parametrize("mc_metadata", ["http"], indirect=True)
+def test_a_forced_refresh_asked_during_an_ordinary_fetch_gets_what_was_published_before_it(
+        mc_engine, mc_metadata, proxied_metadata):
+    """B's first, ordinary lookup of A is on the wire (a 200 kB value at 40 kB/s) when A's
+    descriptor changes and B then forces a refresh of A. The fetch in flight began before the
+    change; a forced refresh bypasses the TTL and whatever was fetched before it was asked, so
+    it returns the descriptor published before it was asked, not the one that earlier fetch
+    is still bringing (MR-5, the edge where a forced refresh straddles an ordinary fetch)."""
+    proxy, via_proxy = proxied_metadata
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", metadata=via_proxy, prefer_ttl_ms=LONG_TTL_MS)
+    base = published(mc_metadata, "seg-a")
+    plant(mc_metadata, "seg-a", dict(base, padding="x" * 200_000))
+    after = with_probe_buffer(base, "published-before-the-forced-refresh", first=True)
+    fetches = b.stats().get("metadata_fetches", 0)
+    proxy.add_toxic(type="bandwidth", attributes={"rate": 40}, stream="downstream",
+                    name="slow")
+    got: dict[str, object] = {}
+
+    def ordinary() -> None:
+        got["ordinary"] = b.lookup("seg-a")
+        got["ordinary_done"] = True
+
+    first = threading.Thread(target=ordinary, daemon=True)
+    first.start()
+    try:
+        wait_until(lambda: b.stats().get("metadata_fetches", 0) > fetches, WAIT,
+                   "B's ordinary lookup of A to start its (slow) fetch")
+        plant(mc_metadata, "seg-a", after)
+        overlapped = "ordinary_done" not in got
+        forced = within(60.0, b.lookup, "seg-a", force=True,
+                        what="B's forced refresh of seg-a while the ordinary fetch trickles in")
+    finally:
+        proxy.destroy_toxic("slow")
+        first.join(timeout=60)
+    assert overlapped, ("precondition: the ordinary fetch of A's 200 kB value ended before the "
+                        "forced refresh was asked, so the two did not overlap")
+    assert forced.ok, f"the forced refresh of a reachable, valid descriptor failed: {forced.error}"
+    assert shows(forced, after), (
+        f"a forced refresh asked after A's descriptor changed returned {described(forced)}, "
+        f"what an ordinary fetch begun before the change brought; MR-5 requires a forced "
+        f"refresh to bypass what was fetched before it was asked")
+
+
+@pytest.mark.mc_req("MR-5")
+@pytest.mark.mc_demands("forced_refresh")
 def test_failed_forced_refresh_is_a_failure(mc_engine, mc_metadata, proxied_metadata):
     proxy, via_proxy = proxied_metadata
     mc_engine("seg-a")
