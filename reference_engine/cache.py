@@ -166,6 +166,13 @@ class SegmentCache:
             if leader:
                 self._fly(name, flight, entry)
             elif not flight.done.wait(max(0.0, deadline - time.monotonic())):
+                # an ordinary refresh that timed out keeps the previous snapshot (MR-4), also
+                # when the fetch it waited for is another lookup's
+                current = None if force else (self._entries.get(name) or entry)
+                if current is not None:
+                    log.warning("lookup of %s waited %.0f s for a metadata fetch still in "
+                                "flight; keeping the cached snapshot", name, self._wait_timeout)
+                    return current.snapshot
                 raise LookupFailed(name, "timed out waiting for a metadata fetch", force)
             if force and flight.seq <= ticket:
                 continue  # that fetch began before we asked; it may predate the failure

@@ -35,6 +35,10 @@ from pytest_mooncake.waits import Timeout, holds_for, wait_until, within
 WAIT = 10.0
 SHORT_TTL_MS = 200
 LONG_TTL_MS = 600_000
+BEHIND_A_FETCH_S = 45.0
+"""How long an ordinary lookup may wait for a fetch still in flight before it must return the
+previous snapshot (MR-4): above the reference's 30 s bound on waiting for another lookup's
+fetch, well under the 150 s the test's trickle lasts."""
 
 pytestmark = pytest.mark.mc_requires("engine", "cache_control")
 
@@ -430,6 +434,57 @@ def test_a_blackholed_refresh_returns_the_previous_snapshot_in_bounded_time(
     assert shows(seen, good), (
         f"after a refresh timed out, B's lookup returned {described(seen)}; MR-4 requires the "
         f"previous snapshot")
+
+
+@pytest.mark.mc_req("MR-4")
+@pytest.mark.mc_requires("engine_counters")
+@pytest.mark.parametrize("mc_metadata", ["http"], indirect=True)
+def test_a_lookup_behind_a_fetch_that_outlasts_the_bound_returns_the_previous_snapshot(
+        mc_engine, mc_metadata, proxied_metadata):
+    """B has A cached with a TTL of 0 (every lookup refreshes). One lookup of A starts a fetch
+    that trickles for minutes (300 kB at 2 kB/s); a second lookup asks meanwhile. However an
+    engine shares, bounds or repeats that fetch, the second lookup is an ordinary refresh that
+    got no answer in time: MR-4 wants the previous snapshot back within a bound, not a failure
+    and not a wait for the whole trickle."""
+    proxy, via_proxy = proxied_metadata
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", metadata=via_proxy, ttl_ms=0)
+    good = published(mc_metadata, "seg-a")
+    assert shows(b.lookup("seg-a"), good), "precondition: B could not look A up at all"
+    plant(mc_metadata, "seg-a", dict(good, padding="x" * 300_000))
+    fetches = b.stats().get("metadata_fetches", 0)
+    proxy.add_toxic(type="bandwidth", attributes={"rate": 2}, stream="downstream",
+                    name="trickle")
+    first = threading.Thread(target=b.lookup, args=("seg-a",), daemon=True)
+    first.start()
+    try:
+        try:
+            wait_until(lambda: b.stats().get("metadata_fetches", 0) > fetches, WAIT,
+                       "B's first lookup of A to start its (trickling) fetch")
+        except Timeout:
+            raise TargetLacks("cache_ttl", (
+                f"B's lookup of A with a TTL of 0 started no metadata fetch within {WAIT:g}s "
+                f"(metadata_fetches stayed at {fetches}): the engine serves its cached "
+                f"snapshot without refreshing, so no refresh can be left in flight (MR-1 "
+                f"judges the TTL)")) from None
+        try:
+            second = within(BEHIND_A_FETCH_S, b.lookup, "seg-a",
+                            what="B's second lookup of A while the first one's fetch trickles")
+        except Timeout:
+            pytest.fail(
+                f"B's second lookup of A, made while the first one's fetch of a 300 kB value "
+                f"trickled in at 2 kB/s, did not return within {BEHIND_A_FETCH_S:g}s; MR-4 "
+                f"requires an ordinary refresh that times out to return the previous "
+                f"snapshot", pytrace=False)
+        still_fetching = first.is_alive()
+    finally:
+        proxy.destroy_toxic("trickle")
+        first.join(timeout=60)
+    assert still_fetching, ("precondition: the first lookup's fetch ended before the second "
+                            "lookup returned, so the second one never outlasted it")
+    assert shows(second, good), (
+        f"B's second lookup of A, behind a fetch that outlasted it, returned "
+        f"{described(second)}; MR-4 requires the previous snapshot")
 
 
 @pytest.mark.mc_req("MR-5")

@@ -269,6 +269,18 @@ def test_concurrent_readers_past_ttl_cause_one_fetch():
     assert len(results) == n and all(r.tcp_data_port == 2 for r in results)
 
 
+def test_a_refresh_that_finds_a_fresh_entry_returns_it_without_a_fetch():
+    """``lookup`` reads freshness without the lock; by the time ``_refresh`` holds it, another
+    flight may have installed a fresh entry (a window of microseconds no suite can time). The
+    refresh then returns that snapshot and fetches nothing."""
+    cache, meta, clock = make()
+    meta.publish("a", port=1)
+    first = cache.lookup("a")
+    meta.calls = 0
+    got = cache._refresh("a", force=False)
+    assert got is first and meta.calls == 0
+
+
 def test_forced_lookups_do_not_accept_a_fetch_begun_before_them():
     cache, meta, clock = make()
     meta.publish("a", port=1)
@@ -293,6 +305,7 @@ def test_forced_lookups_do_not_accept_a_fetch_begun_before_them():
         assert not t.is_alive()
     assert meta.calls == 2, "the three forced lookups share one fetch of their own"
     assert cache.counters.get("refresh_forced") == 1 and len(results) == 3
+    assert all(r is not None and r.tcp_data_port == 2 for r in results), results
 
 
 # ------------------------------------------------------------------------------ bad values
