@@ -102,8 +102,11 @@ class SegmentCache:
         clock: Callable[[], int] = time.monotonic_ns,
         counters: Counters | None = None,
         on_replacement: Callable[[str, SegmentDescriptor, SegmentDescriptor], None] | None = None,
-        wait_timeout: float = 30.0,
+        wait_timeout: float = 10.0,
     ):
+        """``wait_timeout``: how long a lookup waits for another lookup's fetch of the same
+        segment before it keeps its cached snapshot (MR-4) or fails; a fetch in flight that
+        makes progress is not bounded by the store's per-operation timeout (3 s)."""
         self._fetch = fetch
         self.policy = policy if policy is not None else TtlPolicy()
         self._replacement = replacement if replacement is not None else InstanceIdReplacement()
