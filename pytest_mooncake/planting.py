@@ -159,6 +159,21 @@ def ending_at_the_last_address(valid: dict[str, Any]) -> dict[str, Any]:
     return dict(valid, buffers=[dict(first, addr=(1 << 64) - first["length"])])
 
 
+def at_the_first_address(valid: dict[str, Any]) -> dict[str, Any]:
+    """``valid`` with its first buffer moved to address 1: the lowest a buffer may start at
+    (address 0 is ``null-address`` below)."""
+    first = dict(valid["buffers"][0])
+    return dict(valid, buffers=[dict(first, addr=1)])
+
+
+def of_one_byte(valid: dict[str, Any]) -> dict[str, Any]:
+    """``valid`` with its first buffer cut to one byte, the fewest a buffer may hold (none is
+    ``zero-length`` below), and moved 8 MiB up, so a target that reveals only a peer's first
+    buffer address shows whether it adopted it."""
+    first = dict(valid["buffers"][0])
+    return dict(valid, buffers=[dict(first, addr=first["addr"] + (8 << 20), length=1)])
+
+
 def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
     """Broken versions of a real descriptor (``valid``), one per way a value can be wrong. Each
     one that still decodes moves the first buffer, so a target that reveals only a peer's
@@ -183,6 +198,10 @@ def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
             "a buffer whose last byte lies one past the 64-bit address space"),
         MalformedValue("null-address", json.dumps(dict(valid, buffers=[dict(first, addr=0)])).encode(),
                        "a buffer at address 0 (the null pointer, never registrable memory)"),
+        MalformedValue("empty-buffer-name", json.dumps(dict(valid, buffers=[dict(
+            first, name="", addr=first["addr"] + (8 << 20))])).encode(),
+            "a buffer with an empty name (its location: Mooncake's own decoder rejects the "
+            "whole descriptor)"),
         # over any sane descriptor limit (1 MiB), under etcd's default 1.5 MiB request limit
         MalformedValue("huge", b'{"name":"' + b"x" * 1_400_000 + b'"}', "a 1.4 MB value"),
         MalformedValue("empty", b"", "an empty value"),

@@ -20,9 +20,11 @@ import threading
 import pytest
 
 from pytest_mooncake.planting import (
+    at_the_first_address,
     described,
     ending_at_the_last_address,
     malformed_values,
+    of_one_byte,
     plant,
     plant_foreign,
     published,
@@ -374,26 +376,52 @@ def test_a_failed_refresh_keeps_the_last_valid_snapshot_not_an_older_one(mc_engi
                   f"{bad.why} was planted (MR-4: a failed refresh keeps the previous snapshot)")
 
 
+def installs_the_edge(mc_engine, mc_metadata, at_edge, what: str) -> None:
+    """B has A cached; A's descriptor becomes ``at_edge(good)``, valid at an edge of the
+    buffer checks: B's lookups must come to serve it, as MR-3 installs every descriptor that
+    validates."""
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    good = published(mc_metadata, "seg-a")
+    assert shows(b.lookup("seg-a"), good), described(b.lookup("seg-a"))
+    edge = at_edge(good)
+    plant(mc_metadata, "seg-a", json.dumps(edge).encode())
+    bound = WAIT + 2 * ttl_s(b, SHORT_TTL_MS)
+    try:
+        wait_until(lambda: shows(b.lookup("seg-a"), edge), bound, f"B installing {what}")
+    except Timeout:
+        buf = edge["buffers"][0]
+        pytest.fail(f"A's descriptor now holds {what} ({buf['addr']:#x} + {buf['length']}), a "
+                    f"valid range, but B still serves {described(b.lookup('seg-a'))} {bound:g}s "
+                    f"later ({bound_of(b)}): MR-3 installs every descriptor that validates")
+
+
 @pytest.mark.mc_req("MR-3")
 @pytest.mark.mc_demands("cache_ttl")
 def test_a_buffer_ending_at_the_last_address_is_installed(mc_engine, mc_metadata):
     """The edge of the address check: a buffer whose last byte is 2**64 - 1 is valid, so a
     refresh installs it (one byte further is among ``malformed_values``, never installed)."""
-    mc_engine("seg-a")
-    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
-    good = published(mc_metadata, "seg-a")
-    assert shows(b.lookup("seg-a"), good), described(b.lookup("seg-a"))
-    edge = ending_at_the_last_address(good)
-    plant(mc_metadata, "seg-a", json.dumps(edge).encode())
-    try:
-        wait_until(lambda: shows(b.lookup("seg-a"), edge), WAIT + 2 * ttl_s(b, SHORT_TTL_MS),
-                   "B installing a buffer that ends at the last 64-bit address")
-    except Timeout:
-        pytest.fail(f"A's descriptor now holds a buffer ending at the last 64-bit address "
-                    f"({edge['buffers'][0]['addr']:#x} + {edge['buffers'][0]['length']}), a valid "
-                    f"range, but B still serves {described(b.lookup('seg-a'))} "
-                    f"{WAIT + 2 * ttl_s(b, SHORT_TTL_MS):g}s later ({bound_of(b)}): MR-3 installs "
-                    f"every descriptor that validates")
+    installs_the_edge(mc_engine, mc_metadata, ending_at_the_last_address,
+                      "a buffer ending at the last 64-bit address")
+
+
+@pytest.mark.mc_req("MR-3")
+@pytest.mark.mc_demands("cache_ttl")
+def test_a_buffer_at_the_first_address_is_installed(mc_engine, mc_metadata):
+    """The low edge of the address check: a buffer starting at address 1 is valid, so a
+    refresh installs it (address 0, the null pointer, is ``null-address`` among
+    ``malformed_values``, never installed; Mooncake's decoder rejects ``addr == 0`` only)."""
+    installs_the_edge(mc_engine, mc_metadata, at_the_first_address,
+                      "a buffer starting at address 1")
+
+
+@pytest.mark.mc_req("MR-3")
+@pytest.mark.mc_demands("cache_ttl")
+def test_a_one_byte_buffer_is_installed(mc_engine, mc_metadata):
+    """The edge of the length check: a buffer of one byte is valid, so a refresh installs it
+    (length 0 is ``zero-length`` among ``malformed_values``, never installed; Mooncake's
+    decoder rejects ``length == 0`` only)."""
+    installs_the_edge(mc_engine, mc_metadata, of_one_byte, "a buffer of one byte")
 
 
 @pytest.mark.mc_req("MR-3", "MR-4")

@@ -8,16 +8,27 @@ fields (the real 0.3.13 side of that is observed by the mooncake target and the 
 from __future__ import annotations
 
 import re
+import secrets
 
 import pytest
 
-from pytest_mooncake.planting import buffer_names, plant, published, without_instance_id
-from pytest_mooncake.waits import wait_until
+from pytest_mooncake.planting import (
+    buffer_names,
+    described,
+    plant,
+    published,
+    with_probe_buffer,
+    without_instance_id,
+)
+from pytest_mooncake.targets import TargetLacks
+from pytest_mooncake.waits import Timeout, wait_until
 
 HEX128 = re.compile(r"^[0-9a-f]{32,}$")
 PREDECESSOR_ID = "5eed" * 8
 """The instance_id planted as a crashed predecessor's."""
 LANDS = 5.0
+WAIT = 10.0
+SHORT_TTL_MS = 200
 
 
 def lands(a, payload: bytes) -> None:
@@ -109,6 +120,51 @@ def test_descriptor_without_instance_id_is_read_as_a_legacy_peer(mc_engine, mc_m
     written = b.write("seg-a", 0, b"legacy-peer-ok!!")
     assert written.ok, f"B could not write to a peer that publishes no instance_id: {written.error}"
     lands(a, b"legacy-peer-ok!!")
+
+
+@pytest.mark.mc_req("MR-8")
+@pytest.mark.mc_requires("cache_control", "engine_counters")
+def test_a_peer_whose_descriptor_loses_its_instance_id_is_marked_legacy(mc_engine, mc_metadata):
+    """The second edge of "a missing ID marks a legacy peer": not a peer B first meets without
+    an ID, but one B knew with an ID that now publishes none (a rollback to a pre-RFC writer).
+    That descriptor lacks an ID as much as a first one does: B marks the peer legacy (its
+    ``legacy_peers`` counter, the mark the mixed-engines test reads) and serves it with no ID,
+    neither synthesized nor kept from before."""
+    mc_engine("seg-a")
+    b = mc_engine("seg-b", prefer_ttl_ms=SHORT_TTL_MS)
+    known = published(mc_metadata, "seg-a")
+    known.setdefault("instance_id", secrets.token_hex(16))  # a legacy writer publishes none
+    plant(mc_metadata, "seg-a", known)
+    first = b.lookup("seg-a")
+    assert first.ok and (first.descriptor or {}).get("instance_id") == known["instance_id"], (
+        f"precondition: B did not resolve A with its instance_id: {described(first)}")
+    before = b.stats().get("legacy_peers", 0)
+    dropped = without_instance_id(with_probe_buffer(known, "published-without-an-id", first=True))
+    plant(mc_metadata, "seg-a", dropped)
+    b.lookup("seg-a", force=True)
+    bound = WAIT + 2 * SHORT_TTL_MS / 1000
+
+    def took_up() -> bool:
+        seen = b.lookup("seg-a")
+        return seen.ok and buffer_names(dict(seen.descriptor or {})) == buffer_names(dropped)
+
+    try:
+        wait_until(took_up, bound, "B to serve A's descriptor published without instance_id")
+    except Timeout:
+        raise TargetLacks("cache_ttl", (
+            f"B never took up A's changed descriptor within {bound:g}s, forced or by its TTL "
+            f"(it serves {described(b.lookup('seg-a'))}): no reader here reads the value this "
+            f"edge is about (MR-1 and MR-5 judge the refresh itself)")) from None
+    seen = b.lookup("seg-a")
+    assert "instance_id" not in (seen.descriptor or {}), (
+        f"A's descriptor now carries no instance_id, yet B serves it with "
+        f"{seen.descriptor.get('instance_id')!r}; MR-8: a missing ID marks a legacy peer and no "
+        f"ID is synthesized")
+    after = b.stats().get("legacy_peers", 0)
+    assert after > before, (
+        f"B read A's descriptor without instance_id (A had published "
+        f"{known['instance_id'][:8]}.. before) but legacy_peers stayed at {before}; MR-8: a "
+        f"missing ID marks a legacy peer, also one that had an ID")
 
 
 @pytest.mark.mc_req("MR-8")

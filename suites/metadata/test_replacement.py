@@ -88,24 +88,45 @@ def test_new_instance_retires_old_endpoints(mc_engine):
         f"endpoint of the old instance; MR-9 requires every old endpoint be retired")
 
 
+def changes_without_cleanup(a, b, store, identity: str) -> None:
+    """A's descriptor gains a buffer under the identity it had (``identity`` says which) and B
+    refreshes it, forced and then by its TTL while it writes: B's writes keep landing and
+    neither ``replacements`` nor ``endpoints_retired`` moves (MR-10)."""
+    must_land(b, a, b"first-write-ok!!")
+    before = dict(b.stats())
+    changed = with_probe_buffer(published(store, "seg-a"), "same-instance-v2")
+    plant(store, "seg-a", changed)
+    b.lookup("seg-a", force=True)
+    holds_for(lambda: lands(b, a, b"still-same-peer!"), 3 * SHORT_TTL_MS / 1000,
+              f"B writing to A after A's descriptor changed under {identity}")
+    after = dict(b.stats())
+    for counter in ("replacements", "endpoints_retired"):
+        assert after.get(counter, 0) == before.get(counter, 0), (
+            f"{counter} went {before.get(counter, 0)} -> {after.get(counter, 0)} although A "
+            f"published {identity} throughout (only its buffers changed); MR-10 forbids "
+            f"replacement cleanup for the same instance_id")
+
+
 @pytest.mark.mc_req("MR-10")
 @pytest.mark.mc_requires("engine_counters")
 def test_same_instance_never_triggers_cleanup(mc_engine, mc_metadata):
     a = mc_engine("seg-a")
     b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
-    must_land(b, a, b"first-write-ok!!")
-    before = dict(b.stats())
-    changed = with_probe_buffer(published(mc_metadata, "seg-a"), "same-instance-v2")
-    plant(mc_metadata, "seg-a", changed)
-    b.lookup("seg-a", force=True)
-    holds_for(lambda: lands(b, a, b"still-same-peer!"), 3 * SHORT_TTL_MS / 1000,
-              "B writing to A after A's descriptor changed under the same instance_id")
-    after = dict(b.stats())
-    for counter in ("replacements", "endpoints_retired"):
-        assert after.get(counter, 0) == before.get(counter, 0), (
-            f"{counter} went {before.get(counter, 0)} -> {after.get(counter, 0)} although A's "
-            f"instance_id never changed (only its buffers did); MR-10 forbids replacement "
-            f"cleanup for the same instance_id")
+    changes_without_cleanup(a, b, mc_metadata, "the same instance_id")
+
+
+@pytest.mark.mc_req("MR-10")
+@pytest.mark.mc_requires("engine_counters")
+def test_a_legacy_peers_changed_descriptor_never_triggers_cleanup(mc_engine, mc_metadata):
+    """The edge of "the same instance_id" where there is none: a peer that publishes no
+    instance_id (a legacy peer, MR-8) changes its descriptor and B refreshes it. No ID on
+    either side is no change of ID: for a legacy peer the RFC makes replacement detection
+    unavailable (its endpoints go when a transfer fails, MR-14), so a refresh, whatever it
+    brings, must not retire them."""
+    a = mc_engine("seg-a")
+    plant(mc_metadata, "seg-a", without_instance_id(published(mc_metadata, "seg-a")))
+    b = mc_engine("seg-b", ttl_ms=SHORT_TTL_MS)
+    changes_without_cleanup(a, b, mc_metadata, "no instance_id (a legacy peer)")
 
 
 @pytest.mark.mc_req("MR-11")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from pytest_mooncake.targets.base import Capability, EngineHandle, MetadataHandle
+from pytest_mooncake.targets.base import Capability, EngineHandle, MetadataHandle, TargetError
 from pytest_mooncake.targets.reference import ReferenceTarget
+from reference_engine.cache_policies import DEFAULT_TTL_MS
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +40,23 @@ def test_mc_engine_starts_reference_engines(mc_engine, mc_metadata, tmp_path):
     assert {"refresh_ok", "replacements", "endpoints_retired",
             "retries_exhausted"} <= set(b.stats())
     assert "published" in a.logs()
+
+
+def test_an_engine_reports_the_ttl_it_runs_with_and_refuses_one_below_zero(mc_engine, tmp_path):
+    """``cache_ttl_ms`` is how long an engine serves a remote descriptor at most, as it runs;
+    the suites scale their waits by it. A reference engine reports the TTL it started with (the
+    profile's default, or ``ttl_ms``), then the one set while it runs. A TTL below 0, even a
+    hair below (-0.5 ms), or NaN means nothing: it is refused naming the setting and the value,
+    and the TTL in force stays (no requirement speaks of one; bad input gets a clear error)."""
+    default = mc_engine(f"{tmp_path.name}-d")
+    b = mc_engine(f"{tmp_path.name}-b", ttl_ms=250)
+    assert (default.cache_ttl_ms, b.cache_ttl_ms) == (DEFAULT_TTL_MS, 250)
+    b.set_ttl_ms(0)
+    assert b.cache_ttl_ms == 0
+    for bad in (-0.5, math.nan):
+        with pytest.raises(TargetError, match=rf"metadata_cache_ttl_ms must be >= 0, got {bad}"):
+            b.set_ttl_ms(bad)
+    assert b.cache_ttl_ms == 0, "a refused TTL changed the one in force"
 
 
 def test_a_redis_engine_publishes_mooncakes_json_as_a_plain_string(mc_engine, mc_redis,
