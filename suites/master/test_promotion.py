@@ -130,11 +130,19 @@ def caught_up_from(at: dict) -> bool:
 
 
 def serving_keys(cluster, expected: list[str], timeout: float = WAIT,
-                 writer: int = 0) -> tuple[int, list[str]]:
+                 writer: int = 0, standby: int | None = None) -> tuple[int, list[str]]:
     """The master serving after a failover and the keys it holds once they reach ``expected``
     or settled (``SETTLE``; the last list seen). Every object was written through store client
-    ``writer``, so its replicas are on that client's segment."""
-    new = cluster.leader(timeout=timeout)
+    ``writer``, so its replicas are on that client's segment. No master serving within
+    ``timeout`` is the build's failover failing: the test fails saying so, with what
+    ``standby``'s log says of its restore."""
+    try:
+        new = cluster.leader(timeout=timeout)
+    except Timeout as exc:
+        seen = str(exc).rpartition("last observed: ")[2] or "nothing"
+        told = restore_lines(cluster, standby) if standby is not None else ""
+        pytest.fail(f"no master served within {timeout:g}s after the failover (masters "
+                    f"serving: {seen}): the standby never took over{told}", pytrace=False)
     seen: list[list[str]] = []
     mounted: list[list[str]] = []
     remount = WriterRemount(cluster, writer)
@@ -515,7 +523,7 @@ def test_a_log_of_only_invalid_entries_restores_nothing_and_reports_every_one(mc
     plant_removal(cluster, TEMPLATE)
     caught_up(cluster, standby, "the removes and the planted entries")
     cluster.kill_master(leader)
-    new, kept = serving_keys(cluster, [])
+    new, kept = serving_keys(cluster, [], standby=standby)
     assert not set(kept) & set(planted), (
         f"the promoted master {new} serves {sorted(set(kept) & set(planted))}, entries planted "
         f"invalid ({', '.join(PLANTED[k] for k in INTRINSIC)}){restore_lines(cluster, new)}; "
