@@ -339,6 +339,33 @@ def test_handover_to_an_invalid_context_is_refused_and_leader_stays(mc_master_cl
     assert cluster.client(0).put("after-refusal", 64)["ok"], "the leader stopped taking writes"
 
 
+@pytest.mark.mc_req("MP-1")
+def test_handover_to_a_caught_up_standby_goes_ahead(mc_master_cluster):
+    """MP-1's other side: a candidate refuses only when its validation fails. A standby that
+    caught up with a valid promotion context, asked to take over, does: it becomes the serving
+    leader in a newer term, with every object, and the old leader steps aside."""
+    cluster = mc_master_cluster(masters=2, clients=1)
+    keys, leader, standby = soaked_standby(cluster, means="master_cluster")
+    term = cluster.leader_view()
+    status, body = cluster.promote(standby)
+    assert status == 200 and body.get("promoted"), (
+        f"a handover to a standby that had caught up with a valid promotion context did not go "
+        f"ahead (HTTP {status}: {body}); MP-1 refuses only a candidate whose validation fails")
+    new, kept = serving_keys(cluster, keys, standby=standby)
+    after = cluster.leader_view()
+    assert new == standby, (
+        f"the handover to master {standby} answered HTTP {status} {body}, but master {new} "
+        f"serves (election {term} before, {after} after)")
+    assert after.get("view_version") != term.get("view_version"), (
+        f"master {standby} serves after the handover in the old leader's term ({after}): a "
+        f"handover is a new term")
+    lost = sorted(set(keys) - set(kept))
+    assert not lost, (
+        f"after the handover master {standby} serves {len(kept)} of {len(keys)} objects (lost "
+        f"e.g. {lost[:5]}){restore_lines(cluster, standby)}; MP-1: a valid context comes up "
+        f"with the index intact")
+
+
 RESTORE_OUTCOME = ("overlap", "fail", "reject", "restored from")
 """Words of a master's log line that say how its restore went (what it refused or dropped)."""
 
