@@ -174,6 +174,26 @@ def of_one_byte(valid: dict[str, Any]) -> dict[str, Any]:
     return dict(valid, buffers=[dict(first, addr=first["addr"] + (8 << 20), length=1)])
 
 
+def in_rdma_form(valid: dict[str, Any], devices: int = 1, rkeys: int = 1,
+                 lkeys: int = 1) -> dict[str, Any]:
+    """``valid`` as Mooncake's RDMA transport publishes a descriptor (``mooncake-semantics.md``
+    1.2): protocol ``rdma``, ``devices`` NICs, a priority matrix, ``tcp_data_port`` 0 and
+    ``tcp_proto_version`` 1, its first buffer carrying ``rkeys`` rkeys and ``lkeys`` lkeys and
+    moved 8 MiB up (so a target that reveals only a peer's first buffer address shows whether
+    it adopted it). The defaults are valid: one key of each per device. Mooncake's decoder
+    rejects the whole descriptor when a buffer's rkeys are not one per lkey or, for rdma, not
+    one per device (1.3)."""
+    first = dict(valid["buffers"][0])
+    nics = [f"mlx5_{i}" for i in range(devices)]
+    gid = ":".join(["00"] * 10 + ["ff", "ff", "7f", "00", "00", "01"])
+    return dict(valid, protocol="rdma", tcp_data_port=0, tcp_proto_version=1,
+                devices=[{"name": n, "lid": 0, "gid": gid} for n in nics],
+                priority_matrix={first["name"]: [nics, []]},
+                buffers=[dict(first, addr=first["addr"] + (8 << 20),
+                              rkey=[0x1234 + i for i in range(rkeys)],
+                              lkey=[0x1234 + i for i in range(lkeys)])])
+
+
 def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
     """Broken versions of a real descriptor (``valid``), one per way a value can be wrong. Each
     one that still decodes moves the first buffer, so a target that reveals only a peer's
@@ -202,6 +222,14 @@ def malformed_values(valid: dict[str, Any]) -> list[MalformedValue]:
             first, name="", addr=first["addr"] + (8 << 20))])).encode(),
             "a buffer with an empty name (its location: Mooncake's own decoder rejects the "
             "whole descriptor)"),
+        MalformedValue("rkeys-unlike-lkeys", json.dumps(
+            in_rdma_form(valid, devices=2, rkeys=2, lkeys=1)).encode(),
+            "an rdma buffer with two rkeys but one lkey (Mooncake's own decoder rejects the "
+            "whole descriptor)"),
+        MalformedValue("rkeys-not-one-per-device", json.dumps(
+            in_rdma_form(valid, devices=1, rkeys=2, lkeys=2)).encode(),
+            "an rdma buffer with two keys of each kind on a peer of one device (Mooncake's own "
+            "decoder rejects the whole descriptor)"),
         # over any sane descriptor limit (1 MiB), under etcd's default 1.5 MiB request limit
         MalformedValue("huge", b'{"name":"' + b"x" * 1_400_000 + b'"}', "a 1.4 MB value"),
         MalformedValue("empty", b"", "an empty value"),

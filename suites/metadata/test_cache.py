@@ -23,6 +23,7 @@ from pytest_mooncake.planting import (
     at_the_first_address,
     described,
     ending_at_the_last_address,
+    in_rdma_form,
     malformed_values,
     of_one_byte,
     plant,
@@ -422,6 +423,17 @@ def test_a_one_byte_buffer_is_installed(mc_engine, mc_metadata):
     (length 0 is ``zero-length`` among ``malformed_values``, never installed; Mooncake's
     decoder rejects ``length == 0`` only)."""
     installs_the_edge(mc_engine, mc_metadata, of_one_byte, "a buffer of one byte")
+
+
+@pytest.mark.mc_req("MR-3")
+@pytest.mark.mc_demands("cache_ttl")
+def test_a_buffer_with_one_key_per_device_is_installed(mc_engine, mc_metadata):
+    """The edge of the key-count checks: an rdma descriptor as Mooncake's RDMA transport
+    publishes it (one device, a buffer with one rkey and one lkey, ``tcp_data_port`` 0) is
+    valid, so a refresh installs it (two rkeys for one lkey, or for one device, are among
+    ``malformed_values``, never installed; Mooncake's decoder rejects those counts only)."""
+    installs_the_edge(mc_engine, mc_metadata, in_rdma_form,
+                      "an rdma buffer with one rkey and one lkey per device")
 
 
 @pytest.mark.mc_req("MR-3", "MR-4")

@@ -176,6 +176,28 @@ def test_transport_failure_forces_refresh_and_retries(mc_engine):
 
 
 @pytest.mark.mc_req("MR-12")
+def test_a_retried_read_returns_the_restarted_peers_bytes(mc_engine):
+    """MR-12's retry on the read path: with B's cached descriptor far from expiry, A restarts
+    and holds new bytes; B's read of the new A's own buffer must retire the failed endpoint,
+    force a refresh, retry, and return what the new A holds (a success without them is no
+    transfer)."""
+    a = mc_engine("seg-a")
+    b = mc_engine("seg-b", prefer_ttl_ms=LONG_TTL_MS)
+    must_land(b, a, b"before-restart!!")
+    a.restart()
+    held = b"held-by-the-restarted-A".ljust(32, b".")
+    a.local_write(0, held)
+    result = within(CALL_DEADLINE, b.read_at, "seg-a", a.buffers()[0][0], len(held),
+                    what="a read")
+    seen = (f"succeeded with {result.data!r}, not the {held!r} A holds," if result.ok
+            else f"failed ({result.error})")
+    assert result.ok and result.data == held, (
+        f"A restarted and B's cached descriptor (TTL {ttl_s(b, LONG_TTL_MS):g}s as B runs, far "
+        f"from expiry) points at the dead process; B's read of the new A's own buffer {seen} "
+        f"instead of retiring the failed endpoint, forcing a refresh and retrying (MR-12)")
+
+
+@pytest.mark.mc_req("MR-12")
 @pytest.mark.mc_requires("engine_counters")
 def test_transport_failure_recovery_counts_a_forced_refresh(mc_engine):
     a = mc_engine("seg-a")

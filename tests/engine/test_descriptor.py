@@ -16,6 +16,7 @@ from reference_engine.descriptor import (
     SegmentDescriptor,
     decode,
     encode,
+    from_json,
     tcp_descriptor,
 )
 
@@ -78,6 +79,48 @@ def test_malformed_sample_is_rejected_naming_segment_and_field(sample):
     assert err.value.segment == "seg-under-test"
     assert err.value.field == sample["field"], str(err.value)
     assert "seg-under-test" in str(err.value) and sample["field"] in str(err.value)
+
+
+RELEASE_DOC = json.loads((SAMPLES / "tcp-0.3.13-etcd.json").read_bytes())
+RDMA_DOC = json.loads((SAMPLES / "rdma-source-form.json").read_bytes())
+
+
+@pytest.mark.parametrize(("field", "edges", "past"), [
+    ("tcp_data_port", (0, 65535), (-1, 65536)),
+    ("tcp_proto_version", (0, 1 << 16), (-1, (1 << 16) + 1)),
+])
+def test_data_port_and_proto_version_are_read_at_their_edges_and_refused_past_them(
+        field, edges, past):
+    """The reference's own ranges (Mooncake's decoder reads both with asInt, unchecked; no
+    requirement names a range): each edge is read as written, one past it is refused by name."""
+    for value in edges:
+        assert getattr(from_json(dict(RELEASE_DOC, **{field: value}), "s"), field) == value
+    for value in past:
+        with pytest.raises(DescriptorError, match="is outside") as err:
+            from_json(dict(RELEASE_DOC, **{field: value}), "s")
+        assert err.value.field == field, str(err.value)
+
+
+def test_an_instance_id_of_128_characters_is_read_and_one_of_129_refused():
+    longest = "f" * 128
+    assert from_json(dict(RELEASE_DOC, instance_id=longest), "s").instance_id == longest
+    with pytest.raises(DescriptorError, match="longer than 128") as err:
+        from_json(dict(RELEASE_DOC, instance_id=longest + "f"), "s")
+    assert err.value.field == "instance_id"
+
+
+@pytest.mark.parametrize(("lkey", "said"), [([1234], "2 rkeys but 1 lkeys"),
+                                            (None, "2 rkeys but 0 lkeys")])
+def test_rkeys_unlike_lkeys_are_refused_naming_both_counts(lkey, said):
+    """A buffer with two rkeys and one lkey, or none at all (no lkey key): a DescriptorError
+    that names the field and both counts, never another exception."""
+    first = {k: v for k, v in RDMA_DOC["buffers"][0].items() if k != "lkey"}
+    if lkey is not None:
+        first["lkey"] = lkey
+    doc = dict(RDMA_DOC, buffers=[first, *RDMA_DOC["buffers"][1:]])
+    with pytest.raises(DescriptorError) as err:
+        from_json(doc, "s")
+    assert err.value.field == "buffers[0].rkey" and said in str(err.value), str(err.value)
 
 
 def test_the_size_limit_is_checked_before_parsing():

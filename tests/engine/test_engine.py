@@ -83,6 +83,24 @@ def test_transport_failure_forces_a_refresh_and_retries(store, engines):
     assert stats["refresh_forced"] == 1 and stats["endpoints_retired"] >= 1
 
 
+def test_a_failing_transfer_retries_its_budget_each_retry_counted_and_forced(engines):
+    """MR-12's budget from inside the engine: a transfer to a peer whose data port is gone
+    makes its first attempt and exactly ``retry_budget`` retries, each one counted and each
+    after a forced refresh (the first retry too), none on the cached descriptor unforced."""
+    a, b = engines("a"), engines("b", ttl_ms=60_000)
+    assert b.write("a", 0, b"one").ok
+    a.transport.stop()
+    before = b.stats()
+    out = b.write("a", 0, b"two")
+    after = b.stats()
+    budget = RFC.engine.retry_budget
+    assert budget > 0 and not out.ok and out.retries == budget, out
+    moved = {k: after.get(k, 0) - before.get(k, 0)
+             for k in ("transfer_retries", "refresh_forced", "retries_exhausted")}
+    assert moved == {"transfer_retries": budget, "refresh_forced": budget,
+                     "retries_exhausted": 1}, moved
+
+
 def test_stop_removes_only_keys_that_are_still_ours(store, engines):
     a = engines("a")
     a.stop()
