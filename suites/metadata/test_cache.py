@@ -476,6 +476,39 @@ def test_a_blackholed_refresh_returns_the_previous_snapshot_in_bounded_time(
         f"previous snapshot")
 
 
+class LookupInFlight:
+    """B's lookup of seg-a on a thread, its fetch trickling through the proxy at ``rate`` kB/s
+    (a ``with`` block): entered once B counts the fetch begun, left with the toxic removed and
+    the lookup ended. ``result`` is what it returned; ``ended`` whether it had returned."""
+
+    def __init__(self, b, proxy, rate: int, what: str):
+        self.b, self.proxy, self.rate, self.what = b, proxy, rate, what
+        self.result = None
+        self.ended = threading.Event()
+
+    def _run(self) -> None:
+        self.result = self.b.lookup("seg-a")
+        self.ended.set()
+
+    def __enter__(self) -> LookupInFlight:
+        fetches = self.b.stats().get("metadata_fetches", 0)
+        self.proxy.add_toxic(type="bandwidth", attributes={"rate": self.rate},
+                             stream="downstream", name="slow")
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        try:
+            wait_until(lambda: self.b.stats().get("metadata_fetches", 0) > fetches, WAIT,
+                       f"{self.what} to start its (slow) fetch")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proxy.destroy_toxic("slow")
+        self.thread.join(timeout=60)
+
+
 @pytest.mark.mc_req("MR-4")
 @pytest.mark.mc_requires("engine_counters")
 @pytest.mark.parametrize("mc_metadata", ["http"], indirect=True)
@@ -559,27 +592,11 @@ def test_a_forced_refresh_asked_during_an_ordinary_fetch_gets_what_was_published
     base = published(mc_metadata, "seg-a")
     plant(mc_metadata, "seg-a", dict(base, padding="x" * 200_000))
     after = with_probe_buffer(base, "published-before-the-forced-refresh", first=True)
-    fetches = b.stats().get("metadata_fetches", 0)
-    proxy.add_toxic(type="bandwidth", attributes={"rate": 40}, stream="downstream",
-                    name="slow")
-    got: dict[str, object] = {}
-
-    def ordinary() -> None:
-        got["ordinary"] = b.lookup("seg-a")
-        got["ordinary_done"] = True
-
-    first = threading.Thread(target=ordinary, daemon=True)
-    first.start()
-    try:
-        wait_until(lambda: b.stats().get("metadata_fetches", 0) > fetches, WAIT,
-                   "B's ordinary lookup of A to start its (slow) fetch")
+    with LookupInFlight(b, proxy, 40, "B's ordinary lookup of A") as ordinary:
         plant(mc_metadata, "seg-a", after)
-        overlapped = "ordinary_done" not in got
+        overlapped = not ordinary.ended.is_set()
         forced = within(60.0, b.lookup, "seg-a", force=True,
                         what="B's forced refresh of seg-a while the ordinary fetch trickles in")
-    finally:
-        proxy.destroy_toxic("slow")
-        first.join(timeout=60)
     assert overlapped, ("precondition: the ordinary fetch of A's 200 kB value ended before the "
                         "forced refresh was asked, so the two did not overlap")
     assert forced.ok, f"the forced refresh of a reachable, valid descriptor failed: {forced.error}"
@@ -739,35 +756,19 @@ def test_a_reader_arriving_during_a_slow_fetch_of_the_same_peer_gets_the_whole_d
     b = mc_engine("seg-b", metadata=via_proxy, ttl_ms=LONG_TTL_MS)
     doc = dict(published(mc_metadata, "seg-a"), padding="x" * 200_000)
     plant(mc_metadata, "seg-a", doc)
-    fetches = b.stats().get("metadata_fetches", 0)
-    proxy.add_toxic(type="bandwidth", attributes={"rate": 40}, stream="downstream",
-                    name="slow")
-    got: dict[str, object] = {}
-
-    def first_reader() -> None:
-        got["first"] = b.lookup("seg-a")
-        got["first_done"] = True
-
-    first = threading.Thread(target=first_reader, daemon=True)
-    first.start()
-    try:
-        wait_until(lambda: b.stats().get("metadata_fetches", 0) > fetches, WAIT,
-                   "B's first lookup of A to start its (slow) fetch")
-        overlapped = "first_done" not in got
+    with LookupInFlight(b, proxy, 40, "B's first lookup of A") as first:
+        overlapped = not first.ended.is_set()
         second = within(60.0, b.lookup, "seg-a",
                         what="B's second lookup of seg-a while the first one's fetch trickles in")
-    finally:
-        proxy.destroy_toxic("slow")
-        first.join(timeout=60)
     assert overlapped, ("precondition: the first lookup's fetch of A's 200 kB value ended "
                         "before the second lookup began, so the two did not overlap")
     assert second.ok, (
         f"B's second lookup of seg-a, made while the first one's fetch of it was on the wire, "
         f"failed: {second.error}; the first lookup got "
-        f"{'the descriptor' if getattr(got.get('first'), 'ok', False) else got.get('first')}")
+        f"{'the descriptor' if getattr(first.result, 'ok', False) else first.result}")
     assert shows(second, doc), f"the second reader observed {described(second)}"
-    assert getattr(got.get("first"), "ok", False) and shows(got["first"], doc), (
-        f"the first reader observed {got.get('first')}")
+    assert getattr(first.result, "ok", False) and shows(first.result, doc), (
+        f"the first reader observed {first.result}")
 
 
 @pytest.mark.mc_req("MR-6")
