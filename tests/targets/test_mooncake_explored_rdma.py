@@ -164,3 +164,50 @@ def test_a_qp_fatal_in_a_schedule_leaves_every_event_read_to_the_strategy(rdma):
                   f"QP whose event A's event thread then read")
     for outcome in fired:
         assert outcome.run.timeouts == 0, outcome.report()
+
+
+def test_every_handoff_schedule_hands_a_slice_to_the_other_nic(rdma):
+    """The device-fatal of the handoff scenario kills the NIC the schedule's first WR went
+    through, whichever the build picked, so every schedule drives CO-10's story (naming
+    ``mlx5_0`` left 0.3.14's schedules that posted only through ``mlx5_1`` without a handoff:
+    0 of 40 with seed 1101)."""
+    result = rdma.explore(HANDOFF)
+    assert not result.found, result.failure.violations
+    assert result.handoffs == result.schedules_run == 4, result.summary()
+
+
+class _Posts:
+    def __init__(self, posts):
+        self._posts = posts
+
+    def posts(self, since=0):
+        return [p for p in self._posts if p.n > since]
+
+
+class _Cluster:
+    """What the handoff scenario's arming and fault call: A's post log, an injected error per
+    slice, device_fatal."""
+
+    def __init__(self, posts):
+        self.nodes = {"A": type("Node", (), {"ctl": _Posts(posts)})()}
+        self.killed: list[tuple[str, str]] = []
+
+    def inject_error(self, transfer, index, status):
+        pass
+
+    def device_fatal(self, node, nic):
+        self.killed.append((node, nic))
+
+
+def test_the_handoff_fault_is_ready_after_the_first_post_and_kills_its_nic():
+    from pytest_mooncake.targets.mooncake.explored_rdma import ClusterScenario
+    cluster = _Cluster([post(1, "mlx5_1", 0, refused=1), post(2, "mlx5_1", 0),
+                        post(3, "mlx5_0", 4096)])
+    scenario = ClusterScenario(HANDOFF, cluster, "build")
+    scenario.cursor = 3  # nothing posted in this schedule yet
+    fault = scenario._arm(0)["device_fatal"]
+    assert not fault.ready()
+    scenario.cursor = 0  # the schedule's first accepted WR went through mlx5_1
+    assert fault.ready()
+    fault()
+    assert cluster.killed == [("A", "mlx5_1")] and scenario.fatal
