@@ -55,6 +55,7 @@ LATER_RUNS = [ROOT / "fixtures" / "reports" / name for name in (
     "releases-master.json",     # MP-4/MP-6 (suites/master) of every release, both profiles
     "master-wire.json",         # MP-7/MP-8 through the master's own wire
     "co3-mr12-0.3.11.json",     # CO-3 judged on resources only, MR-12's QP-fatal retry: 0.3.11
+    "mr17-restart-gap.json",    # MR-17's writer restarted after the reader missed it: 0.3.13/14
 )]
 """Stored runs after the matrix run, overlaid on it in the order they started."""
 ETCD_BACKENDS = {"metadata": "etcd", "ha": "etcd"}
@@ -179,12 +180,17 @@ def profiled_columns(source: Path) -> list[tuple[str, Column, str, tuple[str, ..
         for name, profile in variants:
             reqs: Mapping[str, Any] = column.requirements
             proxies = set(reqs) if profile != PROFILE else set()
+            pairs = {pair: dict(cells) for pair, cells in column.pairs.items()}
             used = []
             for other_name, other, run in later:
                 if other_name == file_name(column, profile):
                     reqs = overlay(reqs, other.requirements, proxies)
+                    for pair, cells in other.pairs.items():  # a later run's skew cell wins
+                        pairs.setdefault(pair, {}).update(
+                            {req: cell for req, cell in cells.items()
+                             if cell.get("verdict") is not None})
                     used.append(run)
-            merged = Column(name, column.version, column.seed, reqs)
+            merged = Column(name, column.version, column.seed, reqs, pairs)
             out.append((name, merged, profile, tuple(dict.fromkeys(used))))
     return out
 

@@ -243,6 +243,19 @@ def test_a_defaults_file_never_mixes_ha_oplog_outcomes_into_what_it_judged() -> 
     assert got["CO-1"] == base["CO-1"] and proxies == {"CO-1"}
 
 
+def test_a_later_runs_skew_pair_cells_reach_the_expectations_file() -> None:
+    """A later stored run's pair cells overlay the matrix run's, as its requirements do: the
+    restart-gap run (fixtures/reports/mr17-restart-gap.json) FAILs MR-17 for both of 0.3.14's
+    rolling-upgrade pairs, so the file expects FAIL for each, not the matrix run's pass."""
+    gen = _generator()
+    (column,) = [c for label, c, profile, _ in gen.profiled_columns(RELEASES)
+                 if label == "mooncake-cuda13==0.3.14" and profile == "ha-oplog"]
+    assert column.pair_verdicts()[("MR-17", "old=0.3.13.post1-new=0.3.14")] == "FAIL"
+    shipped = load_expectations("mooncake-0.3.14@ha-oplog").single
+    assert shipped.pairs[("MR-17", "old=0.3.13.post1-new=0.3.14")].verdicts == ("FAIL",)
+    assert shipped.pairs[("MR-17", "old=reference:legacy-new=target")].verdicts == ("FAIL",)
+
+
 @pytest.mark.parametrize("name", shipped_names("expectations"))
 def test_every_shipped_expectations_file_names_known_requirements_and_verdicts(name) -> None:
     expectations = load_expectations(name)
