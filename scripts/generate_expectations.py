@@ -55,6 +55,8 @@ LATER_RUNS = [ROOT / "fixtures" / "reports" / name for name in (
     "releases-master.json",     # MP-4/MP-6 (suites/master) of every release, both profiles
     "master-wire.json",         # MP-7/MP-8 through the master's own wire
     "co3-mr12-0.3.11.json",     # CO-3 judged on resources only, MR-12's QP-fatal retry: 0.3.11
+    "stability/proof-b677053/mooncake_0.3.13.post1_defaults-seed1101.json",  # @defaults, whole
+    "stability/proof-b677053/mooncake-cuda13_0.3.14_defaults-seed1101.json",  # suites, b677053
     "mr17-restart-gap.json",    # MR-17's writer restarted after the reader missed it: 0.3.13/14
 )]
 """Stored runs after the matrix run, overlaid on it in the order they started."""
