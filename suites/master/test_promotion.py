@@ -319,10 +319,19 @@ def test_handover_to_an_invalid_context_is_refused_and_leader_stays(mc_master_cl
     plant_bad_descriptor(cluster, standby)
     cluster.start_client()  # holds no object: the barrier below kills it
     term = cluster.leader_view()
+    refused_before = cluster.metrics(standby).get("ha_promotions_refused_total", 0)
     status, body = cluster.promote(standby)
     assert cluster.leader(timeout=WAIT) == leader, (
         f"a handover to a standby whose validation fails went ahead (HTTP {status}: {body}); "
         f"MP-1 requires the candidate refuse and the current leader stay in place")
+    assert not 200 <= status < 300 and not body.get("promoted"), (
+        f"the leader stayed, but the candidate answered the handover with HTTP {status}: "
+        f"{body}; MP-1's candidate refuses promotion, so its answer must say it was not promoted")
+    refused = cluster.metrics(standby).get("ha_promotions_refused_total", 0) - refused_before
+    assert refused == 1, (
+        f"the candidate refused one handover (HTTP {status}: {body}) and its "
+        f"ha_promotions_refused_total (the RFC's counter of refused promotions) rose by "
+        f"{refused}, not 1")
     stuck = leader_has_done_housekeeping(cluster, 1)
     assert stuck is None, (
         f"after a refused handover (HTTP {status}: {body}) the leader did not go on leading: "
