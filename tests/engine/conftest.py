@@ -1,4 +1,4 @@
-"""In-process engines on an in-memory metadata store, stopped after each test."""
+"""In-process engines on an in-memory metadata store (or an HTTP one), stopped after each test."""
 
 from __future__ import annotations
 
@@ -8,17 +8,29 @@ from typing import Any
 import pytest
 
 from reference_engine.engine import Engine
+from reference_engine.metadata import MetadataStore
+from reference_engine.metadata.http_server import MetadataHttpServer
+from reference_engine.metadata.http_store import HttpStore
 from reference_engine.metadata.memory_store import MemoryStore
 from reference_engine.profiles import RFC
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
+def store(request: pytest.FixtureRequest) -> Iterator[MetadataStore]:
+    """In memory; ``"http"`` by indirect parametrization: a reference HTTP metadata server with
+    Mooncake's rules (an ``rpc_meta`` key is re-put only with an identical body)."""
+    if getattr(request, "param", "memory") == "memory":
+        yield MemoryStore()
+        return
+    server = MetadataHttpServer().start()
+    try:
+        yield HttpStore(server.url)
+    finally:
+        server.stop()
 
 
 @pytest.fixture
-def engines(store: MemoryStore) -> Iterator[Callable[..., Engine]]:
+def engines(store: MetadataStore) -> Iterator[Callable[..., Engine]]:
     """``engines(name, profile=RFC, **kw)``: a started engine with a 64 KiB buffer."""
     started: list[Engine] = []
 

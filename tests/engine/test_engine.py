@@ -17,7 +17,11 @@ PRINT_INSTANCE_ID = ("from reference_engine.profiles import RFC; "
                      "print(RFC.identity.instance_id())")
 
 
+@pytest.mark.parametrize("store", ["memory", "http"], indirect=True)
 def test_publishes_a_fresh_descriptor_of_its_own_buffer_only(store, engines):
+    """A predecessor killed under the name left its descriptor and its RPC entry; the new
+    process publishes its own of both, also on an HTTP store with Mooncake's rule that an
+    ``rpc_meta`` key is re-put only with an identical body (the entry is replaced)."""
     foreign = tcp_descriptor("a", [(4096, 1 << 30), (1 << 40, 4096)], "127.0.0.1", 1, "old-id")
     store.put(KEYS.segment_key("a"), encode(foreign))
     store.put(KEYS.rpc_meta_key("a"), b'{"ip_or_host_name":"127.0.0.1","rpc_port":1}\n')

@@ -6,12 +6,17 @@ the port from ``tcp_data_port``; the reference reader now does the same."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 
 from pytest_mooncake.waits import wait_until
 from reference_engine.descriptor import decode, encode
 from reference_engine.metadata import KeyLayout
 from reference_engine.profiles import RFC
+from reference_engine.transport import wire
+from reference_engine.transport.wire import HEADER_SIZE
 
 KEYS = KeyLayout()
 
@@ -44,6 +49,54 @@ def test_0_3_11_form_without_proto_version_transfers_with_the_v1_protocol(store,
     assert reader.write("seg-w", 8, b"v1").ok
     # v1 has no write acknowledgement: the bytes land after the call returns
     wait_until(lambda: writer.local_read(8, 2) == b"v1", 10, "the v1 write to land")
+
+
+def test_a_peer_that_publishes_no_proto_version_is_read_in_v1_framing(store, engines):
+    """Mooncake reads a missing ``tcp_proto_version`` as 1, and 0.3.11 (which publishes none)
+    speaks v1 only: the reader's requests to such a peer carry no v2 flag. The peer here is a
+    v1-only data port on a raw socket (a v1 READ answered with its bytes alone, no status frame;
+    a v2 request closed), which the reference's own server, speaking both, cannot stand for."""
+    engines("seg-w")
+    reader = engines("seg-r")
+    seen: list[bool] = []  # the v2 flag of each request the peer received
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # shut down: the test is over
+                return
+            accepted.append(conn)
+            with conn:
+                try:
+                    while len(raw := conn.recv(HEADER_SIZE, socket.MSG_WAITALL)) == HEADER_SIZE:
+                        header = wire.decode_header(raw)
+                        seen.append(header.v2)
+                        if header.v2 or header.opcode != wire.READ:
+                            break
+                        conn.sendall((b"v1" * header.size)[:header.size])
+                except OSError:
+                    pass
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        doc = as_0_3_12(store, "seg-w")
+        doc.pop("tcp_proto_version", None)
+        doc["tcp_data_port"] = listener.getsockname()[1]
+        store.put(KEYS.segment_key("seg-w"), json.dumps(doc).encode())
+        out = reader.read("seg-w", 0, 4)
+    finally:
+        for sock in (listener, *accepted):  # wakes the blocked accept or recv
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        server.join(10)
+        listener.close()
+    assert not server.is_alive()
+    assert out.ok and out.data == b"v1v1" and out.retries == 0, (out, seen)
+    assert seen == [False], f"v2 flags of the requests the v1-only peer received: {seen}"
 
 
 def test_the_rpc_entry_decides_where_the_reader_connects(store, engines):
