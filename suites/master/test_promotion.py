@@ -269,6 +269,75 @@ def test_standby_exposes_an_honest_promotability_predicate(mc_master_cluster):
         f"'promoted now, I come up with the index intact'")
 
 
+BURST = 20
+"""Writes, each followed at once by a question to the standby, in the "behind" test below."""
+
+
+@pytest.mark.mc_req("MP-3", "MP-5")
+@pytest.mark.mc_demands("promotability")
+def test_a_standby_behind_the_primary_never_says_promotable(mc_master_cluster):
+    """MP-3's "now": a caught-up standby is asked right after each of a run of writes, before it
+    can have applied them all. An answer that reports fewer entries applied than the primary
+    made durable must not say promotable: promoted then, it would come up without them."""
+    cluster = mc_master_cluster(masters=2, clients=0)
+    cluster.leader(timeout=WAIT)
+    cluster.promotable(only_standby(cluster))  # a build with no predicate FAILs here (demanded)
+    cluster.start_client()
+    _, _, standby = soaked_standby(cluster, "master_cluster", keys=4)
+    client = cluster.client(0)
+    answers = []
+    for i in range(BURST):
+        result = put_fresh(client, f"burst{i}", 64)
+        assert result["ok"], f"precondition: put burst{i} failed on the healthy leader: {result}"
+        answers.append(cluster.promotable(standby))
+    wrong = [a for a in answers if a["promotable"] and a["applied_seq"] < a["primary_seq"]]
+    assert not wrong, (
+        f"asked right after each of {BURST} writes, the standby said promotable=true while "
+        f"reporting it had applied less than the primary's durable sequence in {len(wrong)} of "
+        f"{len(answers)} answers (first: {dict(wrong[0])}); MP-3 requires true to mean "
+        f"'promoted now, I come up with the index intact', and MP-5 that state alone never "
+        f"make a standby promotable")
+
+
+def fill_segment(client, start: int = 64 << 20) -> list[str]:
+    """Put objects through ``client`` until its leader allocates no more: a one-byte object
+    first, then sizes from ``start`` down, each size repeated while it fits and halved when it
+    does not, down to one byte. On a first-fit allocator without alignment (the reference's)
+    the writer's segment ends up full to its last byte. The keys put."""
+    keys = ["fill-1b"]
+    result = put_fresh(client, keys[0], 1)
+    assert result["ok"], f"precondition: a put of a one-byte object failed: {result}"
+    size = start
+    while size >= 1:
+        key = f"fill-{len(keys)}"
+        if put_fresh(client, key, size)["ok"]:
+            keys.append(key)
+        else:
+            size //= 2
+    return keys
+
+
+@pytest.mark.mc_req("MP-3")
+@pytest.mark.mc_demands("promotability")
+def test_a_standby_whose_objects_fill_a_segment_is_promotable(mc_master_cluster):
+    """MP-3's edge of a valid context: objects from one byte up to the last byte the writer's
+    segment has (a full segment, its last object ending where the segment ends). Nothing in it
+    is invalid, so a caught-up standby must say promotable and count every key."""
+    cluster = mc_master_cluster(masters=2, clients=0)
+    cluster.leader(timeout=WAIT)
+    cluster.promotable(only_standby(cluster))  # a build with no predicate FAILs here (demanded)
+    cluster.start_client()
+    keys = fill_segment(cluster.client(0))
+    standby = only_standby(cluster)
+    caught_up(cluster, standby, f"{len(keys)} puts filling the writer's segment")
+    answer = cluster.promotable(standby)
+    assert answer["promotable"] is True and answer["keys_restorable"] == len(keys), (
+        f"a standby that applied all {len(keys)} puts, a one-byte object and objects filling "
+        f"the writer's segment to its end, answers promotable={answer['promotable']} with "
+        f"keys_restorable={answer['keys_restorable']} ({dict(answer)}); MP-3 requires true "
+        f"for a context that validates, with the key count it would restore")
+
+
 @pytest.mark.mc_req("MP-1", "MP-5")
 @pytest.mark.mc_requires("master_fault_planting")
 @pytest.mark.mc_demands("promotability")
@@ -452,6 +521,11 @@ def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
         f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({PLANTED[kind]}; "
         f"it serves {len(kept)} objects, not it) without a log line naming it as dropped or "
         f"invalid{restore_lines(cluster, new)}; MP-2 requires the dropped entry be reported")
+    assert kind != "overlap" or not {TEMPLATE, PLANTED_KEY} <= set(kept), (
+        f"the promoted master {new} serves both {TEMPLATE!r} and the planted entry "
+        f"{PLANTED_KEY!r}, whose only memory descriptor overlaps {TEMPLATE!r}'s: one of the two "
+        f"is invalid{restore_lines(cluster, new)}; MP-2 requires the invalid entry be dropped, "
+        f"not restored beside the object it overlaps")
     counted = cluster.metrics(new).get(RESTORE_DROPPED)
     assert counted is None or counted >= 1, (
         f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({PLANTED[kind]}), "
@@ -705,6 +779,12 @@ def test_fresh_standby_reports_the_primarys_sequence_while_it_replays(mc_master_
     proxy.add_toxic(type="latency", attributes={"latency": SLOW_STORE_MS}, name=f"slow-{ha}")
     fresh = cluster.start_master(**{ha: address})
     answers = promotability_answers(cluster, fresh)
+    counts = [a["keys_restorable"] for a in answers]
+    assert all(type(n) is int and n >= 0 for n in counts) and all(
+        a["keys_restorable"] == 0 for a in answers if a["applied_seq"] == 0), (
+        f"the fresh standby's answers while it replayed said it would restore {counts} keys "
+        f"(applied sequences {[a['applied_seq'] for a in answers]}); MP-3 requires the key count "
+        f"it would restore: a count, and none while it has applied nothing")
     judged = [a for a in answers if a["applied_seq"] > 0]
     wrong = [a for a in judged if a["primary_seq"] < primary]
     assert not wrong, (
