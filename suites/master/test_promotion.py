@@ -636,25 +636,31 @@ def test_a_log_of_only_invalid_entries_restores_nothing_and_reports_every_one(mc
         f"requires every dropped entry be reported")
 
 
+BESIDE_VALID = {"overlap_beside_valid": "overlapping k3's memory",
+                "unknown_segment_beside_valid": "on a segment nobody mounted"}
+"""The planted objects of two replicas, one valid: what their invalid replica is."""
+
+
 @pytest.mark.mc_req("MP-2")
 @pytest.mark.mc_requires("master_fault_planting")
-def test_an_invalid_replica_drops_the_replica_not_the_object(mc_master_cluster):
+@pytest.mark.parametrize("kind", sorted(BESIDE_VALID))
+def test_an_invalid_replica_drops_the_replica_not_the_object(mc_master_cluster, kind):
     """MP-2 drops *that entry*: an object of two replicas, one valid and one overlapping
-    another object's memory, survives on its valid replica, and the dropped replica is reported
-    under the object's key."""
+    another object's memory or on a segment nobody mounted, survives on its valid replica, and
+    the dropped replica is reported under the object's key."""
     cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
     keys, leader, standby = soaked_standby(cluster)
-    plant_bad_descriptor(cluster, standby, "overlap_beside_valid")
+    plant_bad_descriptor(cluster, standby, kind)
     cluster.kill_master(leader)
     new, kept = serving_keys(cluster, [*keys, PLANTED_KEY])
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
-        f"an object with one overlapping replica cost {len(lost)} of {len(keys)} valid objects "
-        f"after failover (e.g. {lost[:5]}){restore_lines(cluster, new)}; MP-2 requires the "
-        f"restore drop only the invalid entry")
+        f"an object with one replica {BESIDE_VALID[kind]} cost {len(lost)} of {len(keys)} valid "
+        f"objects after failover (e.g. {lost[:5]}){restore_lines(cluster, new)}; MP-2 requires "
+        f"the restore drop only the invalid entry")
     assert PLANTED_KEY in kept, (
         f"the promoted master {new} dropped the whole object {PLANTED_KEY!r}, whose second "
-        f"replica is valid, for its one replica overlapping k3's memory (it serves "
+        f"replica is valid, for its one replica {BESIDE_VALID[kind]} (it serves "
         f"{len(kept)} objects){restore_lines(cluster, new)}; MP-2 requires the restore drop the "
         f"invalid replica, not the object")
     assert drop_reports(cluster, new, PLANTED_KEY), (
