@@ -737,11 +737,12 @@ def promotability_answers(cluster, fresh: int) -> list:
     return answers
 
 
-def assert_true_means_intact(answers: list, keys: list[str], requirement: str) -> None:
+def assert_true_means_intact(answers: list, keys: list[str], requirement: str,
+                             who: str = "the fresh standby") -> None:
     for answer in answers:
         if answer["promotable"]:
             assert answer["keys_restorable"] == len(keys), (
-                f"the fresh standby said promotable=true while it could restore only "
+                f"{who} said promotable=true while it could restore only "
                 f"{answer['keys_restorable']} of {len(keys)} keys (applied "
                 f"{answer['applied_seq']} of {answer['primary_seq']}); {requirement}")
 
@@ -810,6 +811,53 @@ def test_lag_alone_never_makes_a_standby_promotable(mc_master_cluster):
                                             "never make a standby promotable")
     for field in ("reason", "validation", "applied_seq", "primary_seq"):
         assert field in answers[-1], f"the promotability answer lacks {field!r} (MP-3, MP-5)"
+
+
+LOST_PLACE_WINDOW = 3.0
+"""How long a standby that can no longer follow the OpLog is asked, after it resumed, whether
+it is promotable (many of its polls: the reference's poll every 0.05 s)."""
+
+
+@pytest.mark.mc_req("MP-3", "MP-5")
+@pytest.mark.mc_requires("master_snapshot")
+@pytest.mark.mc_demands("promotability")
+def test_a_standby_that_lost_its_place_in_the_oplog_is_not_promotable(mc_master_cluster):
+    """A caught-up standby is paused while the leader takes writes and the other standby
+    writes a snapshot that trims the OpLog history the paused one has not applied. Resumed, it
+    cannot follow the log (the batches it needs are gone), whatever its state machine says:
+    for LOST_PLACE_WINDOW it must never answer promotable without every key."""
+    cluster = mc_master_cluster(masters=3, clients=1, snapshots=True,
+                                trim_oplog_after_snapshot=True)
+    cluster.leader(timeout=WAIT)
+    standbys = cluster.standbys()
+    assert len(standbys) == 2, f"precondition: two standbys beside the leader, not {standbys}"
+    lost, other = standbys
+    early = put_keys(cluster.client(0), 4)
+    caught_up(cluster, lost, "4 puts before the pause")
+    cluster.pause_master(lost)
+    try:
+        keys = early + put_keys(cluster.client(0), KEYS, prefix="paused")
+        cluster.snapshot(other)
+    finally:
+        cluster.resume_master(lost)
+    answers: list = []
+
+    def said_promotable() -> bool:
+        answers.append(cluster.promotable(lost))
+        return bool(answers[-1]["promotable"])
+
+    try:
+        wait_until(said_promotable, LOST_PLACE_WINDOW, "the standby to say promotable")
+    except Timeout:
+        pass
+    counts = [a["keys_restorable"] for a in answers]
+    assert all(type(n) is int and n >= 0 for n in counts), (
+        f"the standby that lost its place in the OpLog said it would restore {counts} keys; "
+        f"MP-3 requires the key count it would restore")
+    assert_true_means_intact(answers, keys, "MP-3 requires true to mean 'promoted now, I come "
+                                            "up with the index intact', and MP-5 that state "
+                                            "alone never make a standby promotable",
+                             who="the standby that lost its place in the OpLog")
 
 
 @pytest.mark.mc_req("MP-9")
