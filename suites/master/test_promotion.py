@@ -83,20 +83,34 @@ def soaked_standby(cluster, means: str = "master_fault_planting",
     without ``--enable_oplog``: primary sequence 0), the test is n/a naming ``means``, which
     needs a standby that follows one. That probe is made once per deployment and worker
     (``NO_OPLOG``)."""
+    no_oplog_seen(cluster, means)
+    written, leader, standby, lagging = soaked(cluster, keys)
+    if lagging is not None:
+        follows(cluster, standby, written, lagging, means)
+    return written, leader, standby
+
+
+def no_oplog_seen(cluster, means: str) -> None:
+    """n/a naming ``means`` at once where this deployment was seen keeping no OpLog
+    (``NO_OPLOG``)."""
     deployment = deployment_key(cluster)
     if deployment in NO_OPLOG:
         raise TargetLacks(Capability(means), NO_OPLOG[deployment])
-    written, leader, standby, lagging = soaked(cluster, keys)
-    if lagging is None:
-        return written, leader, standby
+
+
+def follows(cluster, standby: int, written: list[str], lagging: str, means: str) -> None:
+    """``standby`` did not catch up with ``written`` (``lagging``: what it reported): n/a naming
+    ``means`` where the leader keeps no OpLog at all (recorded in ``NO_OPLOG``), else a failed
+    precondition."""
     if cluster.replication(standby)["primary_seq"] == 0:
         seen = (f"the leader of {cluster.build} keeps no OpLog after {len(written)} "
                 f"acknowledged puts (its masters run without --enable_oplog=true: the build has "
                 f"no such flag, or the deployment leaves it at its default), so no standby "
                 f"follows it: {lagging}")
         probe = os.environ.get("PYTEST_CURRENT_TEST", "a test").rsplit(" ", 1)[0]
-        NO_OPLOG[deployment] = (f"{seen} (probed in this session by {probe} at "
-                                f"{time.strftime('%H:%M:%S')} on the same deployment)")
+        NO_OPLOG[deployment_key(cluster)] = (
+            f"{seen} (probed in this session by {probe} at {time.strftime('%H:%M:%S')} on the "
+            f"same deployment)")
         raise TargetLacks(Capability(means), seen)
     pytest.fail(f"precondition: {lagging}", pytrace=False)
 
@@ -832,8 +846,11 @@ def test_a_standby_that_lost_its_place_in_the_oplog_is_not_promotable(mc_master_
     standbys = cluster.standbys()
     assert len(standbys) == 2, f"precondition: two standbys beside the leader, not {standbys}"
     lost, other = standbys
+    no_oplog_seen(cluster, "master_snapshot")
     early = put_keys(cluster.client(0), 4)
-    caught_up(cluster, lost, "4 puts before the pause")
+    lagging = behind(cluster, lost, "4 puts before the pause")
+    if lagging is not None:
+        follows(cluster, lost, early, lagging, "master_snapshot")
     cluster.pause_master(lost)
     try:
         keys = early + put_keys(cluster.client(0), KEYS, prefix="paused")
