@@ -846,6 +846,7 @@ def test_a_standby_that_lost_its_place_in_the_oplog_is_not_promotable(mc_master_
     standbys = cluster.standbys()
     assert len(standbys) == 2, f"precondition: two standbys beside the leader, not {standbys}"
     lost, other = standbys
+    cluster.promotable(lost)  # a build with no predicate FAILs here (demanded)
     no_oplog_seen(cluster, "master_snapshot")
     early = put_keys(cluster.client(0), 4)
     lagging = behind(cluster, lost, "4 puts before the pause")
