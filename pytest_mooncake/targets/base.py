@@ -346,11 +346,13 @@ class MasterEndpoint:
         return dict(self.listeners).get(protocol)
 
 
-PLANTED_DESCRIPTORS = ("overlap", "unknown_segment", "malformed", "overlap_beside_valid")
+PLANTED_DESCRIPTORS = ("overlap", "unknown_segment", "malformed", "overlap_beside_valid",
+                       "unknown_segment_beside_valid")
 """The kinds of bad entry ``MasterClusterHandle.plant_bad_descriptor`` plants: a memory
 descriptor overlapping another object's, one on a segment nobody mounted, object metadata
 that is malformed (no descriptor to judge at all), or an object of two replicas, one valid (on
-free memory) and one overlapping another object's (MP-2: the replica goes, not the object)."""
+free memory) and one overlapping another object's or on a segment nobody mounted (MP-2: the
+replica goes, not the object)."""
 
 
 def planted_kind(kind: str) -> str:
@@ -428,7 +430,8 @@ class MasterClusterHandle(Protocol):
         """Replicate an object whose memory descriptor is invalid, modelled on ``victim_key``'s:
         ``kind`` "overlap" overlaps the victim's buffer, "unknown_segment" lies on a segment no
         client mounted, "malformed" is object metadata no restore can use, "overlap_beside_valid" has
-        a second, valid replica beside the overlapping one (``PLANTED_DESCRIPTORS``). Returns
+        a second, valid replica beside the overlapping one, "unknown_segment_beside_valid" one
+        beside a replica on an unmounted segment (``PLANTED_DESCRIPTORS``). Returns
         the entry's sequence id."""
         ...
 

@@ -83,20 +83,34 @@ def soaked_standby(cluster, means: str = "master_fault_planting",
     without ``--enable_oplog``: primary sequence 0), the test is n/a naming ``means``, which
     needs a standby that follows one. That probe is made once per deployment and worker
     (``NO_OPLOG``)."""
+    no_oplog_seen(cluster, means)
+    written, leader, standby, lagging = soaked(cluster, keys)
+    if lagging is not None:
+        follows(cluster, standby, written, lagging, means)
+    return written, leader, standby
+
+
+def no_oplog_seen(cluster, means: str) -> None:
+    """n/a naming ``means`` at once where this deployment was seen keeping no OpLog
+    (``NO_OPLOG``)."""
     deployment = deployment_key(cluster)
     if deployment in NO_OPLOG:
         raise TargetLacks(Capability(means), NO_OPLOG[deployment])
-    written, leader, standby, lagging = soaked(cluster, keys)
-    if lagging is None:
-        return written, leader, standby
+
+
+def follows(cluster, standby: int, written: list[str], lagging: str, means: str) -> None:
+    """``standby`` did not catch up with ``written`` (``lagging``: what it reported): n/a naming
+    ``means`` where the leader keeps no OpLog at all (recorded in ``NO_OPLOG``), else a failed
+    precondition."""
     if cluster.replication(standby)["primary_seq"] == 0:
         seen = (f"the leader of {cluster.build} keeps no OpLog after {len(written)} "
                 f"acknowledged puts (its masters run without --enable_oplog=true: the build has "
                 f"no such flag, or the deployment leaves it at its default), so no standby "
                 f"follows it: {lagging}")
         probe = os.environ.get("PYTEST_CURRENT_TEST", "a test").rsplit(" ", 1)[0]
-        NO_OPLOG[deployment] = (f"{seen} (probed in this session by {probe} at "
-                                f"{time.strftime('%H:%M:%S')} on the same deployment)")
+        NO_OPLOG[deployment_key(cluster)] = (
+            f"{seen} (probed in this session by {probe} at {time.strftime('%H:%M:%S')} on the "
+            f"same deployment)")
         raise TargetLacks(Capability(means), seen)
     pytest.fail(f"precondition: {lagging}", pytrace=False)
 
@@ -267,6 +281,75 @@ def test_standby_exposes_an_honest_promotability_predicate(mc_master_cluster):
         f"{answer['promotable']} with keys_restorable={answer['keys_restorable']} (applied "
         f"{answer['applied_seq']} of {answer['primary_seq']}); MP-3 requires true to mean "
         f"'promoted now, I come up with the index intact'")
+
+
+BURST = 20
+"""Writes, each followed at once by a question to the standby, in the "behind" test below."""
+
+
+@pytest.mark.mc_req("MP-3", "MP-5")
+@pytest.mark.mc_demands("promotability")
+def test_a_standby_behind_the_primary_never_says_promotable(mc_master_cluster):
+    """MP-3's "now": a caught-up standby is asked right after each of a run of writes, before it
+    can have applied them all. An answer that reports fewer entries applied than the primary
+    made durable must not say promotable: promoted then, it would come up without them."""
+    cluster = mc_master_cluster(masters=2, clients=0)
+    cluster.leader(timeout=WAIT)
+    cluster.promotable(only_standby(cluster))  # a build with no predicate FAILs here (demanded)
+    cluster.start_client()
+    _, _, standby = soaked_standby(cluster, "master_cluster", keys=4)
+    client = cluster.client(0)
+    answers = []
+    for i in range(BURST):
+        result = put_fresh(client, f"burst{i}", 64)
+        assert result["ok"], f"precondition: put burst{i} failed on the healthy leader: {result}"
+        answers.append(cluster.promotable(standby))
+    wrong = [a for a in answers if a["promotable"] and a["applied_seq"] < a["primary_seq"]]
+    assert not wrong, (
+        f"asked right after each of {BURST} writes, the standby said promotable=true while "
+        f"reporting it had applied less than the primary's durable sequence in {len(wrong)} of "
+        f"{len(answers)} answers (first: {dict(wrong[0])}); MP-3 requires true to mean "
+        f"'promoted now, I come up with the index intact', and MP-5 that state alone never "
+        f"make a standby promotable")
+
+
+def fill_segment(client, start: int = 64 << 20) -> list[str]:
+    """Put objects through ``client`` until its leader allocates no more: a one-byte object
+    first, then sizes from ``start`` down, each size repeated while it fits and halved when it
+    does not, down to one byte. On a first-fit allocator without alignment (the reference's)
+    the writer's segment ends up full to its last byte. The keys put."""
+    keys = ["fill-1b"]
+    result = put_fresh(client, keys[0], 1)
+    assert result["ok"], f"precondition: a put of a one-byte object failed: {result}"
+    size = start
+    while size >= 1:
+        key = f"fill-{len(keys)}"
+        if put_fresh(client, key, size)["ok"]:
+            keys.append(key)
+        else:
+            size //= 2
+    return keys
+
+
+@pytest.mark.mc_req("MP-3")
+@pytest.mark.mc_demands("promotability")
+def test_a_standby_whose_objects_fill_a_segment_is_promotable(mc_master_cluster):
+    """MP-3's edge of a valid context: objects from one byte up to the last byte the writer's
+    segment has (a full segment, its last object ending where the segment ends). Nothing in it
+    is invalid, so a caught-up standby must say promotable and count every key."""
+    cluster = mc_master_cluster(masters=2, clients=0)
+    cluster.leader(timeout=WAIT)
+    cluster.promotable(only_standby(cluster))  # a build with no predicate FAILs here (demanded)
+    cluster.start_client()
+    keys = fill_segment(cluster.client(0))
+    standby = only_standby(cluster)
+    caught_up(cluster, standby, f"{len(keys)} puts filling the writer's segment")
+    answer = cluster.promotable(standby)
+    assert answer["promotable"] is True and answer["keys_restorable"] == len(keys), (
+        f"a standby that applied all {len(keys)} puts, a one-byte object and objects filling "
+        f"the writer's segment to its end, answers promotable={answer['promotable']} with "
+        f"keys_restorable={answer['keys_restorable']} ({dict(answer)}); MP-3 requires true "
+        f"for a context that validates, with the key count it would restore")
 
 
 @pytest.mark.mc_req("MP-1", "MP-5")
@@ -461,6 +544,11 @@ def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
         f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({PLANTED[kind]}; "
         f"it serves {len(kept)} objects, not it) without a log line naming it as dropped or "
         f"invalid{restore_lines(cluster, new)}; MP-2 requires the dropped entry be reported")
+    assert kind != "overlap" or not {TEMPLATE, PLANTED_KEY} <= set(kept), (
+        f"the promoted master {new} serves both {TEMPLATE!r} and the planted entry "
+        f"{PLANTED_KEY!r}, whose only memory descriptor overlaps {TEMPLATE!r}'s: one of the two "
+        f"is invalid{restore_lines(cluster, new)}; MP-2 requires the invalid entry be dropped, "
+        f"not restored beside the object it overlaps")
     counted = cluster.metrics(new).get(RESTORE_DROPPED)
     assert counted is None or counted >= 1, (
         f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({PLANTED[kind]}), "
@@ -571,25 +659,31 @@ def test_a_log_of_only_invalid_entries_restores_nothing_and_reports_every_one(mc
         f"requires every dropped entry be reported")
 
 
+BESIDE_VALID = {"overlap_beside_valid": "overlapping k3's memory",
+                "unknown_segment_beside_valid": "on a segment nobody mounted"}
+"""The planted objects of two replicas, one valid: what their invalid replica is."""
+
+
 @pytest.mark.mc_req("MP-2")
 @pytest.mark.mc_requires("master_fault_planting")
-def test_an_invalid_replica_drops_the_replica_not_the_object(mc_master_cluster):
+@pytest.mark.parametrize("kind", sorted(BESIDE_VALID))
+def test_an_invalid_replica_drops_the_replica_not_the_object(mc_master_cluster, kind):
     """MP-2 drops *that entry*: an object of two replicas, one valid and one overlapping
-    another object's memory, survives on its valid replica, and the dropped replica is reported
-    under the object's key."""
+    another object's memory or on a segment nobody mounted, survives on its valid replica, and
+    the dropped replica is reported under the object's key."""
     cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
     keys, leader, standby = soaked_standby(cluster)
-    plant_bad_descriptor(cluster, standby, "overlap_beside_valid")
+    plant_bad_descriptor(cluster, standby, kind)
     cluster.kill_master(leader)
     new, kept = serving_keys(cluster, [*keys, PLANTED_KEY])
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
-        f"an object with one overlapping replica cost {len(lost)} of {len(keys)} valid objects "
-        f"after failover (e.g. {lost[:5]}){restore_lines(cluster, new)}; MP-2 requires the "
-        f"restore drop only the invalid entry")
+        f"an object with one replica {BESIDE_VALID[kind]} cost {len(lost)} of {len(keys)} valid "
+        f"objects after failover (e.g. {lost[:5]}){restore_lines(cluster, new)}; MP-2 requires "
+        f"the restore drop only the invalid entry")
     assert PLANTED_KEY in kept, (
         f"the promoted master {new} dropped the whole object {PLANTED_KEY!r}, whose second "
-        f"replica is valid, for its one replica overlapping k3's memory (it serves "
+        f"replica is valid, for its one replica {BESIDE_VALID[kind]} (it serves "
         f"{len(kept)} objects){restore_lines(cluster, new)}; MP-2 requires the restore drop the "
         f"invalid replica, not the object")
     assert drop_reports(cluster, new, PLANTED_KEY), (
@@ -666,11 +760,12 @@ def promotability_answers(cluster, fresh: int) -> list:
     return answers
 
 
-def assert_true_means_intact(answers: list, keys: list[str], requirement: str) -> None:
+def assert_true_means_intact(answers: list, keys: list[str], requirement: str,
+                             who: str = "the fresh standby") -> None:
     for answer in answers:
         if answer["promotable"]:
             assert answer["keys_restorable"] == len(keys), (
-                f"the fresh standby said promotable=true while it could restore only "
+                f"{who} said promotable=true while it could restore only "
                 f"{answer['keys_restorable']} of {len(keys)} keys (applied "
                 f"{answer['applied_seq']} of {answer['primary_seq']}); {requirement}")
 
@@ -714,6 +809,12 @@ def test_fresh_standby_reports_the_primarys_sequence_while_it_replays(mc_master_
     proxy.add_toxic(type="latency", attributes={"latency": SLOW_STORE_MS}, name=f"slow-{ha}")
     fresh = cluster.start_master(**{ha: address})
     answers = promotability_answers(cluster, fresh)
+    counts = [a["keys_restorable"] for a in answers]
+    assert all(type(n) is int and n >= 0 for n in counts) and all(
+        a["keys_restorable"] == 0 for a in answers if a["applied_seq"] == 0), (
+        f"the fresh standby's answers while it replayed said it would restore {counts} keys "
+        f"(applied sequences {[a['applied_seq'] for a in answers]}); MP-3 requires the key count "
+        f"it would restore: a count, and none while it has applied nothing")
     judged = [a for a in answers if a["applied_seq"] > 0]
     wrong = [a for a in judged if a["primary_seq"] < primary]
     assert not wrong, (
@@ -733,6 +834,57 @@ def test_lag_alone_never_makes_a_standby_promotable(mc_master_cluster):
                                             "never make a standby promotable")
     for field in ("reason", "validation", "applied_seq", "primary_seq"):
         assert field in answers[-1], f"the promotability answer lacks {field!r} (MP-3, MP-5)"
+
+
+LOST_PLACE_WINDOW = 3.0
+"""How long a standby that can no longer follow the OpLog is asked, after it resumed, whether
+it is promotable (many of its polls: the reference's poll every 0.05 s)."""
+
+
+@pytest.mark.mc_req("MP-3", "MP-5")
+@pytest.mark.mc_requires("master_snapshot")
+@pytest.mark.mc_demands("promotability")
+def test_a_standby_that_lost_its_place_in_the_oplog_is_not_promotable(mc_master_cluster):
+    """A caught-up standby is paused while the leader takes writes and the other standby
+    writes a snapshot that trims the OpLog history the paused one has not applied. Resumed, it
+    cannot follow the log (the batches it needs are gone), whatever its state machine says:
+    for LOST_PLACE_WINDOW it must never answer promotable without every key."""
+    cluster = mc_master_cluster(masters=3, clients=1, snapshots=True,
+                                trim_oplog_after_snapshot=True)
+    cluster.leader(timeout=WAIT)
+    standbys = cluster.standbys()
+    assert len(standbys) == 2, f"precondition: two standbys beside the leader, not {standbys}"
+    lost, other = standbys
+    cluster.promotable(lost)  # a build with no predicate FAILs here (demanded)
+    no_oplog_seen(cluster, "master_snapshot")
+    early = put_keys(cluster.client(0), 4)
+    lagging = behind(cluster, lost, "4 puts before the pause")
+    if lagging is not None:
+        follows(cluster, lost, early, lagging, "master_snapshot")
+    cluster.pause_master(lost)
+    try:
+        keys = early + put_keys(cluster.client(0), KEYS, prefix="paused")
+        cluster.snapshot(other)
+    finally:
+        cluster.resume_master(lost)
+    answers: list = []
+
+    def said_promotable() -> bool:
+        answers.append(cluster.promotable(lost))
+        return bool(answers[-1]["promotable"])
+
+    try:
+        wait_until(said_promotable, LOST_PLACE_WINDOW, "the standby to say promotable")
+    except Timeout:
+        pass
+    counts = [a["keys_restorable"] for a in answers]
+    assert all(type(n) is int and n >= 0 for n in counts), (
+        f"the standby that lost its place in the OpLog said it would restore {counts} keys; "
+        f"MP-3 requires the key count it would restore")
+    assert_true_means_intact(answers, keys, "MP-3 requires true to mean 'promoted now, I come "
+                                            "up with the index intact', and MP-5 that state "
+                                            "alone never make a standby promotable",
+                             who="the standby that lost its place in the OpLog")
 
 
 @pytest.mark.mc_req("MP-9")

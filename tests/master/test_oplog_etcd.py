@@ -171,3 +171,36 @@ def test_baselines_say_how_they_ended_and_the_standby_acts_on_it(etcd, cluster_i
     finally:
         reader.close()
         session.release()
+
+
+def test_a_caught_up_standby_that_cannot_follow_the_oplog_is_not_promotable(etcd, cluster_id,
+                                                                            mc_etcd):
+    """MP-3/MP-5: a standby past its baseline whose next batches were trimmed away (it can no
+    longer follow the OpLog) answers promotable=false, with that problem as the reason and no
+    key count: what it holds is not the primary's index, whatever its state machine says."""
+    from pytest_mooncake.waits import wait_until
+    from reference_engine.master.master_policies import HonestPromotability, ReplayBaseline
+    from reference_engine.master.standby import HotStandby
+
+    session, store = lead(etcd, cluster_id)
+    prefix = store.commit(store.read_prefix(), BatchRecord(1, 1, (entry(1, "a"),)),
+                          session.view_version)
+    reader = mc_etcd.client(timeout=1.0)
+    standby = HotStandby(OpLogStore(reader, cluster_id), ReplayBaseline(), poll_interval=3600)
+    standby.start()
+    try:
+        wait_until(lambda: standby.baseline_complete, 10, "the standby to complete its baseline")
+        for n, key in ((2, "b"), (3, "c")):
+            prefix = store.commit(prefix, BatchRecord(n, n, (entry(n, key),)),
+                                  session.view_version)
+        assert store.trim(2) == 2
+        assert standby.poll_once() is False
+        problem = standby.status().problem
+        assert problem and "expected batch 2" in problem, standby.status()
+        verdict = HonestPromotability().assess(standby)
+        assert (verdict.promotable, verdict.reason, verdict.keys_restorable) == (
+            False, problem, 0), verdict
+    finally:
+        standby.stop()
+        reader.close()
+        session.release()

@@ -73,6 +73,15 @@ def test_object_with_one_bad_replica_keeps_the_good_one():
     assert [d.kind for d in report.dropped] == ["replica"]
 
 
+def test_object_with_one_replica_on_an_unknown_segment_keeps_the_good_one():
+    objects = good(2)
+    objects["two"] = obj(("b:1", 50_000, 100), ("zz:1", 1000, 100))
+    index, report = restore(ctx(objects), partial=True)
+    assert index.exists("two") and len(index.objects["two"].replicas) == 1
+    assert [(d.key, d.kind, d.replica_id) for d in report.dropped] == [("two", "replica", 2)]
+    assert "unknown segment" in report.dropped[0].reason and not report.ok
+
+
 @pytest.mark.parametrize(
     "bad, reason",
     [
@@ -81,6 +90,7 @@ def test_object_with_one_bad_replica_keeps_the_good_one():
         (obj(("a:1", 10_950, 100)), "outside segment"),
         ({"corrupt": True}, "undecodable"),
         ({"size": -1, "replicas": []}, "size"),
+        (obj(("a:1", 1000, 0), size=0), "size"),
         (obj(("a:1", 1000, 100), status="REMOVED"), "no live replica"),
     ],
 )
@@ -98,8 +108,11 @@ def test_bad_segments_are_dropped_and_their_objects_with_them():
     assert report.keys_restorable == 1
 
 
-def test_capacity_overcommit_is_reported():
-    small = SegmentInfo("s", "a:1", 1000, 150)
+@pytest.mark.parametrize("capacity", [150, 199])
+def test_capacity_overcommit_is_reported(capacity):
+    """Two 100-byte replicas at one address: 200 bytes on a segment of ``capacity`` (199: over
+    by one byte), reported as an overcommit besides the overlap."""
+    small = SegmentInfo("s", "a:1", 1000, capacity)
     objects = {"a": obj(("a:1", 1000, 100)), "b": obj(("a:1", 1000, 100))}
     report = validate(ctx(objects, (small,)))
     assert any("capacity" in d.reason for d in report.dropped)

@@ -110,7 +110,7 @@ def test_the_planted_segment_is_one_nobody_mounted_and_keeps_the_length():
 def test_an_unknown_kind_of_planted_descriptor_is_refused_naming_the_known_ones():
     assert planted_kind("unknown_segment") == "unknown_segment"
     with pytest.raises(ValueError, match=r"unknown kind 'torn' \(known: overlap, unknown_segment, malformed, "
-                                         r"overlap_beside_valid\)"):
+                                         r"overlap_beside_valid, unknown_segment_beside_valid\)"):
         planted_kind("torn")
 
 
@@ -167,6 +167,17 @@ def test_the_object_beside_a_valid_replica_holds_the_spare_then_the_overlapping_
                     f"[{K3_ADDRESS + 32:#x}, +64) over [{K3_ADDRESS:#x}, +64)")
     with pytest.raises(UndecodablePayload, match="no replica of the victim's metadata is at"):
         beside_valid(victim, spare, K3_ADDRESS + 8, 64)
+
+
+def test_the_object_beside_a_valid_replica_can_hold_the_victims_replica_on_another_segment():
+    victim = decode_batch(WRITTEN_BY_0_3_13).entries[0].payload
+    spare = base64.b64decode(ONE_AND_TWO_REPLICAS["0.3.13.post1"][0])
+    planted, what = beside_valid(victim, spare, K3_ADDRESS, 64, "127.0.0.1:22999")
+    freed, elsewhere = decode_object_payload(planted).replicas
+    assert freed == decode_object_payload(spare).replicas[0]
+    (own,) = decode_object_payload(victim).replicas
+    assert memory_buffer(elsewhere) == {**memory_buffer(own), "f3": "127.0.0.1:22999"}
+    assert what.endswith(f"beside [{K3_ADDRESS:#x}, +64) on 127.0.0.1:22999")
 
 
 @pytest.mark.parametrize("damage, said", [

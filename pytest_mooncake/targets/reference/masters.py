@@ -582,9 +582,9 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         leader's own index) an object whose memory descriptor overlaps ``victim_key``'s
         (``kind`` "overlap") or lies on a segment nobody mounted ("unknown_segment"), or whose
         metadata is malformed ("malformed": a size of 0, no replica), or an object of two
-        replicas ("overlap_beside_valid"): the overlapping one and a valid one on memory freed
-        just before (a spare object the planter puts and removes). Returns the entry's
-        sequence id."""
+        replicas ("overlap_beside_valid", "unknown_segment_beside_valid"): the overlapping one,
+        or one on a segment nobody mounted, and a valid one on memory freed just before (a
+        spare object the planter puts and removes). Returns the entry's sequence id."""
         planted_kind(kind)
         client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
         self._attach(client)
@@ -595,7 +595,7 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
                           if kind in ("overlap", "overlap_beside_valid")
                           else [f"unmounted-{endpoint}", address, size])
             replicas = [{"id": 10**9, "status": "COMPLETE", "descriptors": [descriptor]}]
-            if kind == "overlap_beside_valid":
+            if kind in ("overlap_beside_valid", "unknown_segment_beside_valid"):
                 replicas.insert(0, {"id": 10**9 + 1, "status": "COMPLETE",
                                     "descriptors": [_freed_range(client, f"{key}-spare", size)]})
             payload = ({"client_id": "planter", "size": 0, "replicas": []} if kind == "malformed"

@@ -249,9 +249,10 @@ class MooncakeMasters:
         made from ``victim_key``'s own last PUT_END payload: its buffer address moved half its
         size up (``kind`` "overlap"), its segment's endpoint swapped for one nobody mounted
         ("unknown_segment"), cut in half so it no longer decodes ("malformed"), or two replicas
-        ("overlap_beside_valid"): a valid one on memory a spare object held (put through store
-        client 0 and removed again, both logged before the planted entry) and the overlapping
-        one. The leader's index is not touched; a standby replays the entry.
+        ("overlap_beside_valid", "unknown_segment_beside_valid"): a valid one on memory a spare
+        object held (put through store client 0 and removed again, both logged before the
+        planted entry) and the overlapping one, or the victim's on a segment nobody mounted.
+        The leader's index is not touched; a standby replays the entry.
         Returns its sequence id; ``TargetLacks`` with what the probe of the etcd keys found
         where the build keeps no such OpLog or no entry for the victim."""
         planted_kind(kind)
@@ -262,8 +263,9 @@ class MooncakeMasters:
                 raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
                     f"mooncake_master of {self.build} ({self.where}) logged no PUT_END for "
                     f"{victim_key!r} in {oplog.root}batches/: no descriptor of it to plant from"))
-            payload = (self._beside_valid(victim_key, puts[-1].payload, f"{key}-spare", oplog)
-                       if kind == "overlap_beside_valid"
+            payload = (self._beside_valid(victim_key, puts[-1].payload, f"{key}-spare", oplog,
+                                          elsewhere=kind == "unknown_segment_beside_valid")
+                       if kind.endswith("_beside_valid")
                        else self._bad_payload(victim_key, puts[-1].payload, kind))
             return oplog.append([planting.OpLogEntry(planting.PUT_END, puts[-1].tenant, key,
                                                      payload)])
@@ -313,11 +315,7 @@ class MooncakeMasters:
             address, size = self._memory_of(victim_key, replica)
             moved, _ = planting.shifted_descriptor(payload, address, size)
             return moved
-        endpoint = replica[0].get("transport_endpoint_") if replica else None
-        if not isinstance(endpoint, str):
-            raise ObservationFailed(f"the replica of {victim_key!r} the serving leader reports",
-                                    f"no transport_endpoint_ in {replica}")
-        mounted = {str(s.get("te_endpoint")) for s in self.segments_detail()}
+        endpoint, mounted = self._segment_of(victim_key, replica)
         try:
             moved, _ = planting.moved_to_unmounted_segment(payload, endpoint, mounted)
         except ValueError as exc:
@@ -325,6 +323,15 @@ class MooncakeMasters:
                 f"mooncake_master of {self.build}: {exc}, so the planter cannot tell where its "
                 f"segment is said")) from None
         return moved
+
+    def _segment_of(self, key: str, replica: list[dict[str, Any]]) -> tuple[str, set[str]]:
+        """The segment endpoint of the replica the serving leader reports for ``key``, and the
+        endpoints of every mounted segment."""
+        endpoint = replica[0].get("transport_endpoint_") if replica else None
+        if not isinstance(endpoint, str):
+            raise ObservationFailed(f"the replica of {key!r} the serving leader reports",
+                                    f"no transport_endpoint_ in {replica}")
+        return endpoint, {str(s.get("te_endpoint")) for s in self.segments_detail()}
 
     def _memory_of(self, key: str, replica: list[dict[str, Any]]) -> tuple[int, int]:
         """(buffer address, size) of the replica the serving leader reports for ``key``."""
@@ -334,11 +341,17 @@ class MooncakeMasters:
         return replica[0]["buffer_address_"], int(replica[0].get("size_", 1))
 
     def _beside_valid(self, victim_key: str, payload: bytes, spare: str,
-                      oplog: planting.OpLogInEtcd) -> bytes:
+                      oplog: planting.OpLogInEtcd, elsewhere: bool = False) -> bytes:
         """Two replicas from PUT_END payloads the build wrote: the ``spare`` object's, put
         through store client 0 and removed again (its memory then held by nothing), and the
-        victim's own with its address moved half its size up (``planting.beside_valid``)."""
-        address, size = self._memory_of(victim_key, self._replicas(victim_key)[:1])
+        victim's own with its address moved half its size up, or (``elsewhere``) on a segment
+        endpoint nobody mounted (``planting.beside_valid``)."""
+        replica = self._replicas(victim_key)[:1]
+        address, size = self._memory_of(victim_key, replica)
+        unmounted = None
+        if elsewhere:
+            endpoint, mounted = self._segment_of(victim_key, replica)
+            unmounted = planting.unmounted_endpoint(endpoint, mounted)
         client = self.client(0)
         put = client.put(spare, size)
         if not put["ok"]:
@@ -359,7 +372,7 @@ class MooncakeMasters:
             raise ObservationFailed(f"the forced remove of the planter's spare object {spare!r} "
                                     f"through the healthy leader", str(removed))
         try:
-            planted, _ = planting.beside_valid(payload, logged[-1], address, size)
+            planted, _ = planting.beside_valid(payload, logged[-1], address, size, unmounted)
         except planting.UndecodablePayload as exc:
             # our codec's gap, not a means the build lacks: nothing judged (error, never n/a)
             raise PreconditionUnestablished(

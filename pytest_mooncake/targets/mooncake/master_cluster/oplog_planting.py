@@ -215,11 +215,17 @@ def moved_to_unmounted_segment(payload: bytes, endpoint: str, mounted: set[str])
     if payload.count(needle) != 1:
         raise ValueError(f"the endpoint {endpoint!r} occurs {payload.count(needle)} times in the "
                          f"victim's metadata, not once")
+    other = unmounted_endpoint(endpoint, mounted)
+    return payload.replace(needle, other.encode()), f"on {other}, a segment nobody mounted"
+
+
+def unmounted_endpoint(endpoint: str, mounted: set[str]) -> str:
+    """An endpoint of the same length as ``endpoint`` (the same host, another port with as many
+    digits) that no segment in ``mounted`` has."""
     host, _, port = endpoint.rpartition(":")
     low, high = 10 ** (len(port) - 1), 10 ** len(port)
-    other = next(f"{host}:{p}" for p in (*range(int(port) + 1, high), *range(low, int(port)))
-                 if f"{host}:{p}" not in mounted)
-    return payload.replace(needle, other.encode()), f"on {other}, a segment nobody mounted"
+    return next(f"{host}:{p}" for p in (*range(int(port) + 1, high), *range(low, int(port)))
+                if f"{host}:{p}" not in mounted)
 
 
 # ------------------------------------------------------------------------- object metadata
@@ -318,21 +324,27 @@ def memory_buffer(replica: Any) -> dict[str, Any]:
     raise UndecodablePayload(f"replica {replica} is no memory replica")
 
 
-def beside_valid(victim: bytes, spare: bytes, address: int, size: int) -> tuple[bytes, str]:
+def beside_valid(victim: bytes, spare: bytes, address: int, size: int,
+                 elsewhere: str | None = None) -> tuple[bytes, str]:
     """An object of two replicas made from PUT_END payloads the build wrote: the ``spare``'s
     replica (memory of ``size`` bytes no object holds once the spare is removed) first, then
     the ``victim``'s own replica with its buffer ``address`` moved half ``size`` up, so it
-    overlaps the victim's memory. Returns the payload and what its two replicas are."""
+    overlaps the victim's memory, or, given ``elsewhere`` (a segment endpoint nobody mounted),
+    at the victim's address on that segment. Returns the payload and what its two replicas
+    are."""
     object_ = decode_object_payload(victim)
     (valid,) = decode_object_payload(spare).replicas
     own = next((r for r in object_.replicas if memory_buffer(r)["f1"] == address), None)
     if own is None:
         raise UndecodablePayload(f"no replica of the victim's metadata is at {address:#x}: "
                                  f"{object_.replicas}")
-    moved = overlapping_address(address, size)
     buffer = memory_buffer(own)
-    overlapping = {**own, "f1": (0, {**own["f1"][1], "f0": {**buffer, "f1": moved}})}
+    if elsewhere is None:
+        moved = overlapping_address(address, size)
+        bad, said = {**buffer, "f1": moved}, f"[{moved:#x}, +{size}) over [{address:#x}, +{size})"
+    else:
+        bad, said = {**buffer, "f3": elsewhere}, f"[{address:#x}, +{size}) on {elsewhere}"
+    invalid = {**own, "f1": (0, {**own["f1"][1], "f0": bad})}
     freed = memory_buffer(valid)
-    return (object_.with_replicas([valid, overlapping]).encode(),
-            f"[{freed['f1']:#x}, +{freed['f0']}) on {freed['f3']}, freed, beside "
-            f"[{moved:#x}, +{size}) over [{address:#x}, +{size})")
+    return (object_.with_replicas([valid, invalid]).encode(),
+            f"[{freed['f1']:#x}, +{freed['f0']}) on {freed['f3']}, freed, beside {said}")
