@@ -277,11 +277,15 @@ def _anchor(lines: list[str], line: int, old: str, new: str, text: str) -> tuple
         start -= 1
 
 
-def mutant_id(edit: Edit) -> str:
+def mutant_id(edit: Edit, occurrence: int = 1) -> str:
     """``module~function~operator~hash``: no requirement in it, so widening the scope of a
-    function keeps its mutants' ids (and their triage)."""
-    digest = hashlib.sha1("\0".join((edit.file, edit.function, edit.old_line.strip(),
-                                     edit.new_line.strip())).encode()).hexdigest()[:8]
+    function keeps its mutants' ids (and their triage). ``occurrence``: the same edit of a line
+    the function holds more than once (two identical ``return`` lines) is the n-th such mutant;
+    the first keeps the plain hash."""
+    parts = [edit.file, edit.function, edit.old_line.strip(), edit.new_line.strip()]
+    if occurrence > 1:
+        parts.append(f"occurrence {occurrence}")
+    digest = hashlib.sha1("\0".join(parts).encode()).hexdigest()[:8]
     return f"{Path(edit.file).stem}~{edit.function}~{edit.operator}~{digest}"
 
 
@@ -295,7 +299,7 @@ def generate(root: Path, operators: tuple[str, ...] = OPERATORS) -> list[Mutant]
             owners.setdefault(target, []).append(req)
     tested = load_tested(root)
     mutants: list[Mutant] = []
-    seen: set[str] = set()
+    seen: dict[str, list[int]] = {}  # plain id -> the lines it was generated at
     texts: dict[str, str] = {}
     for target in sorted(owners):
         reqs = tuple(sorted(owners[target], key=_req_key))
@@ -305,10 +309,11 @@ def generate(root: Path, operators: tuple[str, ...] = OPERATORS) -> list[Mutant]
             text = texts.setdefault(edit.file, (root / edit.file).read_text("utf-8"))
             find, replace = _anchor(text.splitlines(), edit.line, edit.old_line, edit.new_line,
                                     text)
-            mid = mutant_id(edit)
-            if mid in seen:
-                continue
-            seen.add(mid)
+            lines = seen.setdefault(mutant_id(edit), [])
+            if edit.line in lines:
+                continue  # the same edit of the same line, generated twice
+            lines.append(edit.line)
+            mid = mutant_id(edit, len(lines))
             mutants.append(Mutant(
                 mid, reqs, "boundary" if edit.operator in ("compare", "constant") else "logic",
                 f"mechanical {edit.operator} at {edit.file}:{edit.line} in {edit.function}",
