@@ -33,8 +33,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from pytest_mooncake.report.expectations import (  # noqa: E402
+    ExpectationError,
+    judge,
+    load_expectations,
+)
 from pytest_mooncake.report.marked_region import Markers, update_page  # noqa: E402
 from pytest_mooncake.report.profile_differences import phrase, profile_differences  # noqa: E402
+from pytest_mooncake.report.report_columns import columns as report_columns  # noqa: E402
 from pytest_mooncake.targets.mooncake.profile_strategies import split_profile  # noqa: E402
 
 PAGE = ROOT / "docs" / "reference" / "release-matrix.md"
@@ -390,9 +396,35 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
                 "build):", "", "| column | pair | requirement | verdict |", "|---|---|---|---|"]
         out += [f"| {header_of(c, vers.get(c))} | {md(pair)} | {req} | {cell(entry)} |"
                 for c, pair, req, entry in pairs]
+    again = judged_again(doc)
+    if again:
+        out += ["", "Judged again since this run: cells where the shipped expectations "
+                "(`pytest_mooncake/data/expectations/`, this run laid over by the later "
+                "stored runs `scripts/generate_expectations.py` names) expect another "
+                "verdict. Trust these over the table above:", ""]
+        out += [f"- {md(line)}" for line in again]
     for build in builds:
         out += _build_section(doc, build, header_of(build, vers.get(build)), reqs)
     return "\n".join(out).rstrip() + "\n"
+
+
+def judged_again(doc: Mapping[str, Any]) -> list[str]:
+    """One line per cell of the report whose verdict its matrix's shipped expectations no
+    longer expect (a later stored run judged it again); none for a report of no shipped
+    matrix."""
+    try:
+        expectations = load_expectations(str(doc.get("matrix") or ""))
+    except (ExpectationError, OSError, ValueError):
+        return []
+    out = []
+    for m in judge(report_columns(doc), expectations).mismatches:
+        where = f"{m.requirement} [pair {m.pair}]" if m.pair else m.requirement
+        where += f" {m.test.split('::')[-1]}" if m.test else ""
+        out.append(f"{where} on {short(m.column)}: {m.got} in this run, "
+                   f"{m.expected.text()} since"
+                   + (f" ({m.expected.reason[:140].rstrip('.')}...)" if m.expected.reason
+                      else ""))
+    return out
 
 
 def _build_section(doc: Mapping[str, Any], build: str, name: str, reqs: list[str]) -> list[str]:

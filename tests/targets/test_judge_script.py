@@ -221,3 +221,19 @@ def test_judging_one_build_judges_it_also_with_its_own_defaults(tmp_path):
     assert 'target = "mooncake==0.3.13.post1@defaults"' in matrix
     given = Path(judge.matrix_argument("mooncake==0.3.13.post1@ha-snapshot", tmp_path)).read_text()
     assert "@defaults" not in given and "@ha-snapshot" in given
+
+
+def test_cells_a_later_stored_run_judged_again_are_listed_under_the_table():
+    """The stored release matrix ran before the restart-gap run FAILed MR-17 on 0.3.14: the
+    page names that cell (and its pairs) with the verdict expected since; a report of no
+    shipped matrix lists nothing."""
+    doc = json.loads((ROOT / "fixtures" / "reports" / "releases.json").read_text())
+    again = judge.judged_again(doc)
+    assert any(line.startswith("MR-17 on 0.3.14: pass in this run, FAIL since") for line in again)
+    assert any(line.startswith("MR-17 [pair old=0.3.13.post1-new=0.3.14] on 0.3.14: pass in "
+                               "this run, FAIL since") for line in again)
+    assert not any(line.startswith("MR-17 on 0.3.13") for line in again)
+    page = judge.render(doc, judge.load_titles())
+    assert "Judged again since this run" in page
+    assert judge.judged_again(REPORT) == []
+    assert "Judged again since this run" not in judge.render(REPORT, judge.load_titles())
