@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pytest_mooncake.planting import described
 from pytest_mooncake.waits import Timeout, wait_until
 
 WAIT = 10.0
@@ -116,7 +117,7 @@ def keeps_transferring(reader, writer, step: str, payload: bytes, metadata=None)
         seen = f"{len(failed)} writes tried, the last: {failed[-1]}" if failed else "no write"
         if metadata is not None:
             seen += (f"; the store held {stored(metadata, 'seg-w')} and the reader's lookup "
-                     f"returned {reader.lookup('seg-w')}")
+                     f"returned {described(reader.lookup('seg-w'))}")
         pytest.fail(f"rolling upgrade, step '{step}': the reader's writes stopped reaching the "
                     f"writer for {WAIT:g}s ({seen}); MR-17 requires a mixed cluster keep "
                     f"transferring at every step of the rollout order (readers, then writers, "
