@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,10 @@ def test_every_fence_says_whether_it_runs() -> None:
 @pytest.mark.parametrize("example", RUNNABLE, ids=lambda e: e.id)
 def test_example_runs(example: Example, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     if example.lang == "bash":
-        run(["bash", "-euo", "pipefail", "-c", example.body], example, tmp_path)
+        # a short TMPDIR: an example's mktemp dir may hold unix sockets (108-byte paths), and
+        # tmp_path grows with pytest's run counter and the example's id
+        with tempfile.TemporaryDirectory(prefix="mc-doc-", dir="/tmp") as short:
+            run(["bash", "-euo", "pipefail", "-c", example.body], example, Path(short))
     elif example.is_test_file:
         pytester = request.getfixturevalue("pytester")  # only here: it moves HOME and the cwd
         pytester.makepyfile(test_doc_example=example.body)
