@@ -268,9 +268,15 @@ def load_or_build(path: Path, key: str, make: Callable[[], ReachMap],
     return made
 
 
+def _unparametrized(nodeid: str) -> str:
+    """A node id without its parameters: a kill judged before its test was parametrized
+    stands for each of the test's cases."""
+    return nodeid.split("[", 1)[0]
+
+
 def order_killers_first(tests: list[str], killers: dict[str, int]) -> list[str]:
     """``tests`` with those that killed more of the function's other mutants first (stable)."""
-    return sorted(tests, key=lambda n: -killers.get(n, 0))
+    return sorted(tests, key=lambda n: -(killers.get(n, 0) or killers.get(_unparametrized(n), 0)))
 
 
 def check_kills(reach: ReachMap, kills: Iterable[tuple[str, str, str]]) -> list[str]:
@@ -278,8 +284,9 @@ def check_kills(reach: ReachMap, kills: Iterable[tuple[str, str, str]]) -> list[
     function: where the map under-approximates (a path some runs take)."""
     out = []
     for mid, function, killer in kills:
-        if reach.selects(function) and "::" in killer and killer not in reach.tests.get(
-                function, ()):
+        listed = reach.tests.get(function, ())
+        if reach.selects(function) and "::" in killer and killer not in listed and not any(
+                _unparametrized(t) == killer for t in listed):
             out.append(f"{mid}: killed by {killer}, which the reach map does not list for "
                        f"{function}")
     return out

@@ -147,6 +147,20 @@ def test_selection_keeps_only_the_requirements_tests_and_puts_killers_first():
         "m2: killed by d::e, which the reach map does not list for f"]
 
 
+def test_a_kill_judged_before_its_test_was_parametrized_stands_for_its_cases():
+    reach = ReachMap("k", tests={"f": ["s::a", "s::p[x]", "s::p[y]"]}, everywhere=set(),
+                     instrumented={"f"}, requirements={"s::a": ["MR-1"], "s::p[x]": ["MR-1"],
+                                                       "s::p[y]": ["MR-1"]})
+    assert order_killers_first(reach.judging("f", ["MR-1"]), {"s::p": 3}) == [
+        "s::p[x]", "s::p[y]", "s::a"]
+    assert check_kills(reach, [("m1", "f", "s::p"), ("m2", "f", "s::p[z]"),
+                               ("m3", "f", "s::pq")]) == [
+        "m2: killed by s::p[z], which the reach map does not list for f",
+        "m3: killed by s::pq, which the reach map does not list for f"]
+    assert check_kills(reach, [("m2", "f", "d::e")]) == [
+        "m2: killed by d::e, which the reach map does not list for f"]
+
+
 def test_a_reach_map_run_selects_tests_across_processes_and_skips_the_unreached(tmp_path):
     repo = toy_repo(tmp_path)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
