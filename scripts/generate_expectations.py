@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,27 @@ def profiled_columns(source: Path) -> list[tuple[str, Column, str, tuple[str, ..
     return out
 
 
+def requirement_entry(value: str | dict[str, Any], verdict: str,
+                      expected_before: tuple[str, ...] | None,
+                      seen_reason: Callable[[], str]) -> str | dict[str, Any]:
+    """A requirement's entry as written: the reason of a verdict the runs no longer give is
+    dropped (an entry left with its verdict alone is written inline, as a new one is, so a
+    second run writes the same file); a FAIL, n/a or error without a reason gets what the run
+    saw."""
+    if expected_before and verdict not in expected_before and isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k != "reason"}
+        if set(value) == {"verdict"}:
+            value = value["verdict"]
+    if verdict in ("FAIL", "n/a", "error") and (
+            isinstance(value, str) or not value.get("reason")):
+        reason = seen_reason()
+        if reason:
+            value = value if isinstance(value, dict) else {"verdict": value}
+            value = {"verdict": value["verdict"], "reason": reason,
+                     **{k: v for k, v in value.items() if k not in ("verdict", "reason")}}
+    return value
+
+
 def documents() -> dict[Path, str]:
     order = load_catalogue().order
     out: dict[Path, str] = {}
@@ -210,20 +231,11 @@ def documents() -> dict[Path, str]:
                 continue  # the releases matrix's column wins over the single release run's
             old = load_expectations(str(path)).single if path.is_file() else None
             doc = updated_document(column, old, profile, order)
-            for req, value in doc["requirements"].items():
+            for req, value in list(doc["requirements"].items()):
                 before = old.requirements.get(req) if old else None
-                if (before and column.verdict(req) not in before.verdicts
-                        and isinstance(value, dict)):
-                    value.pop("reason", None)  # it explained the verdict the runs no longer give
-                if column.verdict(req) in ("FAIL", "n/a", "error") and (
-                        isinstance(value, str) or not value.get("reason")):
-                    reason = seen(column, req)
-                    if reason:
-                        value = value if isinstance(value, dict) else {"verdict": value}
-                        doc["requirements"][req] = {"verdict": value["verdict"],
-                                                    "reason": reason,
-                                                    **{k: v for k, v in value.items()
-                                                       if k not in ("verdict", "reason")}}
+                doc["requirements"][req] = requirement_entry(
+                    value, column.verdict(req), before.verdicts if before else None,
+                    lambda req=req: seen(column, req))
             kept = leading_comments(path)
             if not kept or kept.startswith(GENERATED_HEADER):
                 kept = header(column, source, profile, runs) + "\n"

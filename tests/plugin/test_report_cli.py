@@ -328,3 +328,17 @@ def test_the_examples_of_docs_ci_md_are_valid_expectations_files(tmp_path: Path)
         path = tmp_path / f"example{i}.toml"
         path.write_text(block)
         check_catalogue(load_expectations(str(path)), load_catalogue())
+
+
+def test_a_reason_the_runs_no_longer_give_is_dropped_and_the_entry_written_inline() -> None:
+    entry = _generator().requirement_entry
+    was_fail = {"verdict": "pass", "reason": "0 of 40 objects after failover"}
+    first = entry(was_fail, "pass", ("FAIL",), lambda: "unused")
+    assert first == "pass"  # as a requirement written for the first time
+    assert entry(first, "pass", ("pass",), lambda: "unused") == "pass"  # the second run: same
+    kept = entry({"verdict": "pass", "reason": "r", "issue": "#7"}, "pass", ("FAIL",), str)
+    assert kept == {"verdict": "pass", "issue": "#7"}
+    assert entry("FAIL", "FAIL", None, lambda: "seen: x") == {"verdict": "FAIL",
+                                                               "reason": "seen: x"}
+    assert entry({"verdict": "FAIL", "reason": "mine"}, "FAIL", ("FAIL",), str) == {
+        "verdict": "FAIL", "reason": "mine"}
