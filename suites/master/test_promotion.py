@@ -13,6 +13,7 @@ import json
 import os
 import re
 import time
+from typing import Any
 
 import pytest
 
@@ -255,6 +256,65 @@ def test_soaked_standby_survives_leader_crash_with_every_object(mc_master_cluste
         f"{missing[:10]}; removed before the crash yet back in the index: {back[:10]}; "
         + (f"before the crash: {before}; " if before else "")
         + "MP-6 requires every object survive, with the index intact")
+
+
+LATE = 5
+"""Objects put just before the crash, with no wait for the standby."""
+
+
+def slow_leader(cluster, mc_target, mc_faults, request) -> tuple[Any, int, int]:
+    """A leader whose HA store is reached through a fault proxy (started as a standby on the
+    proxy's address, then handed leadership by a graceful stop of the first leader) and a
+    standby that applied everything it wrote: (the proxy, leader, standby)."""
+    ha = mc_target.deployment_backends()["ha"]
+    store = (request.getfixturevalue("mc_redis").address if ha == "redis"
+             else request.getfixturevalue("mc_etcd").endpoints[0])
+    proxy, address = mc_faults.proxy(f"leader-store-{ha}", store)
+    first = cluster.leader(timeout=WAIT)
+    proxied = cluster.start_master(**{ha: address})
+    cluster.stop_master(first)
+    leader = cluster.leader(timeout=2 * WAIT)
+    assert leader == proxied, (
+        f"precondition: after the first leader's graceful stop, master {leader} serves, not "
+        f"master {proxied} (the one reaching its HA store through the proxy)")
+    return proxy, leader, cluster.start_master()
+
+
+@pytest.mark.mc_req("MP-6")
+def test_writes_acknowledged_just_before_the_crash_survive_it(mc_master_cluster, mc_target,
+                                                               mc_faults, request):
+    """MP-6's "every object" at the crash's edge: the leader's HA store answers slowly
+    (SLOW_STORE_MS), and the leader is killed the moment it has acknowledged its last puts and
+    then removes. An acknowledged write is one the index keeps, so the standby that takes over
+    must serve the late puts and not the late removes; a leader that answers before its log
+    entry is durable loses them (the kill lands while the entry is still on its way)."""
+    cluster = mc_master_cluster(masters=1, clients=0)
+    proxy, leader, standby = slow_leader(cluster, mc_target, mc_faults, request)
+    cluster.start_client()
+    written = put_keys(cluster.client(0), KEYS)
+    lagging = behind(cluster, standby, f"{KEYS} acknowledged puts")
+    proxy.add_toxic(type="latency", attributes={"latency": SLOW_STORE_MS}, name="slow-leader")
+    client = cluster.client(0)
+    late_put = put_keys(client, LATE, prefix="late")
+    late_removed = written[1::8]
+    for key in late_removed:  # the last acknowledged write before the kill is a remove
+        result = client.remove(key, force=True)
+        assert result["ok"], f"precondition: remove {key} failed on the healthy leader: {result}"
+    cluster.kill_master(leader)
+    proxy.destroy_toxic("slow-leader")
+    expected = [k for k in written if k not in late_removed] + late_put
+    new, kept = serving_keys(cluster, expected, timeout=2 * WAIT)
+    lost = sorted(set(late_put) - set(kept))
+    back = sorted(set(late_removed) & set(kept))
+    older = sorted(set(expected) - set(late_put) - set(kept))
+    assert kept == sorted(expected), (
+        f"the leader, its HA store answering in {SLOW_STORE_MS} ms, was killed right after "
+        f"acknowledging {len(late_put)} puts and then {len(late_removed)} removes; the standby "
+        f"that took over (master {new}) serves {len(kept)} objects of the {len(expected)} left: "
+        f"acknowledged puts missing: {lost}; acknowledged removes undone: {back}; older objects "
+        f"missing: {older[:10]}" + (f"; before the late writes: {lagging}" if lagging else "")
+        + restore_lines(cluster, new) + "; MP-6 requires every object survive, with the index "
+        "intact")
 
 
 @pytest.mark.mc_req("MP-6")

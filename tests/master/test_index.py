@@ -151,3 +151,14 @@ def test_client_ttl():
     assert clients.expire(now=4.0) == []
     assert clients.expire(now=5.0) == ["c"]
     assert clients.ping("c", now=5.0) is ClientStatus.NEED_REMOUNT
+
+
+def test_a_put_takes_as_many_replicas_as_it_asks_for_and_no_more():
+    """Placement stops at the replica count: with three OK segments, one replica takes memory
+    on one segment only, two on two (the others' allocators untouched)."""
+    index = make_index("a:1", "b:1", "c:1")
+    one = put(index, "one", replicas=1)
+    two = put(index, "two", replicas=2)
+    assert len(one.meta.replicas) == 1 and len(two.meta.replicas) == 2
+    used = {seg.endpoint: seg.allocator.used for seg in index.segments._segments.values()}
+    assert sum(used.values()) == 300, used  # three replicas of 100 bytes, nothing more

@@ -70,7 +70,7 @@ def test_object_with_one_bad_replica_keeps_the_good_one():
     objects["two"] = obj(("b:1", 50_000, 100), ("a:1", 1000, 100))
     index, report = restore(ctx(objects), partial=True)
     assert index.exists("two") and len(index.objects["two"].replicas) == 1
-    assert [d.kind for d in report.dropped] == ["replica"]
+    assert [(d.key, d.kind, d.replica_id) for d in report.dropped] == [("two", "replica", 2)]
 
 
 def test_object_with_one_replica_on_an_unknown_segment_keeps_the_good_one():
