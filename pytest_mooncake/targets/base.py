@@ -347,12 +347,13 @@ class MasterEndpoint:
 
 
 PLANTED_DESCRIPTORS = ("overlap", "unknown_segment", "malformed", "overlap_beside_valid",
-                       "unknown_segment_beside_valid")
+                       "unknown_segment_beside_valid", "overlap_on_every_replica")
 """The kinds of bad entry ``MasterClusterHandle.plant_bad_descriptor`` plants: a memory
 descriptor overlapping another object's, one on a segment nobody mounted, object metadata
-that is malformed (no descriptor to judge at all), or an object of two replicas, one valid (on
+that is malformed (no descriptor to judge at all), an object of two replicas, one valid (on
 free memory) and one overlapping another object's or on a segment nobody mounted (MP-2: the
-replica goes, not the object)."""
+replica goes, not the object), or an object of two replicas that both overlap another
+object's memory (MP-2: with no valid replica left, the object goes)."""
 
 
 def planted_kind(kind: str) -> str:
@@ -431,7 +432,8 @@ class MasterClusterHandle(Protocol):
         ``kind`` "overlap" overlaps the victim's buffer, "unknown_segment" lies on a segment no
         client mounted, "malformed" is object metadata no restore can use, "overlap_beside_valid" has
         a second, valid replica beside the overlapping one, "unknown_segment_beside_valid" one
-        beside a replica on an unmounted segment (``PLANTED_DESCRIPTORS``). Returns
+        beside a replica on an unmounted segment, "overlap_on_every_replica" two replicas that
+        both overlap the victim's buffer (``PLANTED_DESCRIPTORS``). Returns
         the entry's sequence id."""
         ...
 

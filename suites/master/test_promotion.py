@@ -780,6 +780,31 @@ def test_an_invalid_replica_drops_the_replica_not_the_object(mc_master_cluster, 
         f"the dropped entry be reported")
 
 
+@pytest.mark.mc_req("MP-2")
+@pytest.mark.mc_requires("master_fault_planting")
+def test_an_object_whose_every_replica_is_invalid_is_dropped_whole(mc_master_cluster):
+    """MP-2's "that entry" when it is a whole object: an object of two replicas, each
+    overlapping k3's memory, has no valid replica left, so the object goes (it is never served
+    with no replica), it is reported, and every valid object survives."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    keys, leader, standby = soaked_standby(cluster)
+    plant_bad_descriptor(cluster, standby, "overlap_on_every_replica")
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, keys)
+    lost = sorted(set(keys) - set(kept))
+    assert not lost, (
+        f"an object whose two replicas both overlap k3's memory cost {len(lost)} of {len(keys)} "
+        f"valid objects after failover (e.g. {lost[:5]}){restore_lines(cluster, new)}; MP-2 "
+        f"requires the restore drop only the invalid entry")
+    assert PLANTED_KEY not in kept, (
+        f"the promoted master {new} serves {PLANTED_KEY!r}, whose every replica overlaps k3's "
+        f"memory (it serves {len(kept)} objects){restore_lines(cluster, new)}; MP-2 requires an "
+        f"object with no valid replica left be dropped")
+    assert drop_reports(cluster, new, PLANTED_KEY), (
+        f"the promoted master {new} dropped {PLANTED_KEY!r} (no valid replica) but no log line "
+        f"names it{restore_lines(cluster, new)}; MP-2 requires the dropped entry be reported")
+
+
 @pytest.mark.mc_req("MP-3")
 @pytest.mark.mc_requires("master_fault_planting")
 @pytest.mark.mc_demands("promotability")

@@ -19,6 +19,7 @@ from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import (
     UndecodableBatch,
     UndecodablePayload,
     beside_valid,
+    every_replica_overlapping,
     compact_json,
     decode_batch,
     decode_object_payload,
@@ -110,7 +111,8 @@ def test_the_planted_segment_is_one_nobody_mounted_and_keeps_the_length():
 def test_an_unknown_kind_of_planted_descriptor_is_refused_naming_the_known_ones():
     assert planted_kind("unknown_segment") == "unknown_segment"
     with pytest.raises(ValueError, match=r"unknown kind 'torn' \(known: overlap, unknown_segment, malformed, "
-                                         r"overlap_beside_valid, unknown_segment_beside_valid\)"):
+                                         r"overlap_beside_valid, unknown_segment_beside_valid, "
+                                         r"overlap_on_every_replica\)"):
         planted_kind("torn")
 
 
@@ -167,6 +169,21 @@ def test_the_object_beside_a_valid_replica_holds_the_spare_then_the_overlapping_
                     f"[{K3_ADDRESS + 32:#x}, +64) over [{K3_ADDRESS:#x}, +64)")
     with pytest.raises(UndecodablePayload, match="no replica of the victim's metadata is at"):
         beside_valid(victim, spare, K3_ADDRESS + 8, 64)
+
+
+def test_the_object_with_every_replica_overlapping_holds_both_over_the_victims_memory():
+    victim = decode_batch(WRITTEN_BY_0_3_13).entries[0].payload
+    spare = base64.b64decode(ONE_AND_TWO_REPLICAS["0.3.13.post1"][0])
+    planted, what = every_replica_overlapping(victim, spare, K3_ADDRESS, 64)
+    on_victim, moved = decode_object_payload(planted).replicas
+    (freed,) = decode_object_payload(spare).replicas
+    (own,) = decode_object_payload(victim).replicas
+    assert memory_buffer(on_victim) == {**memory_buffer(freed), "f1": K3_ADDRESS}
+    assert (on_victim["f0"], on_victim["f2"]) == (freed["f0"], freed["f2"])
+    assert memory_buffer(moved) == {**memory_buffer(own), "f1": K3_ADDRESS + 32}
+    assert int.from_bytes(planted[5:7], "little") == len(planted) == len(victim) + 49
+    assert what == (f"[{K3_ADDRESS:#x}, +64) and [{K3_ADDRESS + 32:#x}, +64), both over "
+                    f"[{K3_ADDRESS:#x}, +64)")
 
 
 def test_the_object_beside_a_valid_replica_can_hold_the_victims_replica_on_another_segment():

@@ -584,7 +584,9 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         metadata is malformed ("malformed": a size of 0, no replica), or an object of two
         replicas ("overlap_beside_valid", "unknown_segment_beside_valid"): the overlapping one,
         or one on a segment nobody mounted, and a valid one on memory freed just before (a
-        spare object the planter puts and removes). Returns the entry's sequence id."""
+        spare object the planter puts and removes), or ("overlap_on_every_replica") two
+        replicas, one on exactly the victim's memory and one half its size up. Returns the
+        entry's sequence id."""
         planted_kind(kind)
         client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
         self._attach(client)
@@ -595,6 +597,11 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
                           if kind in ("overlap", "overlap_beside_valid")
                           else [f"unmounted-{endpoint}", address, size])
             replicas = [{"id": 10**9, "status": "COMPLETE", "descriptors": [descriptor]}]
+            if kind == "overlap_on_every_replica":  # the victim's own range, then half up
+                replicas = [{"id": 10**9 + 1, "status": "COMPLETE",
+                             "descriptors": [[endpoint, address, size]]},
+                            {"id": 10**9, "status": "COMPLETE",
+                             "descriptors": [[endpoint, address + max(1, size // 2), size]]}]
             if kind in ("overlap_beside_valid", "unknown_segment_beside_valid"):
                 replicas.insert(0, {"id": 10**9 + 1, "status": "COMPLETE",
                                     "descriptors": [_freed_range(client, f"{key}-spare", size)]})

@@ -264,8 +264,9 @@ class MooncakeMasters:
                     f"mooncake_master of {self.build} ({self.where}) logged no PUT_END for "
                     f"{victim_key!r} in {oplog.root}batches/: no descriptor of it to plant from"))
             payload = (self._beside_valid(victim_key, puts[-1].payload, f"{key}-spare", oplog,
-                                          elsewhere=kind == "unknown_segment_beside_valid")
-                       if kind.endswith("_beside_valid")
+                                          elsewhere=kind == "unknown_segment_beside_valid",
+                                          every=kind == "overlap_on_every_replica")
+                       if kind.endswith("_beside_valid") or kind == "overlap_on_every_replica"
                        else self._bad_payload(victim_key, puts[-1].payload, kind))
             return oplog.append([planting.OpLogEntry(planting.PUT_END, puts[-1].tenant, key,
                                                      payload)])
@@ -341,11 +342,13 @@ class MooncakeMasters:
         return replica[0]["buffer_address_"], int(replica[0].get("size_", 1))
 
     def _beside_valid(self, victim_key: str, payload: bytes, spare: str,
-                      oplog: planting.OpLogInEtcd, elsewhere: bool = False) -> bytes:
+                      oplog: planting.OpLogInEtcd, elsewhere: bool = False,
+                      every: bool = False) -> bytes:
         """Two replicas from PUT_END payloads the build wrote: the ``spare`` object's, put
         through store client 0 and removed again (its memory then held by nothing), and the
         victim's own with its address moved half its size up, or (``elsewhere``) on a segment
-        endpoint nobody mounted (``planting.beside_valid``)."""
+        endpoint nobody mounted (``planting.beside_valid``); ``every``: the spare's replica
+        moved onto the victim's memory too (``planting.every_replica_overlapping``)."""
         replica = self._replicas(victim_key)[:1]
         address, size = self._memory_of(victim_key, replica)
         unmounted = None
@@ -372,7 +375,9 @@ class MooncakeMasters:
             raise ObservationFailed(f"the forced remove of the planter's spare object {spare!r} "
                                     f"through the healthy leader", str(removed))
         try:
-            planted, _ = planting.beside_valid(payload, logged[-1], address, size, unmounted)
+            planted, _ = (planting.every_replica_overlapping(payload, logged[-1], address, size)
+                          if every else
+                          planting.beside_valid(payload, logged[-1], address, size, unmounted))
         except planting.UndecodablePayload as exc:
             # our codec's gap, not a means the build lacks: nothing judged (error, never n/a)
             raise PreconditionUnestablished(

@@ -311,6 +311,24 @@ def decode_object_payload(payload: bytes) -> ObjectPayload:
     return decoded
 
 
+def every_replica_overlapping(victim: bytes, spare: bytes, address: int,
+                              size: int) -> tuple[bytes, str]:
+    """An object of two replicas made from PUT_END payloads the build wrote, each overlapping
+    the ``victim``'s memory ``[address, +size)``: the ``spare``'s replica moved onto exactly
+    that range, then the victim's own moved half ``size`` up (MP-2's "that entry" when every
+    replica of an object is invalid: the object goes). Returns the payload and what it holds."""
+    planted, _ = beside_valid(victim, spare, address, size)
+    object_ = decode_object_payload(planted)
+    spare_replica, moved = object_.replicas
+    on_victim = {**spare_replica, "f1": (0, {**spare_replica["f1"][1],
+                                             "f0": {**memory_buffer(spare_replica),
+                                                    "f1": address}})}
+    shifted = memory_buffer(moved)["f1"]
+    return (object_.with_replicas([on_victim, moved]).encode(),
+            f"[{address:#x}, +{size}) and [{shifted:#x}, +{size}), both over "
+            f"[{address:#x}, +{size})")
+
+
 def memory_buffer(replica: Any) -> dict[str, Any]:
     """The buffer descriptor (size, address, protocol, endpoint as fields f0..f3) of a memory
     replica as ``ObjectPayload`` reads it; ``UndecodablePayload`` for any other."""

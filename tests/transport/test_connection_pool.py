@@ -1,0 +1,67 @@
+"""The data-path connection pool on real loopback sockets: what it hands out again and what it
+closes (the engine's connection-leak counters, MR-16, read ``open_by_endpoint``)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+from reference_engine.transport.pool import ConnectionPool
+
+
+@pytest.fixture
+def listener():
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(5.0)
+    yield server
+    server.close()
+
+
+def test_an_idle_connection_the_peer_closed_is_closed_and_replaced(listener):
+    host, port = listener.getsockname()
+    pool = ConnectionPool()
+    first = pool.acquire(host, port)
+    accepted, _ = listener.accept()
+    pool.release(first, healthy=True)
+    accepted.close()  # the peer drops the idle connection (a server's receive timeout)
+    second = pool.acquire(host, port)
+    try:
+        assert second is not first and second.sock is not first.sock
+        assert first.sock.fileno() == -1, "the dead idle connection was left open"
+        assert pool.open_by_endpoint() == {(host, port): 1}
+    finally:
+        second.close()
+
+
+def test_a_live_idle_connection_is_handed_out_again(listener):
+    host, port = listener.getsockname()
+    pool = ConnectionPool()
+    first = pool.acquire(host, port)
+    accepted, _ = listener.accept()
+    try:
+        pool.release(first, healthy=True)
+        assert pool.acquire(host, port) is first
+        assert pool.open_by_endpoint() == {(host, port): 1}
+    finally:
+        first.close()
+        accepted.close()
+
+
+def test_pooled_connections_send_small_frames_at_once_and_wait_io_timeout_in_the_kernel(
+        listener):
+    host, port = listener.getsockname()
+    pool = ConnectionPool(io_timeout=7.0)
+    conn = pool.acquire(host, port)
+    accepted, _ = listener.accept()
+    try:
+        assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        assert conn.sock.gettimeout() is None  # blocking: the kernel's timeouts apply
+        for option in (socket.SO_SNDTIMEO, socket.SO_RCVTIMEO):
+            seconds, micros = struct.unpack("ll", conn.sock.getsockopt(
+                socket.SOL_SOCKET, option, struct.calcsize("ll")))
+            assert (seconds, micros) == (7, 0)
+    finally:
+        conn.close()
+        accepted.close()
