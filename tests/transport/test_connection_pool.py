@@ -65,3 +65,28 @@ def test_pooled_connections_send_small_frames_at_once_and_wait_io_timeout_in_the
     finally:
         conn.close()
         accepted.close()
+
+
+def test_dropping_a_peer_closes_its_idle_connections_and_those_in_use_when_they_come_back(
+        listener):
+    """After a peer is replaced no request may travel on a connection opened to its
+    predecessor: drop_peer closes the idle ones at once and a busy one when it is released,
+    even as healthy (MR-9: every endpoint of the old instance retired)."""
+    host, port = listener.getsockname()
+    pool = ConnectionPool()
+    idle, busy = pool.acquire(host, port), pool.acquire(host, port)
+    accepted = [listener.accept()[0] for _ in range(2)]
+    try:
+        pool.release(idle, healthy=True)
+        assert pool.drop_peer(host, port) == 1
+        assert idle.sock.fileno() == -1, "an idle connection to the dropped peer stayed open"
+        pool.release(busy, healthy=True)
+        assert busy.sock.fileno() == -1, "a connection in use when the peer was dropped was pooled"
+        assert pool.idle_count(host, port) == 0 and pool.open_by_endpoint() == {}
+        again = pool.acquire(host, port)  # a new connection, pooled as usual
+        listener.accept()[0].close()
+        assert again is not busy and again is not idle
+        again.close()
+    finally:
+        for sock in accepted:
+            sock.close()
