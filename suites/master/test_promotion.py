@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_mooncake.acknowledged_puts import put_fresh
-from pytest_mooncake.targets import Capability, TargetLacks
+from pytest_mooncake.targets import Capability, ObservationFailed, TargetLacks
 from pytest_mooncake.waits import Timeout, wait_until
 
 WAIT = 20.0
@@ -262,6 +262,15 @@ LATE = 5
 """Objects put just before the crash, with no wait for the standby."""
 
 
+def durable_seq(cluster, standby: int) -> str:
+    """The leader's durable OpLog sequence as the HA store holds it (seen through the
+    standby's replication report), in words for a failure message."""
+    try:
+        return str(cluster.replication(standby)["primary_seq"])
+    except (TargetLacks, ObservationFailed) as exc:
+        return f"unknown ({exc})"
+
+
 def slow_leader(cluster, mc_target, mc_faults, request) -> tuple[Any, int, int]:
     """A leader whose HA store is reached through a fault proxy (started as a standby on the
     proxy's address, then handed leadership by a graceful stop of the first leader) and a
@@ -293,6 +302,7 @@ def test_writes_acknowledged_just_before_the_crash_survive_it(mc_master_cluster,
     cluster.start_client()
     written = put_keys(cluster.client(0), KEYS)
     lagging = behind(cluster, standby, f"{KEYS} acknowledged puts")
+    before = durable_seq(cluster, standby)
     proxy.add_toxic(type="latency", attributes={"latency": SLOW_STORE_MS}, name="slow-leader")
     client = cluster.client(0)
     late_put = put_keys(client, LATE, prefix="late")
@@ -302,6 +312,7 @@ def test_writes_acknowledged_just_before_the_crash_survive_it(mc_master_cluster,
         assert result["ok"], f"precondition: remove {key} failed on the healthy leader: {result}"
     cluster.kill_master(leader)
     proxy.destroy_toxic("slow-leader")
+    at_kill = durable_seq(cluster, standby)
     expected = [k for k in written if k not in late_removed] + late_put
     new, kept = serving_keys(cluster, expected, timeout=2 * WAIT)
     lost = sorted(set(late_put) - set(kept))
@@ -312,7 +323,10 @@ def test_writes_acknowledged_just_before_the_crash_survive_it(mc_master_cluster,
         f"acknowledging {len(late_put)} puts and then {len(late_removed)} removes; the standby "
         f"that took over (master {new}) serves {len(kept)} objects of the {len(expected)} left: "
         f"acknowledged puts missing: {lost}; acknowledged removes undone: {back}; older objects "
-        f"missing: {older[:10]}" + (f"; before the late writes: {lagging}" if lagging else "")
+        f"missing: {older[:10]}; the durable OpLog sequence in the HA store was {before} "
+        f"before the late writes and {at_kill} right after the kill ({len(late_put)} puts and "
+        f"{len(late_removed)} removes acknowledged in between)"
+        + (f"; before the late writes: {lagging}" if lagging else "")
         + restore_lines(cluster, new) + "; MP-6 requires every object survive, with the index "
         "intact")
 

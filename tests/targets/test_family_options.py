@@ -1,8 +1,9 @@
 """Every placement of the Mooncake family refuses the same options the same way, before it
 starts or touches anything: an option no Mooncake target knows is a ``TypeError``; one the
-build has no means for (``ttl_ms``, a foreign ``profile``, ``snapshots``, per-master etcd) is
-n/a (``TargetLacks``) with the capability; one a placement cannot honour (an existing deployment
-cannot choose an engine's buffer size) is n/a naming the option. Nothing is dropped silently."""
+build has no means for (``ttl_ms``, a foreign ``profile``, ``snapshots``, per-master etcd where
+the placement cannot route it) is n/a (``TargetLacks``) with the capability; one a placement
+cannot honour (an existing deployment cannot choose an engine's buffer size) is n/a naming the
+option. Nothing is dropped silently."""
 
 from __future__ import annotations
 

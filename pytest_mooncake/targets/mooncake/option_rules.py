@@ -44,12 +44,17 @@ def unknown_options(call: str, given: Mapping[str, Any], known: tuple[str, ...])
 
 def check_master_options(options: Mapping[str, Any], build: str,
                          no_routing: str = MOONCAKE_ETCD_ROUTING) -> dict[str, Any]:
-    """``options`` without an empty ``master_etcd``; refuses routing, unknown options and a
-    lease TTL before anything is started."""
+    """``options`` without an empty ``master_etcd``; refuses routing where ``no_routing`` says
+    why the target has none (an empty reason: it routes, and ``master_etcd`` is kept), unknown
+    options and a lease TTL before anything is started."""
     options = dict(options)
-    if options.pop("master_etcd", None):
+    routed = options.pop("master_etcd", None)
+    if routed and no_routing:
         raise lacks_etcd_routing("master_etcd", no_routing)
-    unknown_options("master_cluster", options, MASTER_OPTIONS)
+    if routed:
+        options["master_etcd"] = dict(routed)
+    unknown_options("master_cluster", {k: v for k, v in options.items() if k != "master_etcd"},
+                    MASTER_OPTIONS)
     options.pop("partial_restore", None)
     if options.get("lease_ttl") is not None:
         raise TargetLacks(Capability.MASTER_CLUSTER, (

@@ -61,6 +61,9 @@ class _Master:
     """Where this host reaches ``metrics_port`` (the same port unless published by docker)."""
     admin_host: str = "127.0.0.1"
     """The address this host reaches the master at (a container's own, in the docker target)."""
+    etcd: list[str] | None = None
+    """This master's own etcd endpoints (per-master routing, e.g. through a fault proxy in
+    front of the cluster's etcd); None: the cluster's."""
 
     @property
     def admin(self) -> str:
@@ -92,8 +95,13 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
 
     def __init__(self, launcher: Launcher, workdir: Path, etcd_endpoints: list[str],
                  masters: int = 2, clients: int = 1,
-                 profile: DeploymentProfile | None = None, **options: Any):
-        options = check_master_options(options, launcher.version)
+                 profile: DeploymentProfile | None = None,
+                 etcd_routing: str = MOONCAKE_ETCD_ROUTING, **options: Any):
+        options = check_master_options(options, launcher.version, etcd_routing)
+        self.etcd_routing = etcd_routing
+        """Why this placement cannot give one master other etcd endpoints ("": it can: its
+        masters run on this host and reach what the test reaches, e.g. a fault proxy)."""
+        routed: dict[int, Any] = options.pop("master_etcd", {})
         self.profile = profile or PROFILES[DEFAULT_PROFILE]
         """How the build is deployed (``profile_strategies``): the settings it adds."""
         self.launcher = launcher
@@ -119,8 +127,8 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
             self._refuse_unspellable()
             self._refuse_undeployable()
         try:
-            for _ in range(masters):
-                self.start_master()
+            for i in range(masters):
+                self.start_master(etcd=routed.get(i))
             if clients:
                 self.leader(timeout=self.ready_timeout)
             for _ in range(clients):
@@ -135,7 +143,7 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
         """What every master of this cluster is told, by setting name (``master_cluster/flags`` spells
         them as the build does)."""
         settings: dict[str, Any] = {
-            "enable_ha": True, "etcd_endpoints": ";".join(self.etcd),
+            "enable_ha": True, "etcd_endpoints": ";".join(m.etcd or self.etcd),
             "cluster_id": self.cluster_id, **self.launcher.master_rpc, "rpc_port": m.rpc_port,
             "metrics_host": self.launcher.bind_host, "metrics_port": m.metrics_port}
         settings.update(self.profile.master_settings(self.flags, self.options.get("oplog")))
@@ -214,15 +222,21 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
 
     def start_master(self, index: int | None = None,
                      etcd: str | list[str] | None = None) -> int:
-        """Start master ``index`` again (same ports), or a new one; returns its index.
-        ``etcd`` (per-master etcd routing) is refused with ``TargetLacks``."""
-        if etcd is not None:
-            raise lacks_etcd_routing("start_master(etcd=...)", MOONCAKE_ETCD_ROUTING)
+        """Start master ``index`` again (same ports, same etcd), or a new one; returns its
+        index. ``etcd``: a new master's own etcd endpoints (per-master routing), refused with
+        ``TargetLacks`` where the placement has none (``etcd_routing`` says why)."""
+        if etcd is not None and self.etcd_routing:
+            raise lacks_etcd_routing("start_master(etcd=...)", self.etcd_routing)
         if index is None:
             self._refuse_unspellable()
-            m = _Master(len(self.masters), self.launcher.port(), self.launcher.port())
+            m = _Master(len(self.masters), self.launcher.port(), self.launcher.port(),
+                        etcd=None if etcd is None else
+                        [etcd] if isinstance(etcd, str) else list(etcd))
             self.masters.append(m)
         else:
+            if etcd is not None:
+                raise TypeError(f"start_master({index}, etcd=...): a restarted master keeps the "
+                                f"etcd endpoints it was started with; start a new one instead")
             m = self.masters[index]
             if m.process is not None and m.process.alive():
                 raise TargetError(f"master {index} is already running (pid {m.process.pid})")

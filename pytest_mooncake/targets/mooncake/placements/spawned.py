@@ -24,7 +24,11 @@ from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngin
 from pytest_mooncake.targets.mooncake.launchers import Launcher
 from pytest_mooncake.targets.mooncake.master_cluster.flags import MasterFlags
 from pytest_mooncake.targets.mooncake.master_cluster.ha_processes import MooncakeMasterCluster
-from pytest_mooncake.targets.mooncake.option_rules import ENGINE_OPTIONS, MASTER_OPTIONS
+from pytest_mooncake.targets.mooncake.option_rules import (
+    ENGINE_OPTIONS,
+    MASTER_OPTIONS,
+    MOONCAKE_ETCD_ROUTING,
+)
 from pytest_mooncake.targets.mooncake.profile_strategies import (
     DEFAULT_PROFILE,
     PROFILES,
@@ -45,6 +49,8 @@ class ProcessPlacement:
     master_options = frozenset(MASTER_OPTIONS)
     engine_ready_timeout = 30.0
     fixed = ""
+    etcd_routing = MOONCAKE_ETCD_ROUTING
+    """Why a master cannot be given etcd endpoints of its own ("": it can)."""
     ctx: TargetContext | None = None
     cache_knobs: CacheKnobs | None = None
     """The cache settings the build reads (set by the capability probe; None: none known)."""
@@ -104,7 +110,8 @@ class ProcessPlacement:
         launcher = self.launcher()
         return MooncakeMasterCluster(launcher, self.workdir / f"cluster-{next(_counter)}",
                                      self.master_etcd(), masters=masters, clients=clients,
-                                     profile=self.profile, **options)
+                                     profile=self.profile, etcd_routing=self.etcd_routing,
+                                     **options)
 
     def store_client(self, master: MasterEndpoint, client_id: str | None) -> StoreClientHandle:
         n = next(_counter)

@@ -52,7 +52,6 @@ from pytest_mooncake.targets.mooncake.metadata_stores import (
     HttpMetadata,
     RedisMetadata,
 )
-from pytest_mooncake.targets.mooncake.option_rules import MOONCAKE_ETCD_ROUTING
 from pytest_mooncake.targets.mooncake.placements.spawned import ProcessPlacement
 from pytest_mooncake.targets.mooncake.verbs_layers import VerbsLayer, verbs_layer
 from pytest_mooncake.targets.p2p_deployment import P2P_URI, P2pDirectory, P2pMetadata
@@ -69,7 +68,9 @@ class LocalPlacement(ProcessPlacement):
     """Processes of an installed build on this host, under the session's supervisor."""
 
     kind = "mooncake"
-    etcd_routing = MOONCAKE_ETCD_ROUTING
+    etcd_routing = ""
+    """Routes: its masters run on this host and reach whatever the test reaches (a fault proxy
+    on 127.0.0.1 in front of the run's etcd), so a master may be given its own endpoints."""
 
     def __init__(self, install: MooncakeInstall, variant: str | None = None):
         self.install = install
