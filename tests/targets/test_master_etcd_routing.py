@@ -92,8 +92,10 @@ def test_the_local_mooncake_target_gives_a_master_its_own_etcd_endpoints(tmp_pat
     assert cluster._settings(routed)["etcd_endpoints"] == PROXY
     assert cluster._settings(plain)["etcd_endpoints"] == "127.0.0.1:2379"
     cluster.masters.append(plain)
-    with pytest.raises(TypeError, match="keeps the etcd endpoints it was started with"):
+    with pytest.raises(TargetLacks) as lacks:
         cluster.start_master(0, etcd=PROXY)
+    refused(lacks, "start_master(0, etcd=...)")
+    assert "keeps the command line" in lacks.value.reason
 
 
 def test_docker_target_refuses_master_etcd_before_touching_docker():

@@ -235,8 +235,9 @@ class MooncakeMasterCluster(ProcessMasters, MooncakeMasters, MasterWireClients):
             self.masters.append(m)
         else:
             if etcd is not None:
-                raise TypeError(f"start_master({index}, etcd=...): a restarted master keeps the "
-                                f"etcd endpoints it was started with; start a new one instead")
+                raise lacks_etcd_routing(f"start_master({index}, etcd=...)", (
+                    "a restarted mooncake_master keeps the command line, and so the etcd "
+                    "endpoints, it was first started with; start a new master instead"))
             m = self.masters[index]
             if m.process is not None and m.process.alive():
                 raise TargetError(f"master {index} is already running (pid {m.process.pid})")
