@@ -94,7 +94,9 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 def pytest_runtest_setup(item):
-    reqs = [m.args[0] for m in item.iter_markers("mc_req") if m.args]
+    reqs = []  # every ID of every mark: mc_req("CO-10", "CO-9") judges both
+    for m in item.iter_markers("mc_req"):
+        reqs.extend(r for r in m.args if r not in reqs)
     with open(_DIR + "/tests.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps({{"nodeid": item.nodeid, "requirements": reqs}}) + "\\n")
 

@@ -240,13 +240,13 @@ def test_access_outside_registered_buffers_is_rejected(mc_engine):
 @pytest.mark.mc_req("MR-18")
 def test_access_at_and_across_the_start_of_a_buffer(mc_engine):
     """The start of the range: a write of A's first byte, and one wholly inside the buffer, are
-    accepted; a write straddling the start and one ending just before it are rejected and apply
-    nothing."""
+    accepted; a write straddling the start, one ending just before it and one further below
+    it are rejected and apply nothing, anywhere in the buffer."""
     a = mc_engine("seg-a")
     b = mc_engine("seg-b")
     (addr, length), = a.buffers()[:1]
     assert length >= 64, f"precondition: A's first buffer is {length} bytes"
-    near = [(x, n) for x, n in a.buffers() if x != addr and x < addr <= x + n + 16]
+    near = [(x, n) for x, n in a.buffers() if x != addr and x < addr <= x + n + 64]
     assert not near, f"precondition: A registered {near} right below its first buffer at {addr:#x}"
     first = b.write_at("seg-a", addr, b"f")
     assert first.ok, (
@@ -263,5 +263,12 @@ def test_access_at_and_across_the_start_of_a_buffer(mc_engine):
         "MR-18 requires the owner to reject transfers that address memory outside its buffers")
     below = b.write_at("seg-a", addr - 16, b"b" * 16)
     assert not below.ok, ("a write of the 16 bytes just before A's buffer was accepted (MR-18)")
+    tail = a.local_read(length - 64, 64)
+    further = b.write_at("seg-a", addr - 64, b"w" * 16)
+    assert not further.ok, (
+        "a write of 16 bytes 64 bytes before A's buffer was accepted; MR-18 requires the owner "
+        "to reject transfers that address memory outside its buffers")
     assert a.alive(), "A crashed on an out-of-bounds transfer"
     assert a.local_read(0, 32) == before, "a rejected write was partially applied"
+    assert a.local_read(length - 64, 64) == tail, (
+        "a rejected write below A's buffer changed the end of the buffer")

@@ -22,8 +22,11 @@ retired endpoints are eventually reclaimed.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from pytest_mooncake.waits import Timeout, wait_until
 from pytest_mooncake.targets import TargetLacks
 
 pytestmark = pytest.mark.mc_requires("rdma_control")
@@ -557,6 +560,39 @@ def test_retired_endpoint_is_never_posted_to_and_destroyed_after_draining(mc_com
     assert_checked(cluster, "CO-7", "a retired endpoint drained")
 
 
+@pytest.mark.mc_req("CO-7")
+def test_a_retired_endpoint_left_waiting_is_destroyed_once_it_drains(mc_completions):
+    """Free-running, in real time: the NIC of A that carries one WR to B (held) fails, so its
+    endpoint to B is retired and waits on that WR, with nothing else for A to do for a while;
+    then the WR's flush drains and the slice goes over A's other NIC. Nothing makes a new
+    endpoint on the failed NIC, so only A's own reclaim can destroy the retired one: its QP
+    must be destroyed once drained, well within the drain timeout (30 s by default)."""
+    cluster = two_nodes(mc_completions, a_nics=("mlx5_0", "mlx5_1"), b_nics=("mlx5_0",),
+                        controlled=False)
+    cluster.write_local("A", 0, payload(b"idle-drain", SLICE))
+    t = cluster.submit("A", "B", SLICE)
+    cluster.hold(t, 0, tag="old", stage="execution")
+    cluster.start()
+    held = wait_until(lambda: cluster.held("old"), 10, "the slice's first WR to be held")
+    qp = held[0]["qp"]
+    cluster.device_fatal("A", held[0]["nic"])
+    time.sleep(0.5)  # the retired endpoint waits, undrained, with nothing else to do
+    cluster.release("old")
+    completed(cluster, t, "a transfer whose local NIC failed under it")
+
+    def destroyed():
+        state = {q["qp_num"]: q for q in cluster.qps("A", destroyed=True)}
+        return state.get(qp, {}).get("destroyed")
+
+    try:
+        wait_until(destroyed, 10, f"QP {qp} of the retired endpoint to be destroyed")
+    except Timeout:
+        pytest.fail(f"QP {qp} of A's retired endpoint to B was not destroyed within 10 s of "
+                    f"its held WR draining; CO-7 requires a retired endpoint to be destroyed "
+                    f"once its posted work completes", pytrace=False)
+    assert_checked(cluster, "CO-7", "a retired endpoint that waited idle, then drained")
+
+
 # ------------------------------------------------------------------------------- CO-9
 
 
@@ -665,6 +701,32 @@ def test_handoff_to_another_nic_while_flushes_drain(mc_completions):
     left = unreleased(cluster, "A")
     assert not left, f"after the handoff A still counts {left} (CO-10 with CO-3)"
     assert_checked(cluster, "CO-10", "a local handoff")
+
+
+@pytest.mark.mc_req("CO-10")
+@pytest.mark.parametrize("a_nics", [("mlx5_0",), ("mlx5_0", "mlx5_1")], ids=["one-nic", "two-nics"])
+def test_a_handoff_with_no_local_nic_left_fails_the_slices_once(mc_completions, a_nics):
+    """The edge of the handoff: every local NIC of A fails under four posted slices whose
+    completions are held, so when the flushes drain there is no other NIC to hand a slice to.
+    Each slice must then fail, once (CO-9 within CO-10): the transfer ends FAILED, not left
+    waiting for a handoff that went nowhere, and nothing stays counted."""
+    cluster = two_nodes(mc_completions, a_nics=a_nics)
+    cluster.write_local("A", 0, payload(b"no-nic", 4 * SLICE))
+    t = cluster.submit("A", "B", 4 * SLICE)
+    for i in range(4):
+        cluster.hold(t, i, tag="held", stage="execution")
+    assert cluster.settle()
+    assert cluster.held("held"), "precondition: the slices' first attempts are held"
+    for nic in a_nics:
+        cluster.device_fatal("A", nic)
+    assert cluster.settle()
+    cluster.release("held")
+    status = ended(cluster, t, "a transfer whose local NICs all failed under it")
+    assert status == "FAILED", (
+        f"a transfer from A, all of whose NICs failed under it, ended {status}")
+    left = unreleased(cluster, "A")
+    assert not left, f"after the failed handoff A still counts {left} (CO-10 with CO-3)"
+    assert_checked(cluster, "CO-10", "a handoff with no local NIC left")
 
 
 # ------------------------------------------------------------------------------- CO-11

@@ -1,6 +1,7 @@
 """Worker pool, tokens, worker models, rail state and the one retire path (CO-1..CO-8)."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -8,9 +9,9 @@ from reference_engine.profiles import LEGACY, RFC
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.counters import Counter
 from reference_engine.rdma.rail_state import RailTable
-from reference_engine.rdma.rdma_policies import DedicatedPollerModel, SharedModel
+from reference_engine.rdma.rdma_policies import DedicatedPollerModel, SharedModel, TokenOwnership
 from reference_engine.rdma.sim.sim_cluster import SimCluster
-from reference_engine.rdma.sim.sim_verbs import ERROR, FAIL_POST, Fault
+from reference_engine.rdma.sim.sim_verbs import ERROR, FAIL_POST, HOLD, Fault
 from reference_engine.rdma.tokens import TokenPool
 from reference_engine.rdma.verbs import AsyncEventType, Opcode, WcStatus
 
@@ -234,3 +235,75 @@ def test_async_event_on_dead_context_hands_work_to_another_nic(controlled, settl
     settle(cluster)
     assert task.status() == "COMPLETED"
     assert all(s.ctx_index == 1 for s in task.slices)
+
+
+def test_a_token_its_completion_takes_during_a_forced_reclaim_is_not_orphaned_again():
+    """Free-running, a worker's completion and the monitor's forced reclaim of the endpoint can
+    take the endpoint's tokens at the same time: ``orphan()`` lists the endpoint's live tokens,
+    and a completion releases one of them before ``orphan()`` reaches it. That token belongs to
+    its completion (CO-3: released exactly once): the reclaim must neither release it again
+    nor hand its slice to a retry. The interleaving is replayed here step by step (the
+    controlled scheduler runs ``orphan()`` in one step, so no suite can place a completion
+    inside it)."""
+    own = TokenOwnership()
+    depth, cq = Counter(), Counter()
+
+    class S:
+        attempt = 0
+
+    class E:
+        generation = 1
+        cq_outstanding = cq
+
+    ep, s1, s2 = E(), S(), S()
+    t1 = own.tokens.acquire(s1, ep, depth, cq)
+    t2 = own.tokens.acquire(s2, ep, depth, cq)
+    depth.add(2)
+    cq.add(2)
+    release = own.tokens.release
+
+    def release_while_t2_completes(tok):
+        done = release(tok)
+        if tok is t1:  # the worker polls t2's completion meanwhile
+            assert own.complete(SimpleNamespace(wr_id=t2.wr_id), cq) == (s2, ep, 1, 0)
+        return done
+
+    own.tokens.release = release_while_t2_completes
+    assert own.orphan(ep) == [(s1, 0)], "the reclaim claimed a token its completion had taken"
+    assert (depth.value, cq.value, own.outstanding()) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("race", ["completion-ended-it", "retry-moved-it-on"])
+def test_an_orphan_whose_slice_its_completion_already_handled_is_not_retried(
+        controlled, settle, race):
+    """The other end of that race: ``orphan()`` took the token first and listed its slice for a
+    retry, and the worker that had already looked the token up acts on the completion before
+    the monitor gets to the list: a success ends the slice, an error retries it (a new
+    attempt). The monitor must then leave the slice alone: a slice is never retried after it
+    ended, and only its owning attempt advances its retry count (CO-4, CO-9). The race's
+    outcome is set up directly; the suites' explorations reach the second case only through
+    the handoff scenario's forced retry between a reclaim and the monitor's next turn."""
+    cluster = controlled(slice_size=4096)
+    a = cluster.add_node("A")
+    b = cluster.add_node("B")
+    tr = a.transport
+    task = tr.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+    if race == "retry-moved-it-on":  # the first attempt and its retry stay in flight
+        cluster.fabric.inject(Fault(HOLD, local_addr=a.buffer_addr, tag="held", times=2))
+    settle(cluster)
+    (s,) = task.slices
+    if race == "retry-moved-it-on":
+        tr.force_retry(s)  # as the worker's retry on the error completion: a new attempt
+        settle(cluster)
+        orphan = (s, s.attempt - 1)
+    else:
+        assert task.status() == "COMPLETED"
+        orphan = (s, s.attempt)
+    before = (s.status, s.attempt, s.retry_cnt, s.n_success, s.n_failed, tr.stats["retries"])
+    tr._orphans.append(orphan)
+    settle(cluster)
+    assert (s.status, s.attempt, s.retry_cnt, s.n_success, s.n_failed,
+            tr.stats["retries"]) == before, "the monitor acted on an orphan its slice had left"
+    cluster.fabric.release("held")
+    settle(cluster)
+    assert task.status() == "COMPLETED" and (s.n_success, s.n_failed) == (1, 0)

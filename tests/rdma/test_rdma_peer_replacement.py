@@ -65,6 +65,29 @@ def test_restart_with_identical_resources_is_detected_and_queued_transfer_comple
     assert all(ctx.store.waiting == [] for ctx in tr.contexts), "old endpoints not reclaimed"
 
 
+def test_queued_slices_the_new_instance_cannot_hold_fail_once(controlled, settle):
+    """MR-9's rebuild of queued slices at its edge: B's new process registered less memory
+    than the old one (MR-18: its descriptor lists its own buffers only), so the slices A had
+    queued for B's upper half have nowhere to go on the new instance. They must fail, once,
+    and the transfer end FAILED; a slice taken off the queue and neither requeued nor failed
+    would leave the transfer waiting for ever."""
+    cluster, a, b = _pair(controlled, settle)
+    tr = a.transport
+    b2 = cluster.restart_node("B")
+    desc = cluster.directory.published["B"]
+    (buf,) = desc.buffers
+    cluster.directory.publish(dataclasses.replace(
+        desc, buffers=(dataclasses.replace(buf, length=8192),)))
+    task = tr.submit("B", [(W, a.buffer_addr + 8192, 3 * 4096, b2.buffer_addr + 8192)])
+    assert tr.queued() == 3 and tr.stats["replacements"] == 0
+
+    tr.lookup("B", True)
+    assert tr.stats["replacements"] == 1
+    settle(cluster)
+    assert task.status() == "FAILED"
+    assert [(s.n_success, s.n_failed) for s in task.slices] == [(0, 1)] * 3
+
+
 def test_transport_failure_forces_refresh_and_recovers_within_budget(controlled, settle):
     cluster, a, b = _pair(controlled, settle)
     tr = a.transport

@@ -64,7 +64,7 @@ def test_add():
     assert add(2, 2) == 4
 
 
-@pytest.mark.mc_req("MR-1")
+@pytest.mark.mc_req("MR-2", "MR-1")
 def test_double_in_a_child():
     out = subprocess.run([sys.executable, "-c", "from toy.calc import double; print(double(4))"],
                          capture_output=True, text=True, timeout=60)
@@ -182,6 +182,8 @@ def test_a_reach_map_run_selects_tests_across_processes_and_skips_the_unreached(
         "toy/calc.py::add": ["suites/test_toy.py::test_add",
                              "suites/test_toy.py::test_add_for_another_requirement"],
         "toy/calc.py::double": ["suites/test_toy.py::test_double_in_a_child"]}
+    assert stored["requirements"]["suites/test_toy.py::test_double_in_a_child"] == [
+        "MR-2", "MR-1"], "a mark naming two requirements judges both"
     doc = json.loads(result.read_text())
     by_fn: dict[str, list[dict]] = {}
     for m in doc["mutants"]:
