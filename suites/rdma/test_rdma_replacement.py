@@ -40,6 +40,14 @@ def short(instance_id: str | None) -> str:
     return f"{instance_id[:8]}.." if instance_id else "none"
 
 
+def live_qps_to(cluster, node: str, peer: str) -> set[int]:
+    return {q["qp_num"] for q in cluster.qps(node) if q["peer"] == peer and q["state"] == "rts"}
+
+
+def payload(tag: bytes, length: int) -> bytes:
+    return (tag * (length // len(tag) + 1))[:length]
+
+
 @pytest.mark.mc_req("MR-9", "MR-11")
 @pytest.mark.mc_requires("rdma_state")
 def test_replaced_peer_old_endpoints_retired_transfer_completes_on_new(mc_completions):
@@ -247,6 +255,159 @@ def test_a_qp_fatal_with_work_in_flight_is_retried_to_completion(mc_completions)
         f"instead of retiring the endpoint and retrying its slices (MR-12: a QP failure is "
         f"recoverable within the retry budget)")
     assert cluster.read("B", 0, 4 * SLICE) == data, "the bytes at B are not the payload"
+
+
+@pytest.mark.mc_req("MR-12")
+@pytest.mark.parametrize("status", ["REM_ACCESS_ERR", "RETRY_EXC_ERR", "LOC_PROT_ERR"])
+def test_an_error_completion_is_recovered_on_a_peer_with_one_path(mc_completions, status):
+    """A work request fails once (a remote, a transport and a local error) where A and B have
+    one NIC each, so the retry can only take the same NIC path again. MR-12: the failed
+    endpoint is retired and the slice retried within its budget, over new QPs, to completion
+    (a retry on the failed endpoint's QPs, in ERR after the error, would fail at every
+    attempt)."""
+    cluster = mc_completions.cluster()
+    cluster.add_node("A", ("mlx5_0",))
+    cluster.add_node("B", ("mlx5_0",))
+    t = cluster.submit("A", "B", SLICE)
+    assert cluster.settle() and cluster.status(t) == "COMPLETED"
+    old = live_qps_to(cluster, "A", "B")
+    assert old, f"precondition: A has live QPs to B ({cluster.qps('A')})"
+    data = b"one-error-retry!" * (SLICE // 16)
+    cluster.write_local("A", SLICE, data)
+    t = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+    cluster.inject_error(t, 0, status)
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    assert cluster.status(t) == "COMPLETED", (
+        f"one work request of the transfer failed ({status}) and the transfer ended "
+        f"{cluster.status(t)} after {len(cluster.posts(t, 0))} post(s) of its slice, with a "
+        f"retry budget left: MR-12 requires the failed endpoint be retired and the slice "
+        f"retried to completion")
+    assert cluster.read("B", SLICE, SLICE) == data, "the bytes at B are not the payload"
+    kept = old & live_qps_to(cluster, "A", "B")
+    assert not kept, (
+        f"after a {status} completion A still uses QPs {sorted(kept)} of the endpoint that "
+        f"failed; MR-12 requires the failed endpoint be retired")
+    found = cluster.check()
+    assert not found, f"after recovering from a {status} completion: {found}"
+
+
+@pytest.mark.mc_req("MR-12")
+def test_a_qp_fatal_with_many_work_requests_in_flight_is_retried_on_the_one_path(mc_completions):
+    """As ``test_a_qp_fatal_with_work_in_flight_is_retried_to_completion``, where A and B have
+    one NIC each and eight of the transfer's work requests are on the wire when the QP turns
+    fatal: eight flush completions come back for one QP failure. MR-12: the endpoint is retired
+    and the slices retried, over the one NIC path there is, until the transfer completes (the
+    flushes are the QP's failure drained, not eight failures of the path)."""
+    cluster = mc_completions.cluster()
+    cluster.add_node("A", ("mlx5_0",))
+    cluster.add_node("B", ("mlx5_0",))
+    n = 8
+    data = payload(b"eight-flushed-WRs", n * SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", n * SLICE)
+    for i in range(n):
+        cluster.hold(t, i, tag="old", stage="execution")
+    assert cluster.settle()
+    assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
+    cluster.release("old")
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    status = cluster.status(t)
+    assert status == "COMPLETED", (
+        f"A's one QP path to B turned fatal with {n} work requests in flight, and the transfer "
+        f"ended {status} instead of retiring the endpoint and retrying its slices on a new one "
+        f"(MR-12: a QP failure is recoverable within the retry budget)")
+    assert cluster.read("B", 0, n * SLICE) == data, "the bytes at B are not the payload"
+    found = cluster.check()
+    assert not found, f"after a QP fatal with {n} work requests in flight: {found}"
+
+
+@pytest.mark.mc_req("MR-12")
+def test_a_burst_of_recovered_failures_across_many_peers_completes(mc_completions):
+    """A writes to 40 peers at once, over its one NIC, and the first work request to each
+    fails with a local error (A's NIC refuses it): 40 failures in one burst, each recoverable,
+    each slice retried within its budget. MR-12: every transfer completes. (A build may give
+    up a local NIC that keeps failing; one burst, every failure of it recovered, is not that.)"""
+    cluster = mc_completions.cluster()
+    cluster.add_node("A", ("mlx5_0",))
+    peers = [f"P{i:02d}" for i in range(40)]
+    for p in peers:
+        cluster.add_node(p, ("mlx5_0",))
+    transfers = []
+    for i, p in enumerate(peers):
+        cluster.write_local("A", i * SLICE, payload(p.encode(), SLICE))
+        t = cluster.submit("A", p, SLICE, src_offset=i * SLICE)
+        cluster.inject_error(t, 0, "LOC_PROT_ERR")
+        transfers.append(t)
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    ended = {p: cluster.status(t) for p, t in zip(peers, transfers, strict=True)}
+    bad = {p: s for p, s in ended.items() if s != "COMPLETED"}
+    assert not bad, (
+        f"{len(bad)} of 40 transfers, each of whose first work request failed once with a "
+        f"local error, did not complete ({bad}): MR-12 requires each recoverable failure be "
+        f"retried within the budget")
+    wrong = [p for p in peers if cluster.read(p, 0, SLICE) != payload(p.encode(), SLICE)]
+    assert not wrong, f"the bytes at {wrong} are not their payloads"
+    found = cluster.check()
+    assert not found, f"after 40 local errors in one burst: {found}"
+
+
+@pytest.mark.mc_req("MR-12")
+def test_recovered_work_request_failures_never_add_up(mc_completions):
+    """A long run of transfers, each of which meets one local error completion (a WR refused
+    by A's own NIC) and recovers on its retry: every one is a recoverable failure, so the
+    fortieth transfer is retried to completion as the first was. (A build may give up a local
+    NIC after failures in a row; here a success follows every failure.)"""
+    cluster = mc_completions.cluster()
+    cluster.add_node("A", ("mlx5_0",))
+    cluster.add_node("B", ("mlx5_0",))
+    for i in range(40):
+        data = payload(f"run {i:02d} ".encode(), SLICE)
+        cluster.write_local("A", 0, data)
+        t = cluster.submit("A", "B", SLICE)
+        cluster.inject_error(t, 0, "LOC_PROT_ERR")
+        cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+        assert cluster.status(t) == "COMPLETED", (
+            f"transfer {i + 1} of 40, each failing once with a local error and recovering, "
+            f"ended {cluster.status(t)} after {len(cluster.posts(t, 0))} post(s): the "
+            f"{i} failures recovered before it were charged to A as if in a row, and A gave "
+            f"up its NIC; MR-12 requires a recoverable failure be retried within the budget")
+        assert cluster.read("B", 0, SLICE) == data, f"transfer {i + 1}: the bytes at B differ"
+    found = cluster.check()
+    assert not found, f"after 40 recovered local errors: {found}"
+
+
+@pytest.mark.mc_req("MR-12")
+def test_a_peer_failing_every_work_request_leaves_other_peers_reachable(mc_completions):
+    """B stops answering: every work request A posts to it fails (retry exceeded), for six
+    transfers in a row, each ending within its budget. Those are failures of B's paths, not
+    of A's NIC: A's transfer to C, over the same local NIC, still completes (MR-12: a transport
+    failure retires the failed endpoint, not what A's other transfers use)."""
+    cluster = mc_completions.cluster()
+    cluster.add_node("A", ("mlx5_0",))
+    cluster.add_node("B", ("mlx5_0",))
+    cluster.add_node("C", ("mlx5_0",))
+    t = cluster.submit("A", "C", SLICE)
+    completed_ok = cluster.settle() and cluster.status(t) == "COMPLETED"
+    assert completed_ok, f"precondition: a first transfer to C ended {cluster.status(t)}"
+    for i in range(6):
+        t = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+        cluster.inject_error(t, 0, "RETRY_EXC_ERR", times=None)
+        assert cluster.settle(timeout=60), "a transfer to the silent B never ended"
+        assert cluster.status(t) == "FAILED", (
+            f"every work request to B failed, yet transfer {i + 1} to B ended "
+            f"{cluster.status(t)}")
+    data = payload(b"C-still-there!", SLICE)
+    cluster.write_local("A", 2 * SLICE, data)
+    t = cluster.submit("A", "C", SLICE, src_offset=2 * SLICE, dst_offset=2 * SLICE)
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    assert cluster.status(t) == "COMPLETED", (
+        f"after six transfers to B failed on B's side (retry exceeded), A's transfer to C "
+        f"ended {cluster.status(t)}: the failures of B's paths were charged to A's own NIC. "
+        f"MR-12 requires a transport failure retire the failed endpoint and retry within the "
+        f"budget, not take down what A's other transfers use")
+    assert cluster.read("C", 2 * SLICE, SLICE) == data, "the bytes at C are not the payload"
+    found = cluster.check()
+    assert not found, f"after transfers to a silent peer: {found}"
 
 
 @pytest.mark.mc_req("MR-12")

@@ -7,6 +7,7 @@ import pytest
 
 from reference_engine.profiles import LEGACY, RFC
 from reference_engine.rdma.config import RdmaConfig
+from reference_engine.rdma.context import FAILURE_THRESHOLD
 from reference_engine.rdma.counters import Counter
 from reference_engine.rdma.rail_state import RailTable
 from reference_engine.rdma.rdma_policies import DedicatedPollerModel, SharedModel, TokenOwnership
@@ -223,6 +224,34 @@ def test_an_error_completion_retires_its_endpoint_with_no_observer_attached(cont
     assert task.status() == "COMPLETED"
     causes = [c for ctx in a.transport.contexts for c, _, _ in ctx.store.retire_log]
     assert causes == ["cq_error"], causes
+
+
+def test_a_local_nic_whose_work_requests_keep_failing_is_given_up_for_the_other(controlled, settle):
+    """A local NIC whose every work request fails with a local error (LOC_*) is given up once
+    FAILURE_THRESHOLD polls in a row brought such failures and no success, and its work goes to
+    the node's other NIC (the local RNIC handoff). Not a suite test: no requirement says when a
+    failing local NIC is given up (CO-10 asks only that the handoff be safe), so this is the
+    reference's rule (Mooncake's per-context failure count), stated here."""
+    cluster = controlled(slice_size=4096)
+    a = cluster.add_node("A", ["n0", "n1"])
+    b = cluster.add_node("B", ["n0"])
+    tr = a.transport
+    lkey0 = tr.buffers[0].lkeys[0]
+    cluster.fabric.inject(Fault(ERROR, predicate=lambda wr: wr.lkey == lkey0,
+                                status=WcStatus.LOC_PROT_ERR, times=None))
+    for _ in range(FAILURE_THRESHOLD):  # each transfer's slice on n0 fails at every attempt
+        tr.submit("B", [(W, a.buffer_addr, 2 * 4096, b.buffer_addr)])
+        settle(cluster)
+        if not tr.contexts[0].active:
+            break
+    assert not tr.contexts[0].active, (
+        f"n0 failed every work request with a local error and is still active "
+        f"(failure count {tr.contexts[0].failure_count})")
+    assert tr.contexts[1].active
+    task = tr.submit("B", [(W, a.buffer_addr, 8 * 4096, b.buffer_addr)])
+    settle(cluster)
+    assert task.status() == "COMPLETED"
+    assert all(s.ctx_index == 1 for s in task.slices)
 
 
 def test_async_event_on_dead_context_hands_work_to_another_nic(controlled, settle):
