@@ -486,7 +486,8 @@ class RdmaViolation:
 
     kind: str
     """stale_mutation, double_completion, success_and_failed, stuck_slice, stale_retire,
-    post_to_retired, negative_counter, counter_leak, not_reclaimed, token_leak, no_quiescence,
+    post_to_retired, negative_counter, counter_leak, over_capacity (the reference's QP depth or
+    CQ outstanding counted past the queue's size), not_reclaimed, token_leak, no_quiescence,
     retry_after_end, actor_crashed."""
     detail: str
 

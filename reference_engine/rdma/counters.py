@@ -1,6 +1,9 @@
-"""Outstanding-work counters (QP depth, CQ outstanding) that remember their lowest value.
+"""Outstanding-work counters (QP depth, CQ outstanding) that remember their lowest and highest
+values.
 
-``low`` lets the invariant checker see a counter that went negative even if it came back.
+``low`` lets the invariant checker see a counter that went negative even if it came back;
+``high``, one that counted more work outstanding than its queue holds (a send queue's
+``max_wr``, a CQ's entries) even if it came back.
 ``SerialCounter`` is the same without the lock, for a transport whose actors all run on one
 thread (the controlled scheduler), where the lock is pure cost on the hottest path.
 """
@@ -11,11 +14,12 @@ import threading
 
 
 class Counter:
-    __slots__ = ("value", "low", "lock", "name")
+    __slots__ = ("value", "low", "high", "lock", "name")
 
     def __init__(self, name: str = ""):
         self.value = 0
         self.low = 0
+        self.high = 0
         self.lock = threading.Lock()
         self.name = name
 
@@ -25,9 +29,11 @@ class Counter:
             self.value = v
             if v < self.low:
                 self.low = v
+            elif v > self.high:
+                self.high = v
 
     def __repr__(self) -> str:
-        return f"Counter({self.name}={self.value}, low={self.low})"
+        return f"Counter({self.name}={self.value}, low={self.low}, high={self.high})"
 
 
 class SerialCounter(Counter):
@@ -38,3 +44,5 @@ class SerialCounter(Counter):
         self.value = v
         if v < self.low:
             self.low = v
+        elif v > self.high:
+            self.high = v

@@ -26,8 +26,8 @@ import time
 
 import pytest
 
-from pytest_mooncake.waits import Timeout, wait_until
 from pytest_mooncake.targets import TargetLacks
+from pytest_mooncake.waits import Timeout, wait_until
 
 pytestmark = pytest.mark.mc_requires("rdma_control")
 
@@ -306,6 +306,59 @@ def test_work_left_for_a_full_send_queue_holds_nothing(mc_completions):
         f"{left}; CO-3 requires every completion to release exactly what its post holds, and "
         f"slices left for later hold nothing until posted")
     assert_checked(cluster, "CO-3", "a transfer larger than the send queues")
+
+
+@pytest.mark.mc_req("CO-3")
+def test_work_left_for_a_full_completion_queue_holds_nothing(mc_completions):
+    """A's completion queues take four entries each (max_cqe=4) and its endpoint to B has two
+    QPs whose send queues are far larger: the CQ, not a send queue, is what fills, after the
+    first QP's share of a 16-slice transfer. What does not fit waits, spread over the QPs or
+    not, and is posted as polled completions free CQ entries; more outstanding than the CQ
+    holds, a NIC overruns it and the completions are lost. Once settled, the transfer has
+    landed and nothing is left counted."""
+    # a build that reads no CQ size lacks the means: TargetLacks makes the test n/a there
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), max_cqe=4, num_qp_per_ep=2)
+    data = payload(b"full-cq", 16 * SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", 16 * SLICE)
+    completed(cluster, t, "a transfer larger than A's completion queues")
+    assert cluster.read("B", 0, 16 * SLICE) == data, "the bytes at B are not the payload"
+    left = unreleased(cluster, "A")
+    assert not left, (
+        f"after a transfer that outgrew A's completion queues (max_cqe=4) settled, A still "
+        f"counts {left}; CO-3 requires every completion to release exactly what its post holds, "
+        f"and slices left for later hold nothing until posted")
+    assert_checked(cluster, "CO-3", "a transfer larger than the completion queues")
+
+
+@pytest.mark.mc_req("CO-3")
+def test_work_waiting_behind_a_cq_held_full_is_posted_once_its_entries_free(mc_completions):
+    """A's completion queues take four entries (max_cqe=4) and four slices of a 16-slice
+    transfer have their completions held: once A has posted them, its CQ is full, and the
+    slices that wait find it full for as long as the test holds them (A runs free, coming back
+    to them again and again). Released, the held completions free the CQ and the rest are
+    posted: the transfer lands, and nothing is left counted (CO-3: work that waits for a CQ
+    entry holds nothing)."""
+    # a build that reads no CQ size lacks the means: TargetLacks makes the test n/a there
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), controlled=False, max_cqe=4)
+    data = payload(b"held-cq", 16 * SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", 16 * SLICE)
+    for i in range(4):
+        cluster.hold(t, i, tag="full")
+    cluster.start()
+    wait_until(lambda: len(cluster.held("full")) == 4, 20.0,
+               "A to post the four slices whose completions are held")
+    time.sleep(0.5)  # A keeps coming back to its full CQ with the twelve slices that wait
+    cluster.release("full")
+    completed(cluster, t, "a transfer whose first completions held A's CQ full")
+    assert cluster.read("B", 0, 16 * SLICE) == data, "the bytes at B are not the payload"
+    left = unreleased(cluster, "A")
+    assert not left, (
+        f"after a transfer that waited behind a CQ held full settled, A still counts {left}; "
+        f"CO-3 requires every completion to release exactly what its post holds, and slices "
+        f"waiting for a CQ entry hold nothing until posted")
+    assert_checked(cluster, "CO-3", "a transfer that waited behind a full CQ")
 
 
 # ------------------------------------------------------------------------------- CO-8

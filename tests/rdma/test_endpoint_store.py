@@ -1,5 +1,7 @@
 """Endpoint stores: FIFO and Mooncake's SIEVE (visited=True on insert), retire, reclaim."""
 
+import logging
+
 import pytest
 
 from reference_engine.rdma.counters import Counter
@@ -69,6 +71,20 @@ def test_retire_is_one_idempotent_two_phase_path():
     ep.depth[0].add(-1)
     assert store.reclaim(store.clock.now(), 30.0, lambda e: pytest.fail("forced")) == 1
     assert ep.state == DESTROYED and store.waiting == []
+
+
+def test_a_retirement_is_logged_once_with_its_endpoint_generation_and_cause(caplog):
+    """MR-15's operators see every endpoint retired: the one retire path logs the peer NIC
+    path, the generation and the cause, once per endpoint generation (a second retire of the
+    same one is a no-op and logs nothing). No target reads the RDMA transport's log (the
+    reference's runs on the simulator), so this is a project test."""
+    store, _ = _store("SIEVE")
+    ep = store.insert("B@mlx5_0", lambda: Endpoint(None, "B@mlx5_0", 7))
+    with caplog.at_level(logging.INFO, logger="reference_engine.rdma"):
+        store.retire(ep, "qp_fatal")
+        store.retire(ep, "cq_error")
+    lines = [r.getMessage() for r in caplog.records if "retired" in r.getMessage()]
+    assert lines == ["endpoint B@mlx5_0 generation 7 retired (qp_fatal)"], lines
 
 
 def test_reclaim_forces_after_timeout_and_hands_over_the_outstanding_work():

@@ -76,6 +76,7 @@ CONFIG_ENV = {
     "slice_size": "MC_SLICE_SIZE", "retry_cnt": "MC_RETRY_CNT",
     "max_ep_per_ctx": "MC_MAX_EP_PER_CTX", "workers_per_ctx": "MC_WORKERS_PER_CTX",
     "num_qp_per_ep": "MC_NUM_QP_PER_EP", "max_wr": "MC_MAX_WR",
+    "max_cqe": "MC_MAX_CQE_PER_CTX",
     "rail_pause_seconds": "MC_RDMA_RAIL_PAUSE_SECONDS",
     "metadata_refresh_seconds": "MC_TE_METADATA_REFRESH_INTERVAL_SECONDS",
 }

@@ -84,6 +84,11 @@ class RdmaExploration:
         return self.failure.violations[0] if self.failure else None
 
 
+RECLAIM_BOUND = 10.0
+"""Seconds ``check()`` gives a free-running cluster to destroy a QP its engine retired once
+nothing is outstanding on it (as ``emulated_rdma.RECLAIM_BOUND`` gives a real build)."""
+
+
 def _violations(items) -> list[RdmaViolation]:
     return [RdmaViolation(v.kind, v.detail) for v in items]
 
@@ -418,8 +423,39 @@ class RdmaCluster:
             "every transfer ended, workers still had slices or completions to process"
 
     def check(self) -> list[RdmaViolation]:
-        """CO-9 violations seen so far plus those of the end state (call after ``settle``)."""
-        return _violations(self.checker.check_final(True))
+        """CO-9 violations seen so far plus those of the end state (call after ``settle``), and,
+        as a real build's NICs show it (``emulated_rdma``'s ``check``), every QP the engine
+        moved to ERR itself that has nothing outstanding any more and was not destroyed: a
+        retired endpoint never reclaimed (CO-7, CO-9). A free-running cluster gets
+        ``RECLAIM_BOUND`` seconds to destroy them; a controlled one ran to quiescence."""
+        out = _violations(self.checker.check_final(True))
+        try:
+            if self._unreclaimed() and not self.controlled:
+                wait_until(lambda: not self._unreclaimed(), RECLAIM_BOUND,
+                           "retired QPs to be destroyed", interval=0.01, max_interval=0.02)
+        except Timeout:
+            pass
+        for node, qp in self._unreclaimed():
+            out.append(RdmaViolation("not_reclaimed", (
+                f"{node}: QP {qp.qp_num} ({qp.ctx.device_name}) the engine moved to ERR itself "
+                f"has nothing outstanding, yet was not destroyed")))
+        return out
+
+    def _unreclaimed(self) -> list[tuple[str, Any]]:
+        fabric = self.sim.fabric
+        with fabric.lock:
+            held = {rec.qp for recs in fabric.held.values() for rec in recs}
+            out = []
+            for name, peer in self.sim.peers.items():
+                if not peer.node.alive or peer.transport.defunct:
+                    continue
+                for ctx in peer.node.contexts.values():
+                    for qp in list(ctx.qps):
+                        if (qp.app_err and not qp.destroyed and not qp.pending
+                                and qp not in held
+                                and not any(wc.qp_num == qp.qp_num for wc in qp.cq.entries)):
+                            out.append((name, qp))
+            return out
 
     def counters(self, node: str) -> dict[str, int]:
         tr = self.sim.peers[node].transport

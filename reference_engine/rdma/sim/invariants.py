@@ -8,6 +8,9 @@ During the run (hooks called by the fabric and the pool):
 At quiescence (``check_final``):
 - every slice ended exactly once: never both successful and failed, never twice, never stuck;
 - QP depth and CQ outstanding never went negative and are zero; no token leaked (CO-3);
+- QP depth never exceeded the send queue's ``max_wr``, CQ outstanding never the CQ's entries:
+  work that does not fit waits (CO-3: it holds nothing until posted); a NIC refuses WRs past a
+  full send queue and overruns a full CQ, losing completions;
 - retired endpoints were reclaimed (waiting lists empty).
 """
 
@@ -110,17 +113,26 @@ class InvariantChecker:
             if tr.defunct:
                 continue
             for ctx in tr.contexts:
-                for _, c in ctx.cqs:
+                for cq, c in ctx.cqs:
+                    cqe = getattr(cq, "cqe", None)
                     if c.low < 0:
                         self._fail("negative_counter", f"{c!r} went negative")
                     elif quiescent and c.value != 0:
                         self._fail("counter_leak", f"{c!r} is not zero at quiescence")
+                    if cqe is not None and c.high > cqe:
+                        self._fail("over_capacity", (
+                            f"{c!r} counted {c.high} completions outstanding on a CQ of {cqe} "
+                            f"entries: a NIC overruns it and loses completions"))
                 for ep in ctx.store.everything or ():
                     for d in ep.depth:
                         if d.low < 0:
                             self._fail("negative_counter", f"{d!r} went negative")
                         elif quiescent and d.value != 0 and ep.state != "DESTROYED":
                             self._fail("counter_leak", f"{d!r} of {ep!r} is not zero")
+                        if ep.max_wr and d.high > ep.max_wr:
+                            self._fail("over_capacity", (
+                                f"{d!r} of {ep!r} counted {d.high} WRs outstanding on a send "
+                                f"queue of {ep.max_wr}: a NIC refuses the WRs past it"))
                 if quiescent and ctx.store.waiting:
                     self._fail("not_reclaimed", f"{ctx.store.waiting!r} still waiting")
             if quiescent and tr.ownership.outstanding():
