@@ -667,6 +667,27 @@ def test_handoff_to_another_nic_while_flushes_drain(mc_completions):
     assert_checked(cluster, "CO-10", "a local handoff")
 
 
+@pytest.mark.mc_req("CO-10")
+def test_a_slice_with_no_other_local_nic_to_go_to_ends_once(mc_completions):
+    """The edge of CO-10's handoff: A's only NIC fails under a posted slice whose completion is
+    held, so its flush arrives on a dead NIC with no other local NIC to hand the slice to. The
+    handoff cannot happen; the slice must still end, once (CO-9 holds): the transfer ends,
+    failed, instead of waiting for ever, and nothing is left counted or unreclaimed."""
+    cluster = two_nodes(mc_completions, a_nics=("mlx5_0",))
+    t = cluster.submit("A", "B", SLICE)
+    cluster.hold(t, 0, tag="old", stage="execution")
+    assert cluster.settle()
+    held = cluster.held("old")
+    assert held, "precondition: the slice's first attempt is held"
+    cluster.device_fatal("A", held[0]["nic"])
+    assert cluster.settle()
+    cluster.release("old")
+    status = ended(cluster, t, "a transfer whose only local NIC failed under it")
+    assert status == "FAILED", (
+        f"A's only NIC failed under the transfer's one slice, yet it ended {status}")
+    assert_checked(cluster, "CO-10", "a handoff with no other local NIC")
+
+
 # ------------------------------------------------------------------------------- CO-11
 
 
