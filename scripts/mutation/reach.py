@@ -35,7 +35,10 @@ PROBE = "mc_mutation_reach_probe"
 PLUGIN = "mc_mutation_reach_plugin"
 OUTSIDE = "-"
 """The test name of a call made while no test ran (collection, session set-up)."""
-FORMAT = 1
+FORMAT = 2
+"""2: a test's requirements are every ID of its mc_req marks (1 kept only each mark's first, so
+a test marked mc_req("CO-2", "CO-4") never judged a CO-4 mutant); a map of format 1 is made
+again."""
 
 _PROBE_SOURCE = '''"""Written by scripts/mutation/reach.py into an instrumented copy of the tree."""
 import os

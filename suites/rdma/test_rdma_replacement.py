@@ -436,18 +436,80 @@ def test_retries_are_bounded(mc_completions):
 
 
 @pytest.mark.mc_req("MR-12")
-def test_failed_forced_refreshes_consume_the_retry_budget(mc_completions):
-    """Every post of a slice fails and the metadata store refuses every read for a while, so
-    each retry's forced refresh fails. A failed forced refresh consumes the retry budget (or
-    fails the slice): the store sees at most as many refused reads as the budget allows
-    retries, however many it would have refused."""
-    budget, refusals = 3, 50
+def test_a_failure_that_recovers_on_the_budgets_last_attempt_completes(mc_completions):
+    """The slice's first ``budget - 1`` posts fail (retry exceeded) and the next one would
+    succeed: the budget (``MC_RETRY_CNT``, a slice posted at most that many times) still holds
+    that last attempt, so the transfer must complete, its bytes at B. MR-12's retries are
+    within the existing budget: a smaller one, or one charged twice per failure, fails a
+    transfer the budget would have recovered."""
+    budget = 3
+    cluster = mc_completions.cluster(retry_cnt=budget)
+    cluster.add_node("A")
+    cluster.add_node("B", ["mlx5_0", "mlx5_1"])
+    data = (b"last-attempt-ok!" * (SLICE // 16))[:SLICE]
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", SLICE)
+    cluster.inject_error(t, 0, "RETRY_EXC_ERR", times=budget - 1)
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    posts = cluster.posts(t, 0)
+    assert cluster.status(t) == "COMPLETED", (
+        f"the slice's first {budget - 1} posts failed and the next would have succeeded; with a "
+        f"retry budget of {budget} (MC_RETRY_CNT: {budget} posts of a slice, its first "
+        f"included) the transfer ended {cluster.status(t)} after {len(posts)} post(s). MR-12: "
+        f"a recoverable failure is retried within the existing retry budget, all of it")
+    assert cluster.read("B", 0, SLICE) == data, "the bytes at B are not the payload"
+    found = cluster.check()
+    assert not found, f"after a transfer recovered on its last attempt: {found}"
+
+
+@pytest.mark.mc_req("MR-12")
+def test_retries_are_bounded_when_the_budget_outlasts_the_peers_paths(mc_completions):
+    """As ``test_retries_are_bounded`` with a budget of 9 (Mooncake's default MC_RETRY_CNT):
+    every attempt fails, on each of B's two NICs in turn, so the engine may run out of paths
+    it is willing to retry on before it runs out of budget. Either way the transfer must end,
+    failed, after at most the budget's posts: a slice left with nowhere to go is failed, not
+    left waiting."""
+    budget = 9
+    cluster = mc_completions.cluster(retry_cnt=budget)
+    cluster.add_node("A")
+    cluster.add_node("B", ["mlx5_0", "mlx5_1"])
+    t = cluster.submit("A", "B", SLICE)
+    cluster.inject_error(t, 0, "RETRY_EXC_ERR", times=None)
+    cluster.settle(timeout=60)  # at its deadline NotQuiescent says what the build left undone
+    posts = cluster.posts(t, 0)
+    assert cluster.status(t) == "FAILED", (
+        f"every attempt failed ({len(posts)} post(s) to B's two NICs) and the transfer ended "
+        f"{cluster.status(t)}: MR-12's retries end within the budget of {budget}, and a slice "
+        f"the engine no longer retries must fail")
+    assert 1 <= len(posts) <= budget, (
+        f"with a retry budget of {budget} (MC_RETRY_CNT) the slice was posted {len(posts)} "
+        f"times; MR-12 requires at most {budget} posts of a slice, its first included")
+    found = cluster.check()
+    assert not found, f"after a transfer exhausted its retries: {found}"
+
+
+def failing_with_refreshes_refused(mc_completions, budget: int, refusals: int = 50):
+    """A transfer of one slice to B (which A has written to before) whose every post fails,
+    while the metadata store refuses the next ``refusals`` reads, so each forced refresh a
+    retry makes fails. (cluster, transfer, refused reads, posts), once it settled."""
     cluster = cluster_with_traffic(mc_completions, retry_cnt=budget)
     t = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
     cluster.inject_error(t, 0, "RETRY_EXC_ERR", times=None)
     cluster.refuse_metadata(refusals)
     assert cluster.settle(timeout=60), "the failing transfer never ended (retries unbounded?)"
-    refused = cluster.metadata_refused()
+    return cluster, t, cluster.metadata_refused(), cluster.posts(t, 0)
+
+
+@pytest.mark.mc_req("MR-12")
+def test_failed_forced_refreshes_consume_the_retry_budget(mc_completions):
+    """Every post of a slice fails and the metadata store refuses every read for a while, so
+    each retry's forced refresh fails. A failed forced refresh consumes the retry budget (or
+    fails the slice), and no retry goes out on the cached descriptor instead: the slice is
+    posted once, and its failed post and failed refreshes together take at most the budget
+    (a slice is retried while its retry count, raised at each failure, stays below
+    ``MC_RETRY_CNT``), however many reads the store would have refused."""
+    budget = 3
+    cluster, t, refused, posts = failing_with_refreshes_refused(mc_completions, budget)
     assert cluster.status(t) == "FAILED", (
         f"every post failed and every forced refresh was refused, yet the transfer ended "
         f"{cluster.status(t)}")
@@ -459,8 +521,63 @@ def test_failed_forced_refreshes_consume_the_retry_budget(mc_completions):
         f"forced refreshes the metadata store refused: failed refreshes were retried without "
         f"charging the budget. MR-12: a failed forced refresh consumes the retry budget or "
         f"fails the transfer; it never loops")
+    assert len(posts) == 1, (
+        f"every forced refresh was refused ({refused}), yet the slice was posted {len(posts)} "
+        f"times: a retry went out on the cached descriptor. MR-12: the retry follows a forced "
+        f"refresh; one that fails consumes the budget or fails the transfer")
+    assert len(posts) + refused <= budget, (
+        f"the slice's failed post and its {refused} failed forced refresh(es) took "
+        f"{len(posts) + refused} retries of a budget of {budget} (MC_RETRY_CNT): a failed "
+        f"forced refresh was let go without charging the budget (MR-12)")
     found = cluster.check()
     assert not found, f"after a transfer exhausted its retries on failed refreshes: {found}"
+
+
+@pytest.mark.mc_req("MR-12")
+def test_a_forced_refresh_failing_on_the_budgets_last_retry_ends_the_transfer(mc_completions):
+    """A budget of 2 (MC_RETRY_CNT): the slice's first post fails and the forced refresh of
+    its one retry is refused. That failed refresh takes the last of the budget (or fails the
+    transfer outright): the transfer fails there, with no more refreshes while the store
+    still refuses them."""
+    budget = 2
+    cluster, t, refused, posts = failing_with_refreshes_refused(mc_completions, budget)
+    assert cluster.status(t) == "FAILED", (
+        f"every post failed and every forced refresh was refused, yet the transfer ended "
+        f"{cluster.status(t)}")
+    assert 1 <= refused and len(posts) + refused <= budget, (
+        f"with a retry budget of {budget} the slice was posted {len(posts)} time(s) and made "
+        f"{refused} forced refresh(es) the store refused: the refresh that failed on the "
+        f"budget's last retry was tried again instead of ending the transfer. MR-12: a failed "
+        f"forced refresh consumes the retry budget or fails the transfer; it never loops")
+    found = cluster.check()
+    assert not found, f"after a transfer exhausted its retries on failed refreshes: {found}"
+
+
+@pytest.mark.mc_req("MR-15")
+@pytest.mark.parametrize("spent_on", ["posts", "refreshes"])
+def test_every_exhausted_retry_budget_is_counted_once(mc_completions, spent_on):
+    """A one-slice transfer spends its whole retry budget, on failed posts (every post fails)
+    or on failed forced refreshes (every post fails and the store refuses every read): A's
+    counter of exhausted retry budgets moves by one, whatever the last attempt failed on."""
+    budget = 3
+    cluster = cluster_with_traffic(mc_completions, retry_cnt=budget)
+    before = cluster.counters("A")
+    t = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
+    cluster.inject_error(t, 0, "RETRY_EXC_ERR", times=None)
+    if spent_on == "refreshes":
+        cluster.refuse_metadata(50)
+    assert cluster.settle(timeout=60), "the failing transfer never ended"
+    after = cluster.counters("A")
+    assert cluster.status(t) == "FAILED", (
+        f"precondition: every attempt failed and the transfer ended {cluster.status(t)}")
+    if "retries_exhausted" not in after:
+        pytest.fail(f"MR-15 requires a counter of exhausted retry budgets; A's counters name "
+                    f"none ({sorted(after)})", pytrace=False)
+    counted = after["retries_exhausted"] - before.get("retries_exhausted", 0)
+    assert counted == 1, (
+        f"one slice spent its whole retry budget of {budget} on failed {spent_on} and A counted "
+        f"{counted} exhausted retry budget(s), not 1; MR-15 requires operators see every "
+        f"exhausted retry budget, once")
 
 
 @pytest.mark.mc_req("MR-9", "MR-11")

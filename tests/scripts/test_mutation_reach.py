@@ -71,7 +71,7 @@ def test_double_in_a_child():
     assert out.stdout.strip() == "8", out.stderr
 
 
-@pytest.mark.mc_req("MR-2")
+@pytest.mark.mc_req("MR-3", "MR-2")
 def test_add_for_another_requirement():
     assert add(1, 1) == 2
 '''
@@ -184,6 +184,9 @@ def test_a_reach_map_run_selects_tests_across_processes_and_skips_the_unreached(
         "toy/calc.py::double": ["suites/test_toy.py::test_double_in_a_child"]}
     assert stored["requirements"]["suites/test_toy.py::test_double_in_a_child"] == [
         "MR-2", "MR-1"], "a mark naming two requirements judges both"
+
+    assert stored["requirements"]["suites/test_toy.py::test_add_for_another_requirement"] == [
+        "MR-3", "MR-2"], "a mark naming two requirements judges both, not only its first"
     doc = json.loads(result.read_text())
     by_fn: dict[str, list[dict]] = {}
     for m in doc["mutants"]:
