@@ -58,6 +58,7 @@ LATER_RUNS = [ROOT / "fixtures" / "reports" / name for name in (
     "stability/proof-b677053/mooncake_0.3.13.post1_defaults-seed1101.json",  # @defaults, whole
     "stability/proof-b677053/mooncake-cuda13_0.3.14_defaults-seed1101.json",  # suites, b677053
     "mr17-restart-gap.json",    # MR-17's writer restarted after the reader missed it: 0.3.13/14
+    "mp6-edges.json",           # MP-6's new edges (freed memory, writes acknowledged at the crash)
 )]
 """Stored runs after the matrix run, overlaid on it in the order they started."""
 ETCD_BACKENDS = {"metadata": "etcd", "ha": "etcd"}
