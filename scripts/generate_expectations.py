@@ -236,7 +236,7 @@ def documents() -> dict[Path, str]:
                 before = old.requirements.get(req) if old else None
                 doc["requirements"][req] = requirement_entry(
                     value, column.verdict(req), before.verdicts if before else None,
-                    lambda req=req: seen(column, req))
+                    lambda req=req, column=column: seen(column, req))
             kept = leading_comments(path)
             if not kept or kept.startswith(GENERATED_HEADER):
                 kept = header(column, source, profile, runs) + "\n"
