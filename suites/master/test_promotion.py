@@ -271,14 +271,21 @@ def durable_seq(cluster, standby: int) -> str:
         return f"unknown ({exc})"
 
 
+def ha_store_proxy(mc_target, mc_faults, request, name: str) -> tuple[str, Any, str]:
+    """A fault proxy in front of the deployment's HA store (etcd or Redis): (the backend, the
+    proxy, the address a master is started on to go through it)."""
+    ha = mc_target.deployment_backends()["ha"]
+    store = (request.getfixturevalue("mc_redis").address if ha == "redis"
+             else request.getfixturevalue("mc_etcd").endpoints[0])
+    proxy, address = mc_faults.proxy(f"{name}-{ha}", store)
+    return ha, proxy, address
+
+
 def slow_leader(cluster, mc_target, mc_faults, request) -> tuple[Any, int, int]:
     """A leader whose HA store is reached through a fault proxy (started as a standby on the
     proxy's address, then handed leadership by a graceful stop of the first leader) and a
     standby that applied everything it wrote: (the proxy, leader, standby)."""
-    ha = mc_target.deployment_backends()["ha"]
-    store = (request.getfixturevalue("mc_redis").address if ha == "redis"
-             else request.getfixturevalue("mc_etcd").endpoints[0])
-    proxy, address = mc_faults.proxy(f"leader-store-{ha}", store)
+    ha, proxy, address = ha_store_proxy(mc_target, mc_faults, request, "leader-store")
     first = cluster.leader(timeout=WAIT)
     proxied = cluster.start_master(**{ha: address})
     cluster.stop_master(first)
@@ -929,10 +936,7 @@ def test_fresh_standby_reports_the_primarys_sequence_while_it_replays(mc_master_
     cluster.promotable(0)  # a build with no predicate FAILs here (demanded)
     put_keys(cluster.client(0), 2 * KEYS)
     primary = cluster.replication(cluster.leader())["primary_seq"]
-    ha = mc_target.deployment_backends()["ha"]
-    store = (request.getfixturevalue("mc_redis").address if ha == "redis"
-             else request.getfixturevalue("mc_etcd").endpoints[0])
-    proxy, address = mc_faults.proxy(f"fresh-standby-{ha}", store)
+    ha, proxy, address = ha_store_proxy(mc_target, mc_faults, request, "fresh-standby")
     proxy.add_toxic(type="latency", attributes={"latency": SLOW_STORE_MS}, name=f"slow-{ha}")
     fresh = cluster.start_master(**{ha: address})
     answers = promotability_answers(cluster, fresh)

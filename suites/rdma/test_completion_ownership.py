@@ -295,17 +295,24 @@ def test_work_left_for_a_full_send_queue_holds_nothing(mc_completions):
     posted may be counted, and every completion releases what its post holds: once settled,
     nothing is left counted (send-queue slots, CQ outstanding)."""
     cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), max_wr=2)
-    data = payload(b"full-sq", 16 * SLICE)
+    outgrown(cluster, b"full-sq", "send queues", "max_wr=2")
+
+
+def outgrown(cluster, tag: bytes, queues: str, setting: str) -> None:
+    """A 16-slice transfer from A larger than A's ``queues`` (the cluster was given
+    ``setting``) lands whole, and once settled nothing is left counted (CO-3: what waits holds
+    nothing)."""
+    data = payload(tag, 16 * SLICE)
     cluster.write_local("A", 0, data)
     t = cluster.submit("A", "B", 16 * SLICE)
-    completed(cluster, t, "a transfer larger than A's send queues")
+    completed(cluster, t, f"a transfer larger than A's {queues}")
     assert cluster.read("B", 0, 16 * SLICE) == data, "the bytes at B are not the payload"
     left = unreleased(cluster, "A")
     assert not left, (
-        f"after a transfer that outgrew A's send queues (max_wr=2) settled, A still counts "
-        f"{left}; CO-3 requires every completion to release exactly what its post holds, and "
-        f"slices left for later hold nothing until posted")
-    assert_checked(cluster, "CO-3", "a transfer larger than the send queues")
+        f"after a transfer that outgrew A's {queues} ({setting}) settled, A still counts {left}; CO-3 "
+        f"requires every completion to release exactly what its post holds, and slices left "
+        f"for later hold nothing until posted")
+    assert_checked(cluster, "CO-3", f"a transfer larger than the {queues}")
 
 
 @pytest.mark.mc_req("CO-3")
@@ -318,17 +325,7 @@ def test_work_left_for_a_full_completion_queue_holds_nothing(mc_completions):
     landed and nothing is left counted."""
     # a build that reads no CQ size lacks the means: TargetLacks makes the test n/a there
     cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), max_cqe=4, num_qp_per_ep=2)
-    data = payload(b"full-cq", 16 * SLICE)
-    cluster.write_local("A", 0, data)
-    t = cluster.submit("A", "B", 16 * SLICE)
-    completed(cluster, t, "a transfer larger than A's completion queues")
-    assert cluster.read("B", 0, 16 * SLICE) == data, "the bytes at B are not the payload"
-    left = unreleased(cluster, "A")
-    assert not left, (
-        f"after a transfer that outgrew A's completion queues (max_cqe=4) settled, A still "
-        f"counts {left}; CO-3 requires every completion to release exactly what its post holds, "
-        f"and slices left for later hold nothing until posted")
-    assert_checked(cluster, "CO-3", "a transfer larger than the completion queues")
+    outgrown(cluster, b"full-cq", "completion queues", "max_cqe=4")
 
 
 @pytest.mark.mc_req("CO-3")

@@ -238,23 +238,33 @@ def test_a_qp_fatal_with_work_in_flight_is_retried_to_completion(mc_completions)
     flushed work requests come back as error completions. MR-12: a QP failure is recoverable;
     the endpoint is retired and the slices are retried (B has a second NIC, and A can build a
     new QP to either) until the transfer completes with every byte at B."""
-    cluster = mc_completions.cluster()
-    cluster.add_node("A", ("mlx5_0",))
-    cluster.add_node("B", ("mlx5_0", "mlx5_1"))
-    data = (b"qp-fatal-retry!!" * (4 * SLICE // 16))[:4 * SLICE]
-    cluster.write_local("A", 0, data)
-    t = cluster.submit("A", "B", 4 * SLICE)
-    cluster.hold(t, 2, tag="old", stage="execution")
-    assert cluster.settle()
-    assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
-    cluster.release("old")
-    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
-    status = cluster.status(t)
+    cluster, status, landed = qp_fatal_in_flight(
+        mc_completions, ("mlx5_0", "mlx5_1"), (b"qp-fatal-retry!!" * (4 * SLICE // 16))[:4 * SLICE],
+        held=[2])
     assert status == "COMPLETED", (
         f"A's QP to B turned fatal with a slice in flight, and the transfer ended {status} "
         f"instead of retiring the endpoint and retrying its slices (MR-12: a QP failure is "
         f"recoverable within the retry budget)")
-    assert cluster.read("B", 0, 4 * SLICE) == data, "the bytes at B are not the payload"
+    assert landed, "the bytes at B are not the payload"
+
+
+def qp_fatal_in_flight(mc_completions, b_nics: tuple[str, ...], data: bytes,
+                       held: list[int]) -> tuple[object, str, bool]:
+    """A (one NIC) writes ``data`` to B (``b_nics``); the slices ``held`` are held on the wire
+    while A's QPs to B turn fatal, then released: (the cluster, the transfer's status once
+    settled, whether B holds ``data``)."""
+    cluster = mc_completions.cluster()
+    cluster.add_node("A", ("mlx5_0",))
+    cluster.add_node("B", b_nics)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", len(data))
+    for i in held:
+        cluster.hold(t, i, tag="old", stage="execution")
+    assert cluster.settle()
+    assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
+    cluster.release("old")
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    return cluster, cluster.status(t), cluster.read("B", 0, len(data)) == data
 
 
 @pytest.mark.mc_req("MR-12")
@@ -298,25 +308,14 @@ def test_a_qp_fatal_with_many_work_requests_in_flight_is_retried_on_the_one_path
     fatal: eight flush completions come back for one QP failure. MR-12: the endpoint is retired
     and the slices retried, over the one NIC path there is, until the transfer completes (the
     flushes are the QP's failure drained, not eight failures of the path)."""
-    cluster = mc_completions.cluster()
-    cluster.add_node("A", ("mlx5_0",))
-    cluster.add_node("B", ("mlx5_0",))
     n = 8
-    data = payload(b"eight-flushed-WRs", n * SLICE)
-    cluster.write_local("A", 0, data)
-    t = cluster.submit("A", "B", n * SLICE)
-    for i in range(n):
-        cluster.hold(t, i, tag="old", stage="execution")
-    assert cluster.settle()
-    assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
-    cluster.release("old")
-    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
-    status = cluster.status(t)
+    cluster, status, landed = qp_fatal_in_flight(
+        mc_completions, ("mlx5_0",), payload(b"eight-flushed-WRs", n * SLICE), held=list(range(n)))
     assert status == "COMPLETED", (
         f"A's one QP path to B turned fatal with {n} work requests in flight, and the transfer "
         f"ended {status} instead of retiring the endpoint and retrying its slices on a new one "
         f"(MR-12: a QP failure is recoverable within the retry budget)")
-    assert cluster.read("B", 0, n * SLICE) == data, "the bytes at B are not the payload"
+    assert landed, "the bytes at B are not the payload"
     found = cluster.check()
     assert not found, f"after a QP fatal with {n} work requests in flight: {found}"
 

@@ -298,15 +298,8 @@ def test_a_token_its_completion_takes_during_a_forced_reclaim_is_not_orphaned_ag
     inside it)."""
     own = TokenOwnership()
     depth, cq = Counter(), Counter()
-
-    class S:
-        attempt = 0
-
-    class E:
-        generation = 1
-        cq_outstanding = cq
-
-    ep, s1, s2 = E(), S(), S()
+    ep = SimpleNamespace(generation=1, cq_outstanding=cq)
+    s1, s2 = SimpleNamespace(attempt=0), SimpleNamespace(attempt=0)
     t1 = own.tokens.acquire(s1, ep, depth, cq)
     t2 = own.tokens.acquire(s2, ep, depth, cq)
     depth.add(2)
