@@ -44,7 +44,8 @@ from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
 from mutation.journal import Journal, JournalError, tree_commit
-from mutation.mechanical import OPERATORS, generate, load_scope, load_triage
+from mutation.mechanical import (OPERATORS, generate, load_scope, load_tested_beyond,
+                                 load_triage)
 from mutation.report import requirement_table, summary, table
 from mutation.runner import BaselineFailed, Config, Result, run_all
 
@@ -202,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     triaged: dict[str, tuple[str, list[str]]] = {}
     try:
         mutants = load_mutants(args, root, reqs, triaged)
+        beyond_tested = (load_tested_beyond(root) if args.source != "curated"
+                         else frozenset())
         if args.journal is not None and args.seed is None:
             args.seed = (Journal.stored_settings(args.journal) or {}).get("seed")
     except (CatalogueError, JournalError) as exc:
@@ -260,10 +263,15 @@ def main(argv: list[str] | None = None) -> int:
         print("\nper requirement (triaged mutants are counted, not run):")
         print(requirement_table(results, {k: v for k, v in triaged.items()
                                           if set(v[1]) & {r for m in chosen
-                                                          for r in m.requirements}}))
-    s = summary(results)
+                                                          for r in m.requirements}},
+                                beyond_tested))
+    s = summary(results, beyond_tested)
     print(f"\nsuites alone: {s['killed_by_suites']}/{s['judged']} killed "
           f"({s['suite_kill_rate']}%)")
+    if s["beyond_held_by_tests"]:
+        print(f"suites alone, beyond-requirements [[tested]] mutants set aside: "
+              f"{s['killed_by_suites']}/{s['judged'] - s['beyond_held_by_tests']} killed "
+              f"({s['suite_kill_rate_of_requirements']}%)")
     if not args.suites_only:
         print(f"suites + project tests: {s['killed']}/{s['judged']} killed ({s['kill_rate']}%)")
     if s["errors"]:

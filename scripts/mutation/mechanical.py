@@ -113,6 +113,25 @@ def load_triage(root: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+TESTED_SCOPES = ("requirement", "beyond-requirements")
+"""What a ``[[tested]]`` entry's ``scope`` says the mutant changes: a requirement's property no
+target shows from outside (the default), or only what no requirement speaks of (a diagnostic
+counter, a range or a wording of the reference's own), held by a project test all the same.
+The second is set aside from the suites' kill rate like a ``[[triaged]]`` beyond-requirements
+entry; both are judged in every run that is not ``--suites-only``."""
+
+
+def load_tested_beyond(root: Path) -> frozenset[str]:
+    """Ids of the ``[[tested]]`` entries whose ``scope`` is ``beyond-requirements``."""
+    path = root / TRIAGE
+    if not path.exists():
+        return frozenset()
+    load_tested(root)  # the entries' shape and scopes are checked there
+    doc = tomllib.loads(path.read_text("utf-8"))
+    return frozenset(raw["id"] for raw in doc.get("tested", [])
+                     if raw.get("scope") == "beyond-requirements")
+
+
 def load_tested(root: Path) -> dict[str, tuple[str, ...]]:
     """mutant id -> the project tests (``tests/`` node ids) that judge it, from the
     ``[[tested]]`` entries of the triage file: survivors of the suites whose property no target
@@ -132,6 +151,10 @@ def load_tested(root: Path) -> dict[str, tuple[str, ...]]:
                 or not all(isinstance(t, str) and t.startswith("tests/") for t in tests)):
             raise CatalogueError(f"{path}: every [[tested]] needs id, reason and tests (a list "
                                  f"of tests/ node ids): {raw!r}")
+        if raw.get("scope", "requirement") not in TESTED_SCOPES:
+            raise CatalogueError(f"{path}: {raw['id']}: scope must be "
+                                 f"{' or '.join(map(repr, TESTED_SCOPES))} (the default is "
+                                 f"'requirement'), not {raw['scope']!r}")
         if raw["id"] in out:
             raise CatalogueError(f"{path}: {raw['id']} is listed under [[tested]] twice")
         out[raw["id"]] = tuple(tests)

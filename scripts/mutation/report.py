@@ -8,18 +8,24 @@ from typing import Any
 from mutation.runner import ERROR, HANG, SURVIVED, Result
 
 
-def summary(results: list[Result]) -> dict[str, Any]:
+def summary(results: list[Result], beyond_tested: frozenset[str] = frozenset()
+            ) -> dict[str, Any]:
+    """``beyond_tested``: ids of ``[[tested]]`` entries scoped beyond the requirements; those
+    not killed by the suites are set aside in ``suite_kill_rate_of_requirements``."""
     total = len(results)
     judged = [r for r in results if r.status != ERROR]
     killed = [r for r in judged if r.killed]
     by_suites = [r for r in killed if r.phase == "suites"]
+    beyond = [r for r in judged if r.id in beyond_tested and r.phase != "suites"]
 
-    def rate(n: int) -> float:
-        return round(100.0 * n / len(judged), 1) if judged else 0.0
+    def rate(n: int, of: int) -> float:
+        return round(100.0 * n / of, 1) if of else 0.0
     return {"total": total, "judged": len(judged), "killed": len(killed),
             "killed_by_suites": len(by_suites), "survived": len(judged) - len(killed),
-            "errors": total - len(judged), "kill_rate": rate(len(killed)),
-            "suite_kill_rate": rate(len(by_suites)),
+            "errors": total - len(judged), "kill_rate": rate(len(killed), len(judged)),
+            "suite_kill_rate": rate(len(by_suites), len(judged)),
+            "beyond_held_by_tests": len(beyond),
+            "suite_kill_rate_of_requirements": rate(len(by_suites), len(judged) - len(beyond)),
             "unconfirmed": [r.id for r in killed if r.confirmed is False]}
 
 
@@ -41,11 +47,14 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def requirement_table(results: list[Result], triaged: dict[str, tuple[str, list[str]]]) -> str:
+def requirement_table(results: list[Result], triaged: dict[str, tuple[str, list[str]]],
+                      beyond_tested: frozenset[str] = frozenset()) -> str:
     """Per requirement: generated, killed (by the suites, by project tests), timed out (a hang
-    is a kill), survived, equivalent and beyond-requirements (triaged out of the run), errors.
+    is a kill), survived, equivalent and beyond-requirements (triaged out of the run, or held
+    by a project test: ``beyond_tested``, the ids of ``[[tested]]`` entries so scoped), errors.
     ``triaged``: mutant id -> (verdict, its requirements). A mutant of several requirements
-    counts under each."""
+    counts under each. Two rates: the suites' kills of the mutants that change a requirement's
+    property (beyond-requirements set aside), and of every non-equivalent one (strict)."""
     cols = ("generated", "killed by suites", "killed by tests", "of which hangs", "survived",
             "equivalent", "beyond", "error")
     rows: dict[str, dict[str, int]] = {}
@@ -58,6 +67,8 @@ def requirement_table(results: list[Result], triaged: dict[str, tuple[str, list[
             c["generated"] += 1
             if r.status == ERROR:
                 c["error"] += 1
+            elif r.killed and r.phase != "suites" and r.id in beyond_tested:
+                c["beyond"] += 1  # killed by its project test; no requirement speaks of it
             elif r.killed:
                 c["killed by suites" if r.phase == "suites" else "killed by tests"] += 1
                 c["of which hangs"] += r.status == HANG
@@ -72,20 +83,24 @@ def requirement_table(results: list[Result], triaged: dict[str, tuple[str, list[
     def order(req: str) -> tuple[str, int]:
         fam, _, num = req.partition("-")
         return fam, int(num) if num.isdigit() else 0
-    lines = ["| requirement | " + " | ".join(cols) + " | suites' kill rate |",
-             "|---|" + "---|" * (len(cols) + 1)]
+    lines = ["| requirement | " + " | ".join(cols) + " | suites' kill rate | strict |",
+             "|---|" + "---|" * (len(cols) + 2)]
     total = dict.fromkeys(cols, 0)
     for req in sorted(rows, key=order):
         c = rows[req]
         for k in cols:
             total[k] += c[k]
-        lines.append(f"| {req} | " + " | ".join(str(c[k]) for k in cols) + f" | {_rate(c)} |")
+        lines.append(f"| {req} | " + " | ".join(str(c[k]) for k in cols)
+                     + f" | {_rate(c)} | {_rate(c, strict=True)} |")
     lines.append("| all (a mutant counted once per requirement) | "
-                 + " | ".join(str(total[k]) for k in cols) + f" | {_rate(total)} |")
+                 + " | ".join(str(total[k]) for k in cols)
+                 + f" | {_rate(total)} | {_rate(total, strict=True)} |")
     return "\n".join(lines)
 
 
-def _rate(c: dict[str, int]) -> str:
-    """Suites' kills of the judged, non-equivalent mutants (beyond-requirements set aside)."""
-    judged = c["generated"] - c["equivalent"] - c["beyond"] - c["error"]
+def _rate(c: dict[str, int], strict: bool = False) -> str:
+    """Suites' kills of the judged, non-equivalent mutants: beyond-requirements set aside, or
+    (``strict``) counted as mutants the suites should have killed."""
+    judged = (c["generated"] - c["equivalent"] - c["error"]
+              - (0 if strict else c["beyond"]))
     return f"{100.0 * c['killed by suites'] / judged:.0f} %" if judged else "-"

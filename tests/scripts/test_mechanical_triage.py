@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 from mutation.catalogue import CatalogueError  # noqa: E402
-from mutation.mechanical import TRIAGE, generate, load_tested, load_triage  # noqa: E402
+from mutation.mechanical import (  # noqa: E402
+    TRIAGE, generate, load_tested, load_tested_beyond, load_triage)
 
 import mutants as mutants_script  # noqa: E402
 
@@ -37,6 +38,31 @@ def test_a_tested_entry_without_tests_is_named(tmp_path):
     (tmp_path / TRIAGE).write_text('[[tested]]\nid = "m"\nreason = "r"\ntests = ["suites/x.py::t"]\n')
     with pytest.raises(CatalogueError, match=r"\[\[tested\]\] needs id, reason and tests"):
         load_tested(tmp_path)
+
+
+def test_a_tested_entry_may_be_scoped_beyond_the_requirements_and_nothing_else(tmp_path):
+    (tmp_path / TRIAGE).parent.mkdir(parents=True)
+    entry = '[[tested]]\nid = "{}"\nreason = "r"\ntests = ["tests/x.py::t"]\n'
+    (tmp_path / TRIAGE).write_text(entry.format("a") + entry.format("b")
+                                   + 'scope = "beyond-requirements"\n'
+                                   + entry.format("c") + 'scope = "requirement"\n')
+    assert set(load_tested(tmp_path)) == {"a", "b", "c"}, "a scoped entry is still judged"
+    assert load_tested_beyond(tmp_path) == {"b"}
+    (tmp_path / TRIAGE).write_text(entry.format("d") + 'scope = "beyond"\n')
+    with pytest.raises(CatalogueError, match=r"d: scope must be 'requirement' or "
+                                             r"'beyond-requirements'.*not 'beyond'"):
+        load_tested_beyond(tmp_path)
+
+
+def test_the_shipped_beyond_scoped_entries_say_no_requirement_speaks_of_what_they_change():
+    """An entry is scoped beyond the requirements only with a reason that says so: its rate
+    must not be bought by relabelling a requirement's mutant."""
+    import tomllib
+    doc = tomllib.loads((ROOT / TRIAGE).read_text("utf-8"))
+    beyond = [e for e in doc["tested"] if e.get("scope") == "beyond-requirements"]
+    assert beyond, "the shipped file scopes some entries beyond the requirements"
+    for e in beyond:
+        assert "no requirement" in e["reason"].lower() or "beyond" in e["reason"].lower(), e["id"]
 
 
 def test_a_suites_only_sample_leaves_out_kills_by_project_tests(tmp_path):

@@ -297,6 +297,30 @@ def test_the_requirement_table_counts_each_outcome_under_each_requirement():
     rows = {ln.split(" | ")[0].strip("| "): ln.strip("|").split(" | ")[1:]
             for ln in text.splitlines()[2:]}
     assert list(rows)[:2] == ["MR-2", "MR-10"], "requirements in number order"
-    # generated, by suites, by tests, hangs, survived, equivalent, beyond, error, rate
-    assert [c.strip() for c in rows["MR-2"]] == ["5", "2", "0", "1", "1", "1", "0", "1", "67 %"]
-    assert [c.strip() for c in rows["MR-10"]] == ["3", "1", "1", "1", "0", "0", "1", "0", "50 %"]
+    # generated, by suites, by tests, hangs, survived, equivalent, beyond, error, rate, strict
+    assert [c.strip() for c in rows["MR-2"]] == ["5", "2", "0", "1", "1", "1", "0", "1", "67 %",
+                                                  "67 %"]
+    assert [c.strip() for c in rows["MR-10"]] == ["3", "1", "1", "1", "0", "0", "1", "0", "50 %",
+                                                   "33 %"]
+    # a [[tested]] entry scoped beyond the requirements: its project-test kill is set aside
+    text = requirement_table(results, {"g": ("beyond-requirements", ["MR-10"])},
+                             frozenset({"c"}))
+    rows = {ln.split(" | ")[0].strip("| "): ln.strip("|").split(" | ")[1:]
+            for ln in text.splitlines()[2:]}
+    assert [c.strip() for c in rows["MR-10"]] == ["3", "1", "0", "1", "0", "0", "2", "0",
+                                                   "100 %", "33 %"]
+
+
+def test_the_summary_sets_aside_project_test_kills_scoped_beyond_the_requirements():
+    from mutation.report import summary
+    from mutation.runner import Result
+    results = [Result("a", ["MR-2"], "compare", "killed", phase="suites"),
+               Result("b", ["MR-2"], "delete", "killed", phase="tests"),
+               Result("c", ["MR-2"], "return", "killed", phase="tests"),
+               Result("d", ["MR-2"], "constant", "killed", phase="suites")]
+    plain = summary(results)
+    assert plain["suite_kill_rate"] == plain["suite_kill_rate_of_requirements"] == 50.0
+    scoped = summary(results, frozenset({"c", "d"}))  # d: the suites killed it, it counts
+    assert scoped["beyond_held_by_tests"] == 1
+    assert scoped["suite_kill_rate"] == 50.0
+    assert scoped["suite_kill_rate_of_requirements"] == round(200 / 3, 1)
