@@ -44,8 +44,7 @@ from pathlib import Path
 
 from mutation.catalogue import CatalogueError, Mutant, check, known_requirements, load_catalogue
 from mutation.journal import Journal, JournalError, tree_commit
-from mutation.mechanical import (OPERATORS, generate, load_scope, load_tested_beyond,
-                                 load_triage)
+from mutation.mechanical import OPERATORS, generate, load_scope, load_tested_beyond, load_triage
 from mutation.report import requirement_table, summary, table
 from mutation.runner import BaselineFailed, Config, Result, run_all
 

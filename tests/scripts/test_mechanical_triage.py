@@ -14,8 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 from mutation.catalogue import CatalogueError  # noqa: E402
-from mutation.mechanical import (  # noqa: E402
-    TRIAGE, generate, load_tested, load_tested_beyond, load_triage)
+from mutation.mechanical import TRIAGE, generate, load_tested, load_tested_beyond, load_triage  # noqa: E402
 
 import mutants as mutants_script  # noqa: E402
 
