@@ -49,6 +49,30 @@ def without_instance_id(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "instance_id"}
 
 
+def in_0_3_11_form(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as Mooncake 0.3.11 publishes a TCP segment: no ``instance_id``, no
+    ``tcp_proto_version`` (a reader takes it as 1, ``mooncake-semantics.md`` 1.3), no
+    ``tcp_data_host`` (a reader takes the host from the segment's RPC entry, ``rpc_meta_key``)
+    and no ``rdma_server_name``: the oldest form a reader meets in a rolling upgrade."""
+    gone = ("instance_id", "tcp_proto_version", "tcp_data_host", "rdma_server_name")
+    return {k: v for k, v in doc.items() if k not in gone}
+
+
+def rpc_meta_key(store: MetadataHandle, segment: str) -> str:
+    """The key of ``segment``'s RPC entry (``<prefix>rpc_meta/<server_name>``, beside
+    ``<prefix>ram/<segment>``, ``mooncake-semantics.md`` 1.4): where a Mooncake reader finds the
+    host of a peer whose descriptor names none. The handle's own answer where it has one."""
+    own = getattr(store, "rpc_meta_key", None)
+    if own is not None:
+        return own(segment)
+    key = store.segment_key(segment)
+    head, ram, name = key.rpartition("ram/")
+    assert ram and "/" not in name, (
+        f"precondition: segment {segment!r} is stored under {key!r}, not <prefix>ram/<name>; "
+        f"its RPC entry's key cannot be told")
+    return f"{head}rpc_meta/{name}"
+
+
 def plant_foreign(store: MetadataHandle, segment: str, other: str) -> dict[str, Any]:
     """Put ``other``'s published descriptor, byte for byte, under ``segment``'s key: a value of
     another segment where this one's belongs. Returns the planted descriptor."""

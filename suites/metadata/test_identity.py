@@ -7,19 +7,24 @@ fields (the real 0.3.13 side of that is observed by the mooncake target and the 
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 
 import pytest
 
+from pytest_mooncake import tcp_wire
 from pytest_mooncake.planting import (
     buffer_names,
     described,
+    in_0_3_11_form,
     plant,
     published,
+    rpc_meta_key,
     with_probe_buffer,
     without_instance_id,
 )
+from pytest_mooncake.raw_peers import exchange
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.waits import Timeout, wait_until
 
@@ -183,6 +188,37 @@ def test_unknown_fields_are_accepted(mc_engine, mc_metadata):
     lands(a, b"unknown-fields!!")
 
 
+@pytest.mark.mc_req("MR-8")
+def test_a_peer_in_the_0_3_11_form_is_transferred_with_both_ways(mc_engine, mc_metadata):
+    """The oldest descriptor a reader meets in a rolling upgrade: 0.3.11 publishes no
+    instance_id, no tcp_proto_version and no tcp_data_host. A reader takes the missing version
+    as 1 (v1 framing: no status frames, no write acknowledgement) and the host from the
+    segment's RPC entry (``mooncake-semantics.md`` 1.3, 1.4), and transfers both ways. A's
+    descriptor is rewritten into that form; every target's data port serves v1 requests, as
+    0.3.11's peers send them."""
+    a = mc_engine("seg-a")
+    old = in_0_3_11_form(published(mc_metadata, "seg-a"))
+    plant(mc_metadata, "seg-a", old)
+    b = mc_engine("seg-b")
+    seen = b.lookup("seg-a")
+    assert seen.ok, (
+        f"B rejected A's descriptor in the 0.3.11 form (fields {sorted(old)}): {seen.error}; "
+        f"MR-8 requires readers accept descriptors without instance_id")
+    a.local_write(0, b"\0" * 16)
+    written = b.write("seg-a", 0, b"to-0.3.11-form!!")
+    assert written.ok, (
+        f"B could not write to a peer that publishes the 0.3.11 form (no instance_id, no "
+        f"tcp_proto_version, no tcp_data_host): {written.error}; MR-8 requires readers accept "
+        f"descriptors without instance_id, in the protocol the descriptor names")
+    lands(a, b"to-0.3.11-form!!")
+    held = b"held-by-a-0.3.11-form-peer......"
+    a.local_write(4096, held)
+    pulled = b.read("seg-a", 4096, len(held))
+    assert pulled.ok and pulled.data == held, (
+        f"B's read of a peer that publishes the 0.3.11 form returned ok={pulled.ok} "
+        f"data={pulled.data!r} error={pulled.error!r}; A holds {held!r} (MR-8)")
+
+
 @pytest.mark.mc_req("MR-18")
 @pytest.mark.mc_requires("engine_restart")
 def test_new_owner_publishes_only_its_own_buffers(mc_engine, mc_metadata):
@@ -272,3 +308,88 @@ def test_access_at_and_across_the_start_of_a_buffer(mc_engine):
     assert a.local_read(0, 32) == before, "a rejected write was partially applied"
     assert a.local_read(length - 64, 64) == tail, (
         "a rejected write below A's buffer changed the end of the buffer")
+
+
+RPC_FIELDS = {"ip_or_host_name": str, "rpc_port": int}
+"""The RPC entry's fields (``mooncake-semantics.md`` 1.4)."""
+
+
+def rpc_entry(store, segment: str) -> dict | None:
+    """``segment``'s RPC entry as stored now, decoded (None: absent)."""
+    raw = store.get(rpc_meta_key(store, segment))
+    return None if raw is None else json.loads(raw)
+
+
+def entry_form_problems(entry: dict) -> list[str]:
+    """How an RPC entry departs from ``{"ip_or_host_name": str, "rpc_port": uint}``."""
+    problems = [f"{k} is {entry.get(k)!r}" for k, kind in RPC_FIELDS.items()
+                if not isinstance(entry.get(k), kind) or isinstance(entry.get(k), bool)]
+    if not problems and not (entry["ip_or_host_name"] and 0 < entry["rpc_port"] < 1 << 16):
+        problems.append(f"host {entry['ip_or_host_name']!r}, port {entry['rpc_port']}")
+    return problems
+
+
+@pytest.mark.mc_req("MR-18")
+@pytest.mark.mc_requires("engine_restart")
+def test_new_owner_publishes_its_own_rpc_entry_not_its_predecessors(mc_engine, mc_metadata):
+    """Beside its descriptor a process publishes its RPC entry (``rpc_meta/<segment>``: the host
+    and port a Mooncake reader reaches the owner at; a reader of a descriptor with no
+    tcp_data_host takes the host from it). The new owner of a name publishes its own and never
+    leaves the predecessor's in place: a crashed predecessor on another host
+    (192.0.2.1, TEST-NET-1) left its entry behind, as a SIGKILL does."""
+    a = mc_engine("seg-a")
+    key = rpc_meta_key(mc_metadata, "seg-a")
+    first = rpc_entry(mc_metadata, "seg-a")
+    assert first is not None, (
+        f"A published its descriptor but no RPC entry under {key!r}; a Mooncake reader finds a "
+        f"segment's owner there (MR-18: a process publishes a fresh snapshot of its own)")
+    a.kill()  # no clean stop: what the predecessor published stays, as after a crash
+    predecessor = {"ip_or_host_name": "192.0.2.1", "rpc_port": 9}
+    mc_metadata.put(key, json.dumps(predecessor, separators=(",", ":")).encode())
+    a.restart()
+    fresh = rpc_entry(mc_metadata, "seg-a")
+    assert fresh is not None, (
+        f"the restarted owner of seg-a left no RPC entry under {key!r} (MR-18)")
+    assert fresh != predecessor, (
+        f"the restarted owner of seg-a left its predecessor's RPC entry {predecessor} under "
+        f"{key!r}: readers would look for it at the dead process's host and port. MR-18 "
+        f"requires a fresh snapshot of its own resources, never one inherited")
+    bad = entry_form_problems(fresh)
+    assert not bad, (
+        f"the restarted owner's RPC entry {fresh} is not of the form "
+        f'{{"ip_or_host_name": str, "rpc_port": 1..65535}}: {", ".join(bad)}')
+
+
+
+@pytest.mark.mc_req("MR-18")
+def test_a_read_across_the_end_of_a_buffer_is_answered_with_a_rejection_on_the_wire(
+        mc_engine, mc_rng):
+    """MR-18's straddling edge for a READ, where the answer itself is seen: a READ sent to A's
+    data port for 16 bytes of which the first 8 are A's last 8 is rejected (v2: the rejection
+    status, then the close; v1: the close alone) with none of A's bytes; the same READ moved 8
+    bytes down, ending at the last byte, is answered with them. Each request is followed by a
+    half-close (``raw_peers.exchange``), so the port answers and closes."""
+    a = mc_engine("seg-a")
+    desc = a.descriptor()
+    endpoint = tcp_wire.data_endpoint(desc)
+    if endpoint is None:
+        raise TargetLacks("engine", f"A publishes no TCP data port (protocol "
+                                    f"{desc.get('protocol')!r}): no wire to send a READ on")
+    version = tcp_wire.proto_version(desc)
+    (addr, length), = a.buffers()[:1]
+    tail = mc_rng.randbytes(16)
+    a.local_write(length - 16, tail)
+    ok = tcp_wire.STATUS_OK if version >= 2 else b""
+    inside = exchange(endpoint, tcp_wire.request(tcp_wire.READ, addr + length - 16, 16, version))
+    assert inside.data == ok + tail, (
+        f"a v{version} READ of A's last 16 bytes (ending at its buffer's end) was answered with "
+        f"{inside.data!r} ({inside.end}); expected {ok + tail!r}: MR-18 rejects only transfers "
+        f"outside the registered buffers")
+    across = exchange(endpoint, tcp_wire.request(tcp_wire.READ, addr + length - 8, 16, version))
+    rejection = tcp_wire.STATUS_REJECTED if version >= 2 else b""
+    assert across.data == rejection, (
+        f"a v{version} READ of 16 bytes from 8 before the end of A's buffer was answered with "
+        f"{across.data!r} ({across.end}); expected the rejection {rejection!r} and nothing of "
+        f"A's memory: MR-18 requires the owner to reject transfers that address memory outside "
+        f"the buffers it registered")
+    assert a.alive(), "A died answering a READ across the end of its buffer"
