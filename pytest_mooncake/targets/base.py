@@ -509,7 +509,13 @@ class RdmaHandle(Protocol):
     the NICs saw (posts with their wr_ids, QPs and their states, retired QPs, what is still
     unreleased, which threads post and poll). What only the reference can show (slice
     attempts, endpoint generations, rail state, controlled schedules) it refuses with
-    ``TargetLacks``."""
+    ``TargetLacks``.
+
+    ``cluster(checked=True)`` is for a test that reads ``check()``. The reference judges CO-9
+    from inside, with an invariant checker its engine calls as an observer; every deployed
+    engine runs with none, so the reference attaches it only to a checked cluster and otherwise
+    runs its engine as deployed (``check()`` of such a cluster raises, it has nothing to
+    judge). A real build's ``check()`` reads its NICs from outside whatever ``checked`` says."""
 
     def scenarios(self) -> list[str]: ...
     def run_interleaving(self, name: str, dedicated_poller: bool = False) -> Any: ...
@@ -518,7 +524,7 @@ class RdmaHandle(Protocol):
                 dedicated_poller: bool = False) -> Any: ...
     def replay(self, token: str) -> Any: ...
     def cluster(self, controlled: bool = True, dedicated_poller: bool | str = False,
-                **config: Any) -> Any: ...
+                checked: bool = False, **config: Any) -> Any: ...
     def close(self) -> None: ...
 
 

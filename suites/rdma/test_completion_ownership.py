@@ -9,7 +9,9 @@ QP states, completions left unpolled, QPs destroyed with work outstanding, posts
 build had retired, which threads post and which poll). The others need the reference's
 controlled scheduler (the RFC's six interleavings pinned by name, explorations with replay
 tokens) or its internal state (slice attempts, retire causes, tokens): a real build is n/a
-there, with the reason its probe gives.
+there, with the reason its probe gives. A test that reads ``check()`` builds its cluster with
+``checked=True`` (the reference then attaches its invariant checker to the engines; the other
+tests run them as deployed, with no observer).
 
 The RFC's testing plan: post succeeds, slice retried, old completion arrives; partial post with
 a bad_wr chain; completion error retires an endpoint while another worker posts; QP fatal races
@@ -213,7 +215,7 @@ def test_stale_completion_changes_nothing(mc_completions):
     """The RFC's first interleaving from outside: the first attempt's completion is held, the
     attempt's QP fails (a real build then retries elsewhere or waits: its choice), and the held
     completion arrives last. Whatever ended before it must stay as it was."""
-    cluster = two_nodes(mc_completions)
+    cluster = two_nodes(mc_completions, checked=True)
     data = payload(b"stale!", SLICE)
     cluster.write_local("A", 0, data)
     t = cluster.submit("A", "B", SLICE)
@@ -262,7 +264,7 @@ def test_every_completion_releases_its_resources(mc_completions, case):
     polled) are zero once the cluster settles. Whether the transfer then completes is MR-12's
     (``test_a_qp_fatal_with_work_in_flight_is_retried_to_completion``); CO-3 asks only that
     it ends and that its completions released what their posts held."""
-    cluster = two_nodes(mc_completions)
+    cluster = two_nodes(mc_completions, checked=True)
     data = payload(case.encode(), 4 * SLICE)
     cluster.write_local("A", 0, data)
     t = cluster.submit("A", "B", 4 * SLICE)
@@ -294,7 +296,7 @@ def test_work_left_for_a_full_send_queue_holds_nothing(mc_completions):
     slices that do not fit wait and are posted as completions free the slots. Only what was
     posted may be counted, and every completion releases what its post holds: once settled,
     nothing is left counted (send-queue slots, CQ outstanding)."""
-    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), max_wr=2)
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), max_wr=2, checked=True)
     outgrown(cluster, b"full-sq", "send queues", "max_wr=2")
 
 
@@ -324,7 +326,8 @@ def test_work_left_for_a_full_completion_queue_holds_nothing(mc_completions):
     holds, a NIC overruns it and the completions are lost. Once settled, the transfer has
     landed and nothing is left counted."""
     # a build that reads no CQ size lacks the means: TargetLacks makes the test n/a there
-    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), max_cqe=4, num_qp_per_ep=2)
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), max_cqe=4, num_qp_per_ep=2,
+                        checked=True)
     outgrown(cluster, b"full-cq", "completion queues", "max_cqe=4")
 
 
@@ -337,7 +340,8 @@ def test_work_waiting_behind_a_cq_held_full_is_posted_once_its_entries_free(mc_c
     posted: the transfer lands, and nothing is left counted (CO-3: work that waits for a CQ
     entry holds nothing)."""
     # a build that reads no CQ size lacks the means: TargetLacks makes the test n/a there
-    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), controlled=False, max_cqe=4)
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), controlled=False, max_cqe=4,
+                        checked=True)
     data = payload(b"held-cq", 16 * SLICE)
     cluster.write_local("A", 0, data)
     t = cluster.submit("A", "B", 16 * SLICE)
@@ -373,7 +377,7 @@ def test_partial_post_posts_every_slice_once(mc_completions, bad):
     """post_send refuses one WR of a four-slice transfer as bad_wr: the first, one within, or
     the last; the transfer's WRs may be spread over several QPs, so what comes after bad_wr
     includes other QPs' parts. Every slice must still be posted exactly once."""
-    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), checked=True)
     data = payload(b"bad_wr..", 4 * SLICE)
     cluster.write_local("A", 0, data)
     t = cluster.submit("A", "B", 4 * SLICE)
@@ -392,7 +396,7 @@ def test_partial_post_posts_every_slice_once(mc_completions, bad):
 @pytest.mark.mc_requires("rdma_state")
 @pytest.mark.parametrize("bad", [0, 1, 2, 3])
 def test_bad_wr_slices_retried_exactly_once(mc_completions, bad):
-    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), checked=True)
     t = cluster.submit("A", "B", 4 * 4096)
     cluster.fail_post(t, bad)
     assert cluster.settle()
@@ -441,7 +445,7 @@ def test_stale_error_completion_spares_the_active_endpoint(mc_completions, b_nic
     endpoint (to the same peer NIC when B has one, the generation that replaced the failed
     one); then the held completion arrives, as an error. The endpoint A uses now must survive
     it, and keep carrying A's transfers."""
-    cluster = two_nodes(mc_completions, b_nics=b_nics)
+    cluster = two_nodes(mc_completions, b_nics=b_nics, checked=True)
     t1 = cluster.submit("A", "B", SLICE)
     cluster.hold(t1, 0, tag="old")
     assert cluster.settle()
@@ -471,8 +475,8 @@ def test_stale_error_completion_spares_the_active_endpoint(mc_completions, b_nic
 @pytest.mark.parametrize("cause", ["cq_error", "qp_fatal", "device_fatal", "gid_change", "eviction",
                                    "passive_stale"])
 def test_every_deletion_cause_goes_through_the_retire_path(mc_completions, cause):
-    cluster = mc_completions.cluster(max_ep_per_ctx=1) if cause == "eviction" else \
-        mc_completions.cluster()
+    cluster = mc_completions.cluster(max_ep_per_ctx=1, checked=True) if cause == "eviction" else \
+        mc_completions.cluster(checked=True)
     cluster.add_node("A")
     cluster.add_node("B")
     cluster.add_node("C")
@@ -511,7 +515,7 @@ def test_every_deletion_cause_retires_the_endpoint(mc_completions, cause):
     then destroyed once drained), the next transfer to B goes over new QPs, and nothing is left
     behind (CO-9's checks)."""
     config = {"max_ep_per_ctx": 1} if cause == "eviction" else {}
-    cluster = mc_completions.cluster(**config)
+    cluster = mc_completions.cluster(**config, checked=True)
     cluster.add_node("A", ["mlx5_0", "mlx5_1"] if cause == "device_fatal" else ["mlx5_0"])
     cluster.add_node("B")
     cluster.add_node("C")
@@ -551,7 +555,7 @@ def test_stale_endpoint_found_by_a_passive_handshake_drains_before_destruction(m
     process connects to A, and A finds its endpoint to B's NIC stale. That cause too goes the
     retire path: the old QPs leave use at once, are destroyed only once their posted work
     drained (or the drain timeout passed), and A's transfer ends, once."""
-    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), checked=True)
     first = cluster.submit("A", "B", SLICE)
     completed(cluster, first, "A's first transfer to B")
     old = live_qps_to(cluster, "A", "B")
@@ -589,7 +593,7 @@ def test_retired_endpoint_is_never_posted_to_and_destroyed_after_draining(mc_com
     held (the other completed; the endpoint's QPs may have carried one each, so the work left
     is on one QP, whichever): A's next transfer goes elsewhere, the held completion drains,
     the QPs go, nothing was posted to them after, and the held transfer ends once."""
-    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), checked=True)
     t1 = cluster.submit("A", "B", 2 * SLICE)
     cluster.hold(t1, held, tag="old")
     assert cluster.settle()
@@ -618,7 +622,7 @@ def test_a_retired_endpoint_left_waiting_is_destroyed_once_it_drains(mc_completi
     endpoint on the failed NIC, so only A's own reclaim can destroy the retired one: its QP
     must be destroyed once drained, well within the drain timeout (30 s by default)."""
     cluster = two_nodes(mc_completions, a_nics=("mlx5_0", "mlx5_1"), b_nics=("mlx5_0",),
-                        controlled=False)
+                        controlled=False, checked=True)
     cluster.write_local("A", 0, payload(b"idle-drain", SLICE))
     t = cluster.submit("A", "B", SLICE)
     cluster.hold(t, 0, tag="old", stage="execution")
@@ -677,7 +681,7 @@ def test_invariants_hold_under_seeded_nic_faults(mc_completions, mc_seed):
     """Transfers from A to two peers while every NIC delays WRs and fails some of them, all
     drawn from the test's seed: every transfer ends once, what completed landed intact, and
     nothing is left counted, unpolled, unreclaimed or posted to a retired QP."""
-    cluster = mc_completions.cluster(controlled=False)
+    cluster = mc_completions.cluster(controlled=False, checked=True)
     cluster.add_node("A", ["mlx5_0", "mlx5_1"])
     cluster.add_node("B", ["mlx5_0", "mlx5_1"])
     cluster.add_node("C", ["mlx5_0"])
@@ -732,7 +736,7 @@ def test_handoff_to_another_nic_while_flushes_drain(mc_completions):
     """A's NIC fails under eight posted slices whose completions are held; the flushes then
     arrive in two batches, so the slices of the first are handed to A's other NIC while the
     second's flushes still drain. The transfer completes once, intact, with nothing left."""
-    cluster = two_nodes(mc_completions, a_nics=("mlx5_0", "mlx5_1"))
+    cluster = two_nodes(mc_completions, a_nics=("mlx5_0", "mlx5_1"), checked=True)
     data = payload(b"handoff!", 8 * SLICE)
     cluster.write_local("A", 0, data)
     t = cluster.submit("A", "B", 8 * SLICE)
@@ -760,7 +764,7 @@ def test_a_handoff_with_no_local_nic_left_fails_the_slices_once(mc_completions, 
     completions are held, so when the flushes drain there is no other NIC to hand a slice to.
     Each slice must then fail, once (CO-9 within CO-10): the transfer ends FAILED, not left
     waiting for a handoff that went nowhere, and nothing stays counted."""
-    cluster = two_nodes(mc_completions, a_nics=a_nics)
+    cluster = two_nodes(mc_completions, a_nics=a_nics, checked=True)
     cluster.write_local("A", 0, payload(b"no-nic", 4 * SLICE))
     t = cluster.submit("A", "B", 4 * SLICE)
     for i in range(4):

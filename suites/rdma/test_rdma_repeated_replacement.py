@@ -19,7 +19,7 @@ def endpoints_to(cluster, node: str, peer: str) -> set[tuple[str, int]]:
 
 @pytest.mark.mc_req("MR-9")
 def test_every_replacement_retires_the_replaced_instances_endpoints(mc_completions):
-    cluster = mc_completions.cluster()
+    cluster = mc_completions.cluster(checked=True)
     cluster.add_node("A", ["mlx5_0", "mlx5_1"])
     cluster.add_node("B", ["mlx5_0", "mlx5_1"])
     t = cluster.submit("A", "B", 8192)

@@ -51,7 +51,7 @@ def payload(tag: bytes, length: int) -> bytes:
 @pytest.mark.mc_req("MR-9", "MR-11")
 @pytest.mark.mc_requires("rdma_state")
 def test_replaced_peer_old_endpoints_retired_transfer_completes_on_new(mc_completions):
-    cluster = cluster_with_traffic(mc_completions)
+    cluster = cluster_with_traffic(mc_completions, checked=True)
     old = [e for e in cluster.endpoints("A") if e["peer_nic_path"].startswith("B@")]
     cluster.restart_peer("B")
     cluster.write_local("A", 0, b"to-the-new-B!!!!" * 256)
@@ -98,7 +98,7 @@ def test_replacement_clears_rail_state_of_the_old_paths(mc_completions):
 @pytest.mark.mc_req("MR-9")
 @pytest.mark.mc_requires("rdma_state")
 def test_queued_slices_are_rebuilt_from_the_new_descriptor(mc_completions):
-    cluster = cluster_with_traffic(mc_completions)
+    cluster = cluster_with_traffic(mc_completions, checked=True)
     old = cluster.descriptor("B")
     cluster.restart_peer("B", same_rkeys=False)
     new = cluster.descriptor("B")
@@ -140,7 +140,8 @@ def test_queued_slices_are_rebuilt_from_the_new_descriptor(mc_completions):
 @pytest.mark.mc_requires("rdma_state")
 def test_new_endpoints_are_made_lazily(mc_completions):
     # two local NICs and a two-slice transfer: A has an endpoint to each of B's two NICs
-    cluster = cluster_with_traffic(mc_completions, a_nics=("mlx5_0", "mlx5_1"), length=8192)
+    cluster = cluster_with_traffic(mc_completions, a_nics=("mlx5_0", "mlx5_1"), length=8192,
+                                   checked=True)
     old_eps = to_b(cluster.endpoints("A"))
     assert len({e["peer_nic_path"] for e in old_eps}) == 2, (
         f"precondition: A has endpoints to both of B's NICs ({old_eps})")
@@ -197,7 +198,7 @@ def test_same_instance_retires_nothing(mc_completions):
 
 @pytest.mark.mc_req("MR-12")
 def test_transport_failure_recovers_on_the_replaced_peer(mc_completions):
-    cluster = cluster_with_traffic(mc_completions)
+    cluster = cluster_with_traffic(mc_completions, checked=True)
     cluster.restart_peer("B")
     data = b"to-the-replaced!" * (SLICE // 16)
     cluster.write_local("A", SLICE, data)
@@ -217,7 +218,7 @@ def test_transport_failure_recovers_on_a_peer_replaced_under_new_rkeys(mc_comple
     noticed: A's next transfer meets an error completion (the old rkey), and only a forced
     refresh before the retry gives it the key that works. MR-12: the retry reselects the
     buffer, device, rkey and NIC path from a forced refresh."""
-    cluster = cluster_with_traffic(mc_completions)
+    cluster = cluster_with_traffic(mc_completions, checked=True)
     cluster.restart_peer("B", same_rkeys=False)
     data = b"new-rkeys-reach!" * (SLICE // 16)
     cluster.write_local("A", 2 * SLICE, data)
@@ -249,11 +250,11 @@ def test_a_qp_fatal_with_work_in_flight_is_retried_to_completion(mc_completions)
 
 
 def qp_fatal_in_flight(mc_completions, b_nics: tuple[str, ...], data: bytes,
-                       held: list[int]) -> tuple[object, str, bool]:
+                       held: list[int], checked: bool = False) -> tuple[object, str, bool]:
     """A (one NIC) writes ``data`` to B (``b_nics``); the slices ``held`` are held on the wire
     while A's QPs to B turn fatal, then released: (the cluster, the transfer's status once
-    settled, whether B holds ``data``)."""
-    cluster = mc_completions.cluster()
+    settled, whether B holds ``data``). ``checked``: the caller reads ``check()``."""
+    cluster = mc_completions.cluster(checked=checked)
     cluster.add_node("A", ("mlx5_0",))
     cluster.add_node("B", b_nics)
     cluster.write_local("A", 0, data)
@@ -275,7 +276,7 @@ def test_an_error_completion_is_recovered_on_a_peer_with_one_path(mc_completions
     endpoint is retired and the slice retried within its budget, over new QPs, to completion
     (a retry on the failed endpoint's QPs, in ERR after the error, would fail at every
     attempt)."""
-    cluster = mc_completions.cluster()
+    cluster = mc_completions.cluster(checked=True)
     cluster.add_node("A", ("mlx5_0",))
     cluster.add_node("B", ("mlx5_0",))
     t = cluster.submit("A", "B", SLICE)
@@ -310,7 +311,8 @@ def test_a_qp_fatal_with_many_work_requests_in_flight_is_retried_on_the_one_path
     flushes are the QP's failure drained, not eight failures of the path)."""
     n = 8
     cluster, status, landed = qp_fatal_in_flight(
-        mc_completions, ("mlx5_0",), payload(b"eight-flushed-WRs", n * SLICE), held=list(range(n)))
+        mc_completions, ("mlx5_0",), payload(b"eight-flushed-WRs", n * SLICE), held=list(range(n)),
+        checked=True)
     assert status == "COMPLETED", (
         f"A's one QP path to B turned fatal with {n} work requests in flight, and the transfer "
         f"ended {status} instead of retiring the endpoint and retrying its slices on a new one "
@@ -326,7 +328,7 @@ def test_a_burst_of_recovered_failures_across_many_peers_completes(mc_completion
     fails with a local error (A's NIC refuses it): 40 failures in one burst, each recoverable,
     each slice retried within its budget. MR-12: every transfer completes. (A build may give
     up a local NIC that keeps failing; one burst, every failure of it recovered, is not that.)"""
-    cluster = mc_completions.cluster()
+    cluster = mc_completions.cluster(checked=True)
     cluster.add_node("A", ("mlx5_0",))
     peers = [f"P{i:02d}" for i in range(40)]
     for p in peers:
@@ -356,7 +358,7 @@ def test_recovered_work_request_failures_never_add_up(mc_completions):
     by A's own NIC) and recovers on its retry: every one is a recoverable failure, so the
     fortieth transfer is retried to completion as the first was. (A build may give up a local
     NIC after failures in a row; here a success follows every failure.)"""
-    cluster = mc_completions.cluster()
+    cluster = mc_completions.cluster(checked=True)
     cluster.add_node("A", ("mlx5_0",))
     cluster.add_node("B", ("mlx5_0",))
     for i in range(40):
@@ -381,7 +383,7 @@ def test_a_peer_failing_every_work_request_leaves_other_peers_reachable(mc_compl
     transfers in a row, each ending within its budget. Those are failures of B's paths, not
     of A's NIC: A's transfer to C, over the same local NIC, still completes (MR-12: a transport
     failure retires the failed endpoint, not what A's other transfers use)."""
-    cluster = mc_completions.cluster()
+    cluster = mc_completions.cluster(checked=True)
     cluster.add_node("A", ("mlx5_0",))
     cluster.add_node("B", ("mlx5_0",))
     cluster.add_node("C", ("mlx5_0",))
@@ -416,7 +418,7 @@ def test_retries_are_bounded(mc_completions):
     retried while its retry count, raised at each failure, stays below ``MC_RETRY_CNT``, so
     it is posted at most ``MC_RETRY_CNT`` times in all."""
     budget = 3
-    cluster = mc_completions.cluster(retry_cnt=budget)
+    cluster = mc_completions.cluster(retry_cnt=budget, checked=True)
     cluster.add_node("A")
     cluster.add_node("B", ["mlx5_0", "mlx5_1"])
     t = cluster.submit("A", "B", SLICE)
@@ -442,7 +444,7 @@ def test_a_failure_that_recovers_on_the_budgets_last_attempt_completes(mc_comple
     within the existing budget: a smaller one, or one charged twice per failure, fails a
     transfer the budget would have recovered."""
     budget = 3
-    cluster = mc_completions.cluster(retry_cnt=budget)
+    cluster = mc_completions.cluster(retry_cnt=budget, checked=True)
     cluster.add_node("A")
     cluster.add_node("B", ["mlx5_0", "mlx5_1"])
     data = (b"last-attempt-ok!" * (SLICE // 16))[:SLICE]
@@ -469,7 +471,7 @@ def test_retries_are_bounded_when_the_budget_outlasts_the_peers_paths(mc_complet
     failed, after at most the budget's posts: a slice left with nowhere to go is failed, not
     left waiting."""
     budget = 9
-    cluster = mc_completions.cluster(retry_cnt=budget)
+    cluster = mc_completions.cluster(retry_cnt=budget, checked=True)
     cluster.add_node("A")
     cluster.add_node("B", ["mlx5_0", "mlx5_1"])
     t = cluster.submit("A", "B", SLICE)
@@ -491,7 +493,7 @@ def failing_with_refreshes_refused(mc_completions, budget: int, refusals: int = 
     """A transfer of one slice to B (which A has written to before) whose every post fails,
     while the metadata store refuses the next ``refusals`` reads, so each forced refresh a
     retry makes fails. (cluster, transfer, refused reads, posts), once it settled."""
-    cluster = cluster_with_traffic(mc_completions, retry_cnt=budget)
+    cluster = cluster_with_traffic(mc_completions, retry_cnt=budget, checked=True)
     t = cluster.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
     cluster.inject_error(t, 0, "RETRY_EXC_ERR", times=None)
     cluster.refuse_metadata(refusals)
@@ -583,7 +585,7 @@ def test_every_exhausted_retry_budget_is_counted_once(mc_completions, spent_on):
 def test_replaced_peer_old_qps_retired_transfer_reaches_new(mc_completions):
     """B is killed and started again under its name, NIC names and buffer address. A's next
     transfer must reach the new B, and A's QPs to the old B must be out of use."""
-    cluster = cluster_with_traffic(mc_completions)
+    cluster = cluster_with_traffic(mc_completions, checked=True)
     old = {q["qp_num"] for q in cluster.qps("A") if q["peer"] == "B" and q["state"] == "rts"}
     assert old, f"precondition: A has live QPs to B ({cluster.qps('A')})"
     cluster.restart_peer("B")
@@ -656,7 +658,8 @@ def test_replaced_endpoints_are_retired_outside_the_target_state_mutex(mc_comple
     """A forced refresh finds B replaced: A retires the old instance's endpoints, and MR-13
     requires that happen after the target-state mutex is released (deleting endpoints under
     it is what lets a lookup or a draining completion deadlock against the replacement)."""
-    cluster = cluster_with_traffic(mc_completions, a_nics=("mlx5_0", "mlx5_1"), length=8192)
+    cluster = cluster_with_traffic(mc_completions, a_nics=("mlx5_0", "mlx5_1"), length=8192,
+                                   checked=True)
     before = len(cluster.retired("A"))
     cluster.restart_peer("B")
     cluster.refresh("A", "B")
@@ -678,7 +681,7 @@ def test_replaced_endpoints_are_retired_outside_the_target_state_mutex(mc_comple
 @pytest.mark.mc_req("MR-13")
 @pytest.mark.mc_requires("rdma_state")
 def test_no_deadlock_between_transfers_refresh_and_replacement(mc_completions):
-    cluster = mc_completions.cluster(controlled=False)
+    cluster = mc_completions.cluster(controlled=False, checked=True)
     cluster.add_node("A", ["n0", "n1"])
     cluster.add_node("B", ["n0", "n1"])
     transfers = []

@@ -4,7 +4,12 @@ import pytest
 
 from pytest_mooncake.targets.base import Capability, TargetLacks
 from pytest_mooncake.targets.reference import ReferenceTarget
-from pytest_mooncake.targets.reference.rdma_handle import RdmaExploration, RdmaRun, RdmaViolation
+from pytest_mooncake.targets.reference.rdma_handle import (
+    RdmaExploration,
+    RdmaRun,
+    RdmaViolation,
+    UncheckedCluster,
+)
 
 
 def _handle(profile, **kw):
@@ -62,7 +67,7 @@ def test_explore_reports_a_replayable_token_and_replay_option_reruns_it():
 @pytest.mark.parametrize("profile,clean", [("rfc", True), ("legacy", False)])
 def test_hand_built_stale_completion(profile, clean):
     handle = _handle(profile)
-    c = handle.cluster()
+    c = handle.cluster(checked=True)
     c.add_node("A")
     c.add_node("B", ["mlx5_0", "mlx5_1"])
     c.write_local("A", 0, b"payload!" * 512)
@@ -85,7 +90,7 @@ def test_hand_built_stale_completion(profile, clean):
 
 
 def test_hand_built_faults_and_peer_restart_on_rfc():
-    c = _handle("rfc").cluster()
+    c = _handle("rfc").cluster(checked=True)
     c.add_node("A")
     c.add_node("B", ["mlx5_0", "mlx5_1"])
     t1 = c.submit("A", "B", 4 * 4096)
@@ -111,7 +116,7 @@ def test_hand_built_faults_and_peer_restart_on_rfc():
 
 def test_free_running_cluster_through_the_handle():
     handle = _handle("rfc")
-    c = handle.cluster(controlled=False)
+    c = handle.cluster(controlled=False, checked=True)
     c.add_node("A", ["n0", "n1"])
     c.add_node("B", ["n0", "n1"])
     ts = [c.submit("A", "B", 16 * 4096, src_offset=i * 65536, dst_offset=i * 65536)
@@ -158,3 +163,34 @@ def test_worker_model_and_per_post_wr_ids_are_observable(profile):
     assert len(posts) == 2 and _plain(posts)
     distinct = posts[0]["wr_id"] != posts[1]["wr_id"]
     assert distinct is (profile == "rfc"), posts
+
+
+@pytest.mark.parametrize("controlled", [True, False], ids=["controlled", "free"])
+def test_a_cluster_runs_its_engines_unobserved_unless_checked(controlled):
+    """By default the engines run as deployed, with no observer: a transfer whose first attempt
+    fails (an error completion, the endpoint retired, a retry, a success) still completes, the
+    NICs' posts are still reported, and check() refuses rather than judge a run the checker
+    never saw. ``checked=True`` attaches the checker, and check() judges."""
+    handle = _handle("rfc")
+    for checked in (False, True):
+        c = handle.cluster(controlled=controlled, checked=checked)
+        c.add_node("A")
+        c.add_node("B")
+        transports = [p.transport for p in c.sim.peers.values()]
+        assert all((tr.observer is c.checker) is checked for tr in transports)
+        assert all((tr.observer is None) is (not checked) for tr in transports)
+        t = c.submit("A", "B", 4096)
+        c.inject_error(t, 0, "REM_ACCESS_ERR")
+        assert c.settle() and c.status(t) == "COMPLETED"
+        assert len(c.posts(t, 0)) == 2
+        assert any(r["peer_nic_path"].startswith("B@") for r in c.retired("A"))
+        c.restart_peer("B")
+        assert c.sim.peers["B"].transport.observer is (c.checker if checked else None)
+        t2 = c.submit("A", "B", 4096)
+        assert c.settle() and c.status(t2) == "COMPLETED" and len(c.posts(t2, 0)) >= 1
+        if checked:
+            assert c.check() == []
+        else:
+            with pytest.raises(UncheckedCluster, match="checked=True"):
+                c.check()
+    handle.close()

@@ -173,6 +173,18 @@ def test_unknown_settings_are_refused_naming_what_the_build_takes(rdma):
     assert info.value.capability == Capability.RDMA_CONTROL
 
 
+def test_checked_is_accepted_and_changes_nothing(rdma):
+    """``cluster(checked=True)`` asks the reference to attach its invariant checker; a real
+    build's check() reads its NICs from outside either way, so the keyword is no setting of
+    the build (never refused as one) and is passed to no engine."""
+    cluster, plain = rdma.cluster(checked=True), rdma.cluster()
+    try:
+        assert cluster.knobs == plain.knobs
+    finally:
+        cluster.close()
+        plain.close()
+
+
 def test_a_build_without_the_dedicated_poller_knob_says_so(rdma):
     """No release to 0.3.14 names MC_RDMA_DEDICATED_POLLER; setting it changed nothing, and
     CO-1 then passed or failed on which worker's shard the one test slice landed in."""

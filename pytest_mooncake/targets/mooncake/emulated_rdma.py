@@ -164,9 +164,10 @@ class MooncakeRdma:
         return self.explorer.schedule_trace(token)
 
     def cluster(self, controlled: bool = True, dedicated_poller: bool | str = False,
-                **config: Any) -> EmulatedRdmaCluster:
-        """Engines on a fresh emulated fabric. ``controlled`` is accepted and means nothing
-        here (a real build always runs free); ``dedicated_poller``: see
+                checked: bool = False, **config: Any) -> EmulatedRdmaCluster:
+        """Engines on a fresh emulated fabric. ``controlled`` and ``checked`` are accepted and
+        mean nothing here (a real build always runs free, and its ``check()`` reads the NICs
+        from outside, attached to nothing in the engine); ``dedicated_poller``: see
         ``dedicated_poller_env``; ``config``: ``CONFIG_ENV``'s keys, each passed as the
         environment variable the build reads (refused where the build does not read it)."""
         env = dedicated_poller_env(dedicated_poller)

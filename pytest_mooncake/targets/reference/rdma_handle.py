@@ -15,12 +15,22 @@ nothing of reference_engine leaks out, so suites stay target-agnostic):
   held/released completions, forced retry/handoff, error completions, bad_wr, QP-fatal,
   device-fatal and GID-change events, peer restarts keeping names/addresses/rkeys (or not the
   rkeys), a metadata store refusing reads (``refuse_metadata``); ``settle()`` runs it to
-  quiescence; ``check()`` returns the CO-9 violations.
+  quiescence; ``check()`` returns the CO-9 violations (of a ``cluster(checked=True)``: below).
   Observations: ``status``, ``slices`` (path, remote address and rkey per slice), ``posts``,
   ``cq_pollers`` (the threads that polled each CQ; free-running clusters),
   ``queued``, ``endpoints`` (active), ``retired`` (with whether the target-state mutex was
   held), ``rails`` (error/pause state per peer NIC path), ``descriptor`` (what a node
   published), ``counters``, ``token_pool``, ``metadata_refused``.
+
+Observed or as deployed. The CO-9 invariant checker judges a run from inside: the engine calls it
+(its ``observer``) at each post, completion effect, retry and retire. Every deployed engine runs
+with no observer, and the engine's code differs there (each call is guarded by ``observer is not
+None``), so a cluster attaches the checker only when the test reads its judgement:
+``cluster(checked=True)`` for a test that calls ``check()``; by default the engine runs as
+deployed, unobserved, and ``check()`` refuses (``UncheckedCluster``) rather than judge with
+half the checker. What the simulated NICs saw (``posts``, ``qps``, ...) and the engine's own state
+read the same either way. Explorations, pinned interleavings and replays are always judged by the
+checker (their verdict is its violations).
 """
 
 from __future__ import annotations
@@ -87,6 +97,11 @@ class RdmaExploration:
 RECLAIM_BOUND = 10.0
 """Seconds ``check()`` gives a free-running cluster to destroy a QP its engine retired once
 nothing is outstanding on it (as ``emulated_rdma.RECLAIM_BOUND`` gives a real build)."""
+
+
+class UncheckedCluster(RuntimeError):
+    """``check()`` of a cluster built without ``checked=True``: its engine ran with no observer,
+    so the checker saw nothing of the run to judge."""
 
 
 def _violations(items) -> list[RdmaViolation]:
@@ -163,14 +178,16 @@ class ReferenceRdma:
         return "\n".join(lines)
 
     def cluster(self, controlled: bool = True, dedicated_poller: bool | str = False,
-                **config: Any) -> RdmaCluster:
+                checked: bool = False, **config: Any) -> RdmaCluster:
         """A hand-built scenario. ``config``: RdmaConfig fields (slice_size, num_qp_per_ep,
         workers_per_ctx, max_ep_per_ctx, retry_cnt, destroy_timeout, ...) and
         ``tcp_handshake=True`` (handshakes over loopback sockets in Mooncake's framing).
-        ``dedicated_poller``: see ``dedicated_poller_env``."""
+        ``dedicated_poller``: see ``dedicated_poller_env``. ``checked``: attach the CO-9
+        invariant checker to the engines as their observer, for a test that reads ``check()``;
+        without it they run with no observer, as deployed (the module's docstring)."""
         config.pop("metadata_refresh_seconds", None)  # let_refresh() forces a refresh here
         c = RdmaCluster(self.profile, controlled, dedicated_poller_env(dedicated_poller),
-                        self.seed, config)
+                        self.seed, config, checked=checked)
         self._clusters.append(c)
         return c
 
@@ -184,11 +201,18 @@ class RdmaCluster:
     """Simulated nodes and transfers under the test's control. Transfers are named by the id
     ``submit`` returns; slices by their index within the transfer."""
 
-    def __init__(self, profile: str, controlled: bool, env: dict, seed: int, config: dict):
+    def __init__(self, profile: str, controlled: bool, env: dict, seed: int, config: dict,
+                 checked: bool = False):
         config.setdefault("slice_size", 4096)
+        self.checked = checked
+        """Whether the engines run with the invariant checker as their observer (``check()``);
+        else with none, as deployed."""
         self.checker = InvariantChecker()
         self.sim = SimCluster(profile, controlled=controlled, seed=seed, env=env,
-                              observer=self.checker, **config)
+                              observer=self.checker if checked else None, **config)
+        # the simulated NICs tell the checker of every WR posted (``posts``) either way: that
+        # is the fabric's hook, not the engine's
+        self.sim.fabric.observer = self.checker
         self.controlled = controlled
         self.transfers: list = []
         self._started = False
@@ -201,10 +225,17 @@ class RdmaCluster:
     def add_node(self, name: str, nics: tuple[str, ...] | list[str] = ("mlx5_0",),
                  buffer_len: int = 1 << 20) -> str:
         self.sim.add_node(name, list(nics), buffer_len=buffer_len)
+        self._watch_posts(name)
         self._watch_retires()
         if self._started:
             self.sim.peers[name].transport.start()
         return name
+
+    def _watch_posts(self, name: str) -> None:
+        """Let the checker map the WRs of ``name``'s (new) transport to slices as the fabric
+        posts them; an observed cluster's checker watches every transport already."""
+        if not self.checked:
+            self.checker.watch_posts(self.sim.peers[name].transport)
 
     def _watch_retires(self) -> None:
         """Note, for every endpoint a node retires from now on, whether its transport held the
@@ -354,6 +385,7 @@ class RdmaCluster:
         """A new process under the same segment name, NIC names, GIDs, addresses and rkeys
         (with ``same_rkeys=False`` its buffer is registered under other rkeys)."""
         self.sim.restart_node(name, same_instance=same_instance, same_rkeys=same_rkeys)
+        self._watch_posts(name)
         self._watch_retires()
         if self._started:
             self.sim.peers[name].transport.start()
@@ -427,7 +459,14 @@ class RdmaCluster:
         as a real build's NICs show it (``emulated_rdma``'s ``check``), every QP the engine
         moved to ERR itself that has nothing outstanding any more and was not destroyed: a
         retired endpoint never reclaimed (CO-7, CO-9). A free-running cluster gets
-        ``RECLAIM_BOUND`` seconds to destroy them; a controlled one ran to quiescence."""
+        ``RECLAIM_BOUND`` seconds to destroy them; a controlled one ran to quiescence.
+        Only of a ``cluster(checked=True)``: the checker judges what the engine told it during
+        the run, and an unobserved engine told it nothing (``UncheckedCluster``)."""
+        if not self.checked:
+            raise UncheckedCluster(
+                "check() of a cluster whose engines ran with no observer, as deployed: the CO-9 "
+                "invariant checker saw nothing of the run to judge. A test that reads check() "
+                "builds its cluster with cluster(checked=True)")
         out = _violations(self.checker.check_final(True))
         try:
             if self._unreclaimed() and not self.controlled:
@@ -543,4 +582,5 @@ class RdmaCluster:
         self._started = False
 
 
-__all__ = ["ReferenceRdma", "RdmaCluster", "RdmaRun", "RdmaExploration", "RdmaViolation"]
+__all__ = ["ReferenceRdma", "RdmaCluster", "RdmaRun", "RdmaExploration", "RdmaViolation",
+           "UncheckedCluster"]
