@@ -88,7 +88,7 @@ def test_token_release_is_exactly_once_and_old_wr_ids_die():
     tok = pool.acquire(S(), E(), depth, cq)
     old = tok.wr_id
     assert pool.lookup(old) is tok and tok.generation == 7
-    assert pool.release(tok) and not pool.release(tok)
+    assert pool.release(tok, old) and not pool.release(tok, old)
     assert (depth.value, cq.value) == (0, 0)
     again = pool.acquire(S(), E(), depth, cq)
     assert again is tok and again.wr_id != old and pool.lookup(old) is None
@@ -306,8 +306,8 @@ def test_a_token_its_completion_takes_during_a_forced_reclaim_is_not_orphaned_ag
     cq.add(2)
     release = own.tokens.release
 
-    def release_while_t2_completes(tok):
-        done = release(tok)
+    def release_while_t2_completes(tok, wr_id):
+        done = release(tok, wr_id)
         if tok is t1:  # the worker polls t2's completion meanwhile
             assert own.complete(SimpleNamespace(wr_id=t2.wr_id), cq) == (s2, ep, 1, 0)
         return done
@@ -351,6 +351,7 @@ def test_an_orphan_whose_slice_its_completion_already_handled_is_not_retried(
     cluster.fabric.release("held")
     settle(cluster)
     assert task.status() == "COMPLETED" and (s.n_success, s.n_failed) == (1, 0)
+
 
 class _PostsBetween:
     """The transport's ownership, except that the first ``wr_id`` call of a post (while the
@@ -415,3 +416,56 @@ def test_two_workers_posting_to_two_peers_never_overcommit_their_shared_cq(contr
     settle(cluster)
     assert {p: t.status() for p, t in tasks.items()} == {"B": "COMPLETED", "C": "COMPLETED"}
     assert checker.check_final(True) == []
+
+
+@pytest.mark.parametrize("window", ["before-its-view", "before-its-release"])
+def test_a_completion_racing_a_forced_reclaim_never_takes_the_token_a_later_post_reissued(window):
+    """Free-running, a worker's completion looks its token up, reads what it names and releases
+    it, while the monitor's forced reclaim of the endpoint (at the drain timeout) may release
+    the same token first, and a worker's next post may take it from the pool again, for
+    another slice. The completion's token is then gone: it must neither release the new
+    owner's counters nor act on any slice; the reclaim has already listed the old slice for
+    its retry (CO-3: each post's counters released exactly once; CO-4/CO-9: only the owning
+    attempt's completion acts on a slice). The race is replayed here step by step, in the two
+    windows it has (the controlled scheduler runs a completion in one step)."""
+    own = TokenOwnership()
+    depth, cq = Counter(), Counter()
+    old_ep = SimpleNamespace(generation=1, cq_outstanding=cq)
+    new_ep = SimpleNamespace(generation=2, cq_outstanding=cq)
+    old, new = SimpleNamespace(attempt=0), SimpleNamespace(attempt=0)
+    tok = own.tokens.acquire(old, old_ep, depth, cq)
+    depth.add(1)
+    cq.add(1)
+    wr_id = tok.wr_id
+    orphans = []
+
+    def reclaim_and_repost():
+        orphans.extend(own.orphan(old_ep))  # the monitor: old_ep's drain timed out
+        again = own.tokens.acquire(new, new_ep, depth, cq)  # a worker's next post
+        assert again is tok, "precondition: the post took the released token from the pool"
+        depth.add(1)
+        cq.add(1)
+
+    tokens = own.tokens
+    name = "lookup" if window == "before-its-view" else "release"
+    real = getattr(tokens, name)
+
+    def racing(*args):
+        setattr(tokens, name, real)  # once: the completion's own call
+        if name == "lookup":
+            found = real(*args)
+            reclaim_and_repost()
+            return found
+        reclaim_and_repost()
+        return real(*args)
+
+    setattr(tokens, name, racing)
+    view = own.complete(SimpleNamespace(wr_id=wr_id), cq)
+    assert orphans == [(old, 0)], "precondition: the reclaim listed the old slice for its retry"
+    assert view is None, (
+        f"a completion whose token a forced reclaim released and a later post reissued was "
+        f"handed {view!r}: it acts on a slice its post no longer owns (CO-4/CO-9)")
+    assert (own.outstanding(), depth.value, cq.value) == (1, 1, 1), (
+        f"the late completion released the reissued token's counters (outstanding "
+        f"{own.outstanding()}, QP depth {depth.value}, CQ {cq.value}; want 1, 1, 1): CO-3")
+    assert tokens.lookup(tok.wr_id) is tok and tok.slice is new
