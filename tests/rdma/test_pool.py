@@ -469,3 +469,49 @@ def test_a_completion_racing_a_forced_reclaim_never_takes_the_token_a_later_post
         f"the late completion released the reissued token's counters (outstanding "
         f"{own.outstanding()}, QP depth {depth.value}, CQ {cq.value}; want 1, 1, 1): CO-3")
     assert tokens.lookup(tok.wr_id) is tok and tok.slice is new
+
+
+def vars_of(rail):
+    return None if rail is None else {k: getattr(rail, k) for k in rail.__slots__}
+
+
+@pytest.mark.parametrize("failure", ["work_request", "handshake"])
+def test_recovered_failures_on_a_peers_only_path_never_pause_it(controlled, settle, failure):
+    """B has one NIC, so A has one path to it. Transfer after transfer meets one recoverable
+    failure on that path, a remote error completion (REM_ACCESS_ERR) or a refused handshake,
+    and recovers on its retry. A path is paused only when the slice has another one to take
+    (Mooncake's WorkerPool since 0.3.12: "no alternate peer RNIC is available; retrying
+    without pausing peer rail"), so the tenth such transfer recovers as the first did. MR-12:
+    a recoverable failure is retried within the existing budget; a pause of the only path
+    fails the retry at once with its budget left. (With REM_ACCESS_ERR the reference used to
+    count the errors and pause the path at the fifth: docs/mutation.md.)"""
+    cluster = controlled(slice_size=4096)
+    a = cluster.add_node("A", ["n0"])
+    b = cluster.add_node("B", ["n0"])
+    tr = a.transport
+    rpc = tr.rpc
+    refuse = []
+
+    def flaky(server, request):
+        if refuse:
+            refuse.pop()
+            raise ConnectionRefusedError(f"no handshake listener for {server!r}")
+        return rpc(server, request)
+
+    tr.rpc = flaky
+    for i in range(10):
+        if failure == "work_request":
+            cluster.fabric.inject(Fault(ERROR, local_addr=a.buffer_addr,
+                                        status=WcStatus.REM_ACCESS_ERR))
+        else:
+            tr.disconnect_all()  # the next post handshakes again, and that handshake fails
+            refuse.append(True)
+        task = tr.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+        settle(cluster)
+        (s,) = task.slices
+        assert not refuse and s.retry_cnt == 1, f"precondition: transfer {i + 1} failed once"
+        assert task.status() == "COMPLETED", (
+            f"transfer {i + 1}, whose one {failure} failure on A's only path to B was "
+            f"recoverable, ended {task.status()} with {s.max_retry_cnt - s.retry_cnt} of its "
+            f"retry budget left (rail to B: {vars_of(tr.rails.rails.get(s.peer_nic_path))}): "
+            f"MR-12")
