@@ -8,7 +8,7 @@ import pytest
 from reference_engine.profiles import LEGACY, RFC
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.context import FAILURE_THRESHOLD
-from reference_engine.rdma.counters import Counter
+from reference_engine.rdma.counters import Counter, SerialCounter
 from reference_engine.rdma.rail_state import RailTable
 from reference_engine.rdma.rdma_policies import DedicatedPollerModel, SharedModel, TokenOwnership
 from reference_engine.rdma.sim.invariants import InvariantChecker
@@ -515,3 +515,46 @@ def test_recovered_failures_on_a_peers_only_path_never_pause_it(controlled, sett
             f"recoverable, ended {task.status()} with {s.max_retry_cnt - s.retry_cnt} of its "
             f"retry budget left (rail to B: {vars_of(tr.rails.rails.get(s.peer_nic_path))}): "
             f"MR-12")
+
+
+def test_a_remote_error_pauses_the_failed_path_at_once_when_the_peer_has_another(
+        controlled, settle):
+    """The other half of the rail rule: B has two NICs, and a remote error completion on A's
+    path to one of them pauses that path at once (the slice has another to take), so the
+    slices of A's next transfer to B all go to the other path. Not a suite test: no requirement
+    says a failed peer path is avoided by later transfers (MR-12 asks only that the failed
+    slice's retry reselect its path); it is Mooncake's rail rule, which the reference keeps."""
+    cluster = controlled(slice_size=4096)
+    a = cluster.add_node("A", ["n0"])
+    b = cluster.add_node("B", ["n0", "n1"])
+    tr = a.transport
+    cluster.fabric.inject(Fault(ERROR, local_addr=a.buffer_addr, status=WcStatus.REM_ACCESS_ERR))
+    first = tr.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+    failed_path = first.slices[0].peer_nic_path
+    settle(cluster)
+    assert first.status() == "COMPLETED" and first.slices[0].retry_cnt == 1
+    task = tr.submit("B", [(W, a.buffer_addr, 8 * 4096, b.buffer_addr)])
+    settle(cluster)
+    assert task.status() == "COMPLETED"
+    paths = sorted({s.peer_nic_path for s in task.slices})
+    assert failed_path not in paths, (
+        f"a remote error on A's path {failed_path} to B, which has another, left it in use: "
+        f"the next transfer's slices took {paths}")
+
+
+@pytest.mark.parametrize("counter", [Counter, SerialCounter])
+def test_a_take_reserves_at_most_the_free_entries_and_the_high_remembers_it(counter):
+    """``take(n, limit)`` is how a post reserves its share of a CQ shared with other workers'
+    posts: all of ``n`` when there is room, what is left when there is less, nothing when the
+    queue is full, and ``high`` remembers the most it reached (the CO-3 checker's evidence of
+    an overrun CQ, ``over_capacity``). Not a suite test: with the reservation right, a CQ never
+    overruns, so ``high`` reads the same to every suite whether it is kept or not; and the
+    suites post mostly under the controlled scheduler, where the lock-free counter serves."""
+    c = counter("cq")
+    assert c.take(3, 4) == 3 and (c.value, c.high) == (3, 3)
+    assert c.take(3, 4) == 1 and (c.value, c.high) == (4, 4)
+    assert c.take(1, 4) == 0 and c.take(0, 4) == 0 and (c.value, c.high) == (4, 4)
+    c.add(-4)
+    assert c.take(1, 4) == 1 and (c.value, c.high, c.low) == (1, 4, 0)
+    c.add(-1)
+    assert c.take(6, 8) == 6 and (c.value, c.high) == (6, 6)
