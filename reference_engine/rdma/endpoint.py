@@ -175,14 +175,17 @@ class Endpoint:
 
     # ------------------------------------------------------------------ data path
     def post(self, slices: list, ownership, observer) -> tuple[list, list]:
-        """Post ``slices``; returns (failed, unposted). Posted slices are not returned."""
+        """Post ``slices``; returns (failed, unposted). Posted slices are not returned.
+
+        The endpoint's lock covers its own QPs; the CQ is the context's, shared with the
+        endpoints of other peers that other workers post, so each QP's share of the CQ's free
+        entries is taken on the CQ's counter itself (``take``), never read here and added
+        later."""
         with self.lock:
             if not self.postable or self.state != CONNECTED:
                 return slices, []
             cq = self.cq_outstanding
-            budget = self.max_cqe - cq.value
-            if budget <= 0:
-                return [], slices
+            max_cqe = self.max_cqe
             nq = len(self.qps)
             chunk = -(-len(slices) // nq)
             failed: list = []
@@ -194,11 +197,10 @@ class Endpoint:
                 if not part:
                     break
                 depth = self.depth[q]
-                n = min(len(part), self.max_wr - depth.value, budget)
+                n = cq.take(min(len(part), self.max_wr - depth.value), max_cqe)
                 if n <= 0:
                     rest.extend(part)
                     continue
-                budget -= n
                 batch = part[:n] if n < len(part) else part
                 if n < len(part):
                     rest.extend(part[n:])
@@ -210,7 +212,6 @@ class Endpoint:
                                            s.length, s.source_lkey, s.dest_addr, s.dest_rkey))
                     s.status = posted
                 depth.add(n)
-                cq.add(n)
                 if observer is not None:
                     observer.on_post(self, batch)
                 try:

@@ -3,6 +3,13 @@
 An error more than ``reset_after`` seconds after the previous one starts the count again;
 ``threshold`` errors (or one immediate error) pause the rail for ``pause_seconds``; an expired
 pause resets the rail.
+
+The worker pool pauses a rail only when the failed slice has another rail to take: a failed
+handshake or a remote error completion pauses the peer path at once if an alternative is
+available, and charges nothing otherwise (Mooncake's WorkerPool since 0.3.12: "no alternate
+peer RNIC is available; retrying without pausing peer rail"). Counting those failures on a
+peer's only path would pause it after ``threshold`` recovered ones, within ``reset_after``
+seconds of each other, and fail the next failure's retry with its budget left (MR-12).
 """
 
 from __future__ import annotations

@@ -38,14 +38,19 @@ class TokenOwnership:
     def unpost(self, wr_id: int, depth, cq) -> None:
         tok = self.tokens.lookup(wr_id)
         if tok is not None:
-            self.tokens.release(tok)
+            self.tokens.release(tok, wr_id)
 
     def complete(self, wc, cq_outstanding):
-        tok = self.tokens.lookup(wc.wr_id)
+        """The completed post's (slice, endpoint, generation, attempt), read before its release;
+        None when the post was already released (a forced reclaim got there first: what was
+        read may be the next post's, which took the token from the pool meanwhile)."""
+        wr_id = wc.wr_id
+        tok = self.tokens.lookup(wr_id)
         if tok is None:
             return None
         view = (tok.slice, tok.endpoint, tok.generation, tok.attempt)
-        self.tokens.release(tok)
+        if not self.tokens.release(tok, wr_id):
+            return None
         return view
 
     @staticmethod
@@ -60,9 +65,9 @@ class TokenOwnership:
         """Forced reclaim: release the endpoint's outstanding tokens; return (slice, attempt) of
         those that were their slice's current attempt."""
         out = []
-        for tok in [t for t in self.tokens.live.values() if t.endpoint is ep]:
-            s, attempt = tok.slice, tok.attempt
-            if self.tokens.release(tok) and attempt == s.attempt:
+        for wr_id, tok in list(self.tokens.live.items()):
+            s, attempt, owner = tok.slice, tok.attempt, tok.endpoint
+            if owner is ep and self.tokens.release(tok, wr_id) and attempt == s.attempt:
                 out.append((s, attempt))
         return out
 

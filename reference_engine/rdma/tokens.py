@@ -3,6 +3,12 @@
 Tokens come from a pool and are reused; ``wr_id`` = (epoch << 24) | index, and the epoch
 advances on every release, so a completion that arrives after its token was already released
 (e.g. by a forced reclaim) and reused cannot be mistaken for the new owner's.
+
+A release names the post it ends by its ``wr_id``, and ``live`` is keyed by ``wr_id``: the
+release that takes the entry is that post's one release. A worker's completion and the
+monitor's forced reclaim can both hold the token object; the one that loses, even after the
+token went back to the pool and a later post took it again (same object, new ``wr_id``),
+finds nothing to release, and what it read of the token is not its to act on.
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ import threading
 from reference_engine.rdma.counters import Counter
 
 INDEX_BITS = 24
-INDEX_MASK = (1 << INDEX_BITS) - 1
 
 
 class PostToken:
@@ -31,7 +36,7 @@ class PostToken:
 
 
 class TokenPool:
-    """A free list of tokens; ``live`` maps index -> token for tokens posted and not released."""
+    """A free list of tokens; ``live`` maps wr_id -> token for tokens posted and not released."""
 
     def __init__(self, initial: int = 0):
         self.tokens: list[PostToken] = [PostToken(i) for i in range(initial)]
@@ -53,18 +58,16 @@ class TokenPool:
         tok.attempt = slice.attempt
         tok.qp_depth = qp_depth
         tok.cq_outstanding = cq_outstanding
-        self.live[tok.index] = tok
+        self.live[tok.wr_id] = tok
         return tok
 
     def lookup(self, wr_id: int) -> PostToken | None:
-        tok = self.live.get(wr_id & INDEX_MASK)
-        if tok is None or tok.wr_id != wr_id:
-            return None
-        return tok
+        return self.live.get(wr_id)
 
-    def release(self, tok: PostToken) -> bool:
-        """Release the token's counters exactly once; False if it was already released."""
-        if self.live.pop(tok.index, None) is None:
+    def release(self, tok: PostToken, wr_id: int) -> bool:
+        """Release the counters of the post ``wr_id`` named, exactly once; False if that post
+        was already released (the token may since belong to another post)."""
+        if self.live.pop(wr_id, None) is None:
             return False
         tok.qp_depth.add(-1)
         tok.cq_outstanding.add(-1)

@@ -123,7 +123,8 @@ class WorkerPool:
                     return
                 if rc == CONNECT_FAILED:
                     tr.stats["handshake_failures"] += 1
-                    tr.rails.mark_failed(path, immediate=tr.has_alternative_rail(slices[0]))
+                    if tr.has_alternative_rail(slices[0]):
+                        tr.rails.mark_failed(path, immediate=True)
                     yield from tr.policies.retire.for_handshake_failure(tr, ep)
                     yield P.RETIRE
                     refresh = True
@@ -180,8 +181,8 @@ class WorkerPool:
                         local_charged = True
                 else:
                     s = view[0]
-                    tr.rails.mark_failed(s.peer_nic_path,
-                                         immediate=tr.has_alternative_rail(s))
+                    if tr.has_alternative_rail(s):
+                        tr.rails.mark_failed(s.peer_nic_path, immediate=True)
             yield from tr.policies.retire.for_completion(tr, view, wc)
         yield P.RETIRE
         for view, wc in failures:

@@ -8,7 +8,7 @@ import pytest
 from reference_engine.profiles import LEGACY, RFC
 from reference_engine.rdma.config import RdmaConfig
 from reference_engine.rdma.context import FAILURE_THRESHOLD
-from reference_engine.rdma.counters import Counter
+from reference_engine.rdma.counters import Counter, SerialCounter
 from reference_engine.rdma.rail_state import RailTable
 from reference_engine.rdma.rdma_policies import DedicatedPollerModel, SharedModel, TokenOwnership
 from reference_engine.rdma.sim.invariants import InvariantChecker
@@ -88,7 +88,7 @@ def test_token_release_is_exactly_once_and_old_wr_ids_die():
     tok = pool.acquire(S(), E(), depth, cq)
     old = tok.wr_id
     assert pool.lookup(old) is tok and tok.generation == 7
-    assert pool.release(tok) and not pool.release(tok)
+    assert pool.release(tok, old) and not pool.release(tok, old)
     assert (depth.value, cq.value) == (0, 0)
     again = pool.acquire(S(), E(), depth, cq)
     assert again is tok and again.wr_id != old and pool.lookup(old) is None
@@ -306,8 +306,8 @@ def test_a_token_its_completion_takes_during_a_forced_reclaim_is_not_orphaned_ag
     cq.add(2)
     release = own.tokens.release
 
-    def release_while_t2_completes(tok):
-        done = release(tok)
+    def release_while_t2_completes(tok, wr_id):
+        done = release(tok, wr_id)
         if tok is t1:  # the worker polls t2's completion meanwhile
             assert own.complete(SimpleNamespace(wr_id=t2.wr_id), cq) == (s2, ep, 1, 0)
         return done
@@ -351,3 +351,210 @@ def test_an_orphan_whose_slice_its_completion_already_handled_is_not_retried(
     cluster.fabric.release("held")
     settle(cluster)
     assert task.status() == "COMPLETED" and (s.n_success, s.n_failed) == (1, 0)
+
+
+class _PostsBetween:
+    """The transport's ownership, except that the first ``wr_id`` call of a post (while the
+    endpoint builds its work requests, its CQ share decided) runs ``between()`` first: another
+    worker's post, placed inside this one."""
+
+    def __init__(self, own, between):
+        self.own = own
+        self.between = between
+
+    def wr_id(self, s, ep, depth):
+        between, self.between = self.between, None
+        if between is not None:
+            between()
+        return self.own.wr_id(s, ep, depth)
+
+    def unpost(self, wr_id, depth, cq):
+        self.own.unpost(wr_id, depth, cq)
+
+
+def test_two_workers_posting_to_two_peers_never_overcommit_their_shared_cq(controlled, settle):
+    """A's endpoints to B and to C share A's one CQ (``max_cqe`` 4 entries) and are posted by
+    different workers, each under its own endpoint's lock. The CQ's share a post takes must be
+    reserved on the CQ itself: here the worker posting to C runs its whole post after the
+    worker posting to B decided its share and before it counted it. CO-3: at most 4
+    completions outstanding on the CQ of 4 (a NIC overruns a full CQ and loses completions),
+    and every slice still completes once. Not a suite test: the controlled scheduler runs a
+    post in one step, and a free-running run reaches the window rarely (docs/mutation.md)."""
+    checker = InvariantChecker()
+    cluster = controlled(slice_size=4096, max_cqe=4, observer=checker)
+    a = cluster.add_node("A", ["n0"])
+    peers = {p: cluster.add_node(p, ["n0"]) for p in ("B", "C")}
+    tr = a.transport
+    ctx = tr.contexts[0]
+    for p, peer in peers.items():  # both endpoints connected
+        warm = tr.submit(p, [(W, a.buffer_addr, 4096, peer.buffer_addr)])
+        settle(cluster)
+        assert warm.status() == "COMPLETED"
+    tasks = {p: tr.submit(p, [(W, a.buffer_addr, 4 * 4096, peer.buffer_addr)])
+             for p, peer in peers.items()}
+    for task in tasks.values():
+        checker.track(task.slices)
+    queued = {p: ctx.pool.take_target(p) for p in peers}
+    eps = {p: ctx.store.get(queued[p][0].peer_nic_path) for p in peers}
+    assert all(len(q) == 4 for q in queued.values()) and all(eps.values())
+    left_c = []
+
+    def post_to_c():
+        failed, rest = eps["C"].post(queued["C"], tr.ownership, checker)
+        assert not failed
+        left_c.extend(rest)
+
+    failed, left_b = eps["B"].post(queued["B"], _PostsBetween(tr.ownership, post_to_c), checker)
+    assert not failed
+    (cq, cq_count), = ctx.cqs
+    assert cq_count.high <= cq.cqe, (
+        f"two posts to two peers counted {cq_count.high} completions outstanding on A's CQ of "
+        f"{cq.cqe} entries (CO-3): each read the CQ's free entries under its own endpoint's "
+        f"lock, and both took them")
+    for s in left_b + left_c:  # what the full CQ refused waits in its queue, as the worker's
+        tr._enqueue(s)
+    settle(cluster)
+    assert {p: t.status() for p, t in tasks.items()} == {"B": "COMPLETED", "C": "COMPLETED"}
+    assert checker.check_final(True) == []
+
+
+@pytest.mark.parametrize("window", ["before-its-view", "before-its-release"])
+def test_a_completion_racing_a_forced_reclaim_never_takes_the_token_a_later_post_reissued(window):
+    """Free-running, a worker's completion looks its token up, reads what it names and releases
+    it, while the monitor's forced reclaim of the endpoint (at the drain timeout) may release
+    the same token first, and a worker's next post may take it from the pool again, for
+    another slice. The completion's token is then gone: it must neither release the new
+    owner's counters nor act on any slice; the reclaim has already listed the old slice for
+    its retry (CO-3: each post's counters released exactly once; CO-4/CO-9: only the owning
+    attempt's completion acts on a slice). The race is replayed here step by step, in the two
+    windows it has (the controlled scheduler runs a completion in one step)."""
+    own = TokenOwnership()
+    depth, cq = Counter(), Counter()
+    old_ep = SimpleNamespace(generation=1, cq_outstanding=cq)
+    new_ep = SimpleNamespace(generation=2, cq_outstanding=cq)
+    old, new = SimpleNamespace(attempt=0), SimpleNamespace(attempt=0)
+    tok = own.tokens.acquire(old, old_ep, depth, cq)
+    depth.add(1)
+    cq.add(1)
+    wr_id = tok.wr_id
+    orphans = []
+
+    def reclaim_and_repost():
+        orphans.extend(own.orphan(old_ep))  # the monitor: old_ep's drain timed out
+        again = own.tokens.acquire(new, new_ep, depth, cq)  # a worker's next post
+        assert again is tok, "precondition: the post took the released token from the pool"
+        depth.add(1)
+        cq.add(1)
+
+    tokens = own.tokens
+    name = "lookup" if window == "before-its-view" else "release"
+    real = getattr(tokens, name)
+
+    def racing(*args):
+        setattr(tokens, name, real)  # once: the completion's own call
+        if name == "lookup":
+            found = real(*args)
+            reclaim_and_repost()
+            return found
+        reclaim_and_repost()
+        return real(*args)
+
+    setattr(tokens, name, racing)
+    view = own.complete(SimpleNamespace(wr_id=wr_id), cq)
+    assert orphans == [(old, 0)], "precondition: the reclaim listed the old slice for its retry"
+    assert view is None, (
+        f"a completion whose token a forced reclaim released and a later post reissued was "
+        f"handed {view!r}: it acts on a slice its post no longer owns (CO-4/CO-9)")
+    assert (own.outstanding(), depth.value, cq.value) == (1, 1, 1), (
+        f"the late completion released the reissued token's counters (outstanding "
+        f"{own.outstanding()}, QP depth {depth.value}, CQ {cq.value}; want 1, 1, 1): CO-3")
+    assert tokens.lookup(tok.wr_id) is tok and tok.slice is new
+
+
+def vars_of(rail):
+    return None if rail is None else {k: getattr(rail, k) for k in rail.__slots__}
+
+
+@pytest.mark.parametrize("failure", ["work_request", "handshake"])
+def test_recovered_failures_on_a_peers_only_path_never_pause_it(controlled, settle, failure):
+    """B has one NIC, so A has one path to it. Transfer after transfer meets one recoverable
+    failure on that path, a remote error completion (REM_ACCESS_ERR) or a refused handshake,
+    and recovers on its retry. A path is paused only when the slice has another one to take
+    (Mooncake's WorkerPool since 0.3.12: "no alternate peer RNIC is available; retrying
+    without pausing peer rail"), so the tenth such transfer recovers as the first did. MR-12:
+    a recoverable failure is retried within the existing budget; a pause of the only path
+    fails the retry at once with its budget left. (With REM_ACCESS_ERR the reference used to
+    count the errors and pause the path at the fifth: docs/mutation.md.)"""
+    cluster = controlled(slice_size=4096)
+    a = cluster.add_node("A", ["n0"])
+    b = cluster.add_node("B", ["n0"])
+    tr = a.transport
+    rpc = tr.rpc
+    refuse = []
+
+    def flaky(server, request):
+        if refuse:
+            refuse.pop()
+            raise ConnectionRefusedError(f"no handshake listener for {server!r}")
+        return rpc(server, request)
+
+    tr.rpc = flaky
+    for i in range(10):
+        if failure == "work_request":
+            cluster.fabric.inject(Fault(ERROR, local_addr=a.buffer_addr,
+                                        status=WcStatus.REM_ACCESS_ERR))
+        else:
+            tr.disconnect_all()  # the next post handshakes again, and that handshake fails
+            refuse.append(True)
+        task = tr.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+        settle(cluster)
+        (s,) = task.slices
+        assert not refuse and s.retry_cnt == 1, f"precondition: transfer {i + 1} failed once"
+        assert task.status() == "COMPLETED", (
+            f"transfer {i + 1}, whose one {failure} failure on A's only path to B was "
+            f"recoverable, ended {task.status()} with {s.max_retry_cnt - s.retry_cnt} of its "
+            f"retry budget left (rail to B: {vars_of(tr.rails.rails.get(s.peer_nic_path))}): "
+            f"MR-12")
+
+
+def test_a_remote_error_pauses_the_failed_path_at_once_when_the_peer_has_another(
+        controlled, settle):
+    """The other half of the rail rule: B has two NICs, and a remote error completion on A's
+    path to one of them pauses that path at once (the slice has another to take), so the
+    slices of A's next transfer to B all go to the other path. Not a suite test: no requirement
+    says a failed peer path is avoided by later transfers (MR-12 asks only that the failed
+    slice's retry reselect its path); it is Mooncake's rail rule, which the reference keeps."""
+    cluster = controlled(slice_size=4096)
+    a = cluster.add_node("A", ["n0"])
+    b = cluster.add_node("B", ["n0", "n1"])
+    tr = a.transport
+    cluster.fabric.inject(Fault(ERROR, local_addr=a.buffer_addr, status=WcStatus.REM_ACCESS_ERR))
+    first = tr.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr)])
+    failed_path = first.slices[0].peer_nic_path
+    settle(cluster)
+    assert first.status() == "COMPLETED" and first.slices[0].retry_cnt == 1
+    task = tr.submit("B", [(W, a.buffer_addr, 8 * 4096, b.buffer_addr)])
+    settle(cluster)
+    assert task.status() == "COMPLETED"
+    paths = sorted({s.peer_nic_path for s in task.slices})
+    assert failed_path not in paths, (
+        f"a remote error on A's path {failed_path} to B, which has another, left it in use: "
+        f"the next transfer's slices took {paths}")
+
+
+@pytest.mark.parametrize("counter", [Counter, SerialCounter])
+def test_a_take_reserves_at_most_the_free_entries_and_the_high_remembers_it(counter):
+    """``take(n, limit)`` is how a post reserves its share of a CQ shared with other workers'
+    posts: all of ``n`` when there is room, what is left when there is less, nothing when the
+    queue is full, and ``high`` remembers the most it reached (the CO-3 checker's evidence of
+    an overrun CQ, ``over_capacity``). Not a suite test: with the reservation right, a CQ never
+    overruns, so ``high`` reads the same to every suite whether it is kept or not; and the
+    suites post mostly under the controlled scheduler, where the lock-free counter serves."""
+    c = counter("cq")
+    assert c.take(3, 4) == 3 and (c.value, c.high) == (3, 3)
+    assert c.take(3, 4) == 1 and (c.value, c.high) == (4, 4)
+    assert c.take(1, 4) == 0 and c.take(0, 4) == 0 and (c.value, c.high) == (4, 4)
+    c.add(-4)
+    assert c.take(1, 4) == 1 and (c.value, c.high, c.low) == (1, 4, 0)
+    c.add(-1)
+    assert c.take(6, 8) == 6 and (c.value, c.high) == (6, 6)

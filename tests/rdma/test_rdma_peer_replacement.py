@@ -4,7 +4,8 @@ name with the same NIC names, GIDs, buffer addresses and rkeys; only instance_id
 import dataclasses
 
 from reference_engine.descriptor import Buffer
-from reference_engine.rdma.verbs import Opcode
+from reference_engine.rdma.sim.sim_verbs import ERROR, Fault
+from reference_engine.rdma.verbs import Opcode, WcStatus
 
 W = Opcode.RDMA_WRITE
 
@@ -199,3 +200,29 @@ def test_works_over_the_metadata_segment_cache_and_detects_restart_after_ttl(set
     t4 = tr.submit("B", [(W, a.buffer_addr, 4096, b3.buffer_addr)])
     settle(cluster)
     assert t4.status() == "FAILED", "a failed forced refresh must not loop or succeed stale"
+
+
+def test_a_retry_whose_refreshed_descriptor_holds_no_buffer_for_it_fails_once(controlled, settle):
+    """B, the same process (its instance_id unchanged: no replacement), deregisters the upper
+    half of its buffer and republishes, while a slice A writes there fails once (a remote error
+    completion). The retry's forced refresh reads the new descriptor, where no buffer holds the
+    slice, so there is no path to retry it on: it must fail, once, and the transfer end FAILED
+    (MR-12: retries end; a slice left neither queued nor failed would keep the transfer waiting
+    for ever). Not a suite test: the targets cannot make a peer publish less memory without a
+    restart. Reached only this way since a peer's only path is no longer paused for a slice
+    with nowhere else to go (a paused path used to be the way a retry found no path)."""
+    cluster, a, b = _pair(controlled, settle)
+    tr = a.transport
+    desc = cluster.directory.published["B"]
+    (buf,) = desc.buffers
+    task = tr.submit("B", [(W, a.buffer_addr, 4096, b.buffer_addr + buf.length // 2)])
+    cluster.fabric.inject(Fault(ERROR, local_addr=a.buffer_addr, status=WcStatus.REM_ACCESS_ERR))
+    cluster.directory.publish(dataclasses.replace(
+        desc, buffers=(dataclasses.replace(buf, length=buf.length // 2),)))
+    settle(cluster)
+    (s,) = task.slices
+    assert s.retry_cnt == 1 and tr.stats["replacements"] == 0, (
+        f"precondition: one failure, retried without a replacement ({s!r}, {tr.stats})")
+    assert task.status() == "FAILED" and (s.n_success, s.n_failed) == (0, 1), (
+        f"the slice's retry found no buffer for it in B's refreshed descriptor and the transfer "
+        f"ended {task.status()} ({s!r}): a slice with nowhere to go must fail, once (MR-12)")
