@@ -32,6 +32,14 @@ def test_every_tested_entry_names_a_mutant_of_this_tree_and_tests_that_exist():
             assert f"def {name.split('[')[0]}(" in (ROOT / path).read_text(), t
 
 
+def test_every_triaged_entry_names_a_mutant_of_this_tree():
+    """A line a fix changed moves its mutants' ids: the old entries then match nothing and must
+    go (the new ids are judged again), or the file says why of mutants that no longer exist."""
+    ids = {m.id for m in generate(ROOT)}
+    stale = sorted(set(load_triage(ROOT)) - ids)
+    assert not stale, f"[[triaged]] entries matching no mutant of this tree: {stale}"
+
+
 def test_a_tested_entry_without_tests_is_named(tmp_path):
     (tmp_path / TRIAGE).parent.mkdir(parents=True)
     (tmp_path / TRIAGE).write_text('[[tested]]\nid = "m"\nreason = "r"\ntests = ["suites/x.py::t"]\n')
