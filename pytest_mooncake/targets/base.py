@@ -347,13 +347,34 @@ class MasterEndpoint:
 
 
 PLANTED_DESCRIPTORS = ("overlap", "unknown_segment", "malformed", "overlap_beside_valid",
-                       "unknown_segment_beside_valid", "overlap_on_every_replica")
-"""The kinds of bad entry ``MasterClusterHandle.plant_bad_descriptor`` plants: a memory
+                       "unknown_segment_beside_valid", "overlap_on_every_replica",
+                       "straddles_segment_end", "past_segment_end", "ends_at_segment_end",
+                       "zero_size")
+"""The kinds of entry ``MasterClusterHandle.plant_bad_descriptor`` plants: a memory
 descriptor overlapping another object's, one on a segment nobody mounted, object metadata
 that is malformed (no descriptor to judge at all), an object of two replicas, one valid (on
 free memory) and one overlapping another object's or on a segment nobody mounted (MP-2: the
-replica goes, not the object), or an object of two replicas that both overlap another
-object's memory (MP-2: with no valid replica left, the object goes)."""
+replica goes, not the object), an object of two replicas that both overlap another
+object's memory (MP-2: with no valid replica left, the object goes), or a descriptor placed
+by the end of the victim's segment (``SEGMENT_END``): starting inside it and running past its
+end, starting at its end, or (the one valid kind, the range's edge) ending exactly at it, or
+an object of size 0 whose one descriptor, at the victim's address, is 0 bytes long (a size no
+put makes and a descriptor Mooncake's restore refuses)."""
+
+SEGMENT_END = ("straddles_segment_end", "past_segment_end", "ends_at_segment_end")
+"""The planted kinds whose one descriptor lies by the end of the victim's segment
+(``at_segment_end`` says where)."""
+
+
+def at_segment_end(kind: str, end: int, size: int) -> int:
+    """Where a planted descriptor of ``size`` bytes of ``kind`` (``SEGMENT_END``) starts, for a
+    segment ending at ``end`` (exclusive): ``end - size`` ("ends_at_segment_end": its last byte
+    is the segment's last), half its size before the end ("straddles_segment_end": inside at
+    its start, past the end at its end; a one-byte object cannot straddle), or at ``end``
+    ("past_segment_end": its first byte is the first past the segment)."""
+    return {"ends_at_segment_end": end - size,
+            "straddles_segment_end": end - max(1, size // 2),
+            "past_segment_end": end}[kind]
 
 
 def planted_kind(kind: str) -> str:
@@ -433,8 +454,11 @@ class MasterClusterHandle(Protocol):
         client mounted, "malformed" is object metadata no restore can use, "overlap_beside_valid" has
         a second, valid replica beside the overlapping one, "unknown_segment_beside_valid" one
         beside a replica on an unmounted segment, "overlap_on_every_replica" two replicas that
-        both overlap the victim's buffer (``PLANTED_DESCRIPTORS``). Returns
-        the entry's sequence id."""
+        both overlap the victim's buffer, "straddles_segment_end" one starting inside the victim's
+        segment and running past its end, "past_segment_end" one starting at that end,
+        "ends_at_segment_end" (valid) one ending exactly at it, "zero_size" an object of size
+        0 whose one descriptor is 0 bytes long (``PLANTED_DESCRIPTORS``, ``at_segment_end``).
+        Returns the entry's sequence id."""
         ...
 
     def plant_removal(self, key: str) -> int:
@@ -471,6 +495,13 @@ class MasterClusterHandle(Protocol):
         ...
 
     def replica_segments(self, key: str) -> list[str]: ...
+    def replica_descriptors(self, key: str) -> list[list[tuple[str, int, int]]]:
+        """The memory the serving leader says ``key``'s readable replicas lie in: one list per
+        replica of its memory descriptors, each ``(segment, buffer address, size)`` (the
+        segment named as ``replica_segments`` names it); none when ``key`` is absent.
+        ``TargetLacks`` (master_cluster) where the build's answer names no buffer address."""
+        ...
+
     def drain_segment(self, segment: str) -> None: ...
     def segment_status(self, segment: str) -> str | None:
         """OK, DRAINING, DRAINED, UNMOUNTING, ... or None once the segment is gone."""

@@ -122,7 +122,8 @@ class MasterService:
         with self.lock:
             seg = self.index.segments.require(endpoint)
             return {"segment": endpoint, "status": seg.status.value,
-                    "replicas": self.index.replicas_on(endpoint)}
+                    "replicas": self.index.replicas_on(endpoint),
+                    "base": seg.info.base, "capacity": seg.info.capacity}
 
     # ---------------------------------------------------------------- objects
 

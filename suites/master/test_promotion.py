@@ -215,8 +215,9 @@ RESTORE_DROPPED = "ha_restore_dropped_entries"
 does; a build without it is judged by its log alone)."""
 
 
-def plant_bad_descriptor(cluster, standby: int, kind: str = "overlap") -> int:
-    seq = cluster.plant_bad_descriptor("k3", kind=kind)
+def plant_bad_descriptor(cluster, standby: int, kind: str = "overlap",
+                         key: str = PLANTED_KEY) -> int:
+    seq = cluster.plant_bad_descriptor("k3", key=key, kind=kind)
     wait_until(lambda: cluster.replication(standby)["applied_seq"] >= seq, WAIT,
                "the standby to apply the planted entry")
     return seq
@@ -634,10 +635,16 @@ def test_crash_failover_to_an_invalid_context_is_refused(mc_master_cluster, kind
         pytrace=False)
 
 
+ZERO_SIZE = {"zero_size": "an object of size 0 whose one memory descriptor is 0 bytes long"}
+"""A planted object no put makes (size 0) with a descriptor Mooncake's restore refuses (0 bytes):
+invalid, judged where MP-2 is (the restore keeps the rest), not at MP-1's failover."""
+
+
 @pytest.mark.mc_req("MP-2")
 @pytest.mark.mc_requires("master_fault_planting")
-@pytest.mark.parametrize("kind", sorted(PLANTED))
+@pytest.mark.parametrize("kind", sorted({**PLANTED, **ZERO_SIZE}))
 def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
+    what = {**PLANTED, **ZERO_SIZE}[kind]
     cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
     keys, leader, standby = soaked_standby(cluster)
     plant_bad_descriptor(cluster, standby, kind)
@@ -645,14 +652,17 @@ def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
     new, kept = serving_keys(cluster, keys)
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
-        f"one planted entry holding {PLANTED[kind]} cost {len(lost)} of {len(keys)} valid "
+        f"one planted entry holding {what} cost {len(lost)} of {len(keys)} valid "
         f"objects after "
         f"failover (master {new} serves {len(kept)}, e.g. lost {lost[:5]})"
         f"{restore_lines(cluster, new)}; MP-2 requires the restore drop only the invalid entry")
     assert drop_reports(cluster, new, PLANTED_KEY), (
-        f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({PLANTED[kind]}; "
+        f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({what}; "
         f"it serves {len(kept)} objects, not it) without a log line naming it as dropped or "
         f"invalid{restore_lines(cluster, new)}; MP-2 requires the dropped entry be reported")
+    assert kind != "zero_size" or PLANTED_KEY not in kept, (
+        f"the promoted master {new} serves {PLANTED_KEY!r}, {what}{restore_lines(cluster, new)}; "
+        f"MP-2 requires the invalid entry be dropped")
     assert kind != "overlap" or not {TEMPLATE, PLANTED_KEY} <= set(kept), (
         f"the promoted master {new} serves both {TEMPLATE!r} and the planted entry "
         f"{PLANTED_KEY!r}, whose only memory descriptor overlaps {TEMPLATE!r}'s: one of the two "
@@ -660,7 +670,7 @@ def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
         f"not restored beside the object it overlaps")
     counted = cluster.metrics(new).get(RESTORE_DROPPED)
     assert counted is None or counted >= 1, (
-        f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({PLANTED[kind]}), "
+        f"the promoted master {new} dropped the planted entry {PLANTED_KEY!r} ({what}), "
         f"yet its own count of entries its restore dropped ({RESTORE_DROPPED} in /metrics) "
         f"says {counted:g}{restore_lines(cluster, new)}; MP-2 requires the drop be reported, "
         f"not reported as none")
@@ -824,6 +834,101 @@ def test_an_object_whose_every_replica_is_invalid_is_dropped_whole(mc_master_clu
     assert drop_reports(cluster, new, PLANTED_KEY), (
         f"the promoted master {new} dropped {PLANTED_KEY!r} (no valid replica) but no log line "
         f"names it{restore_lines(cluster, new)}; MP-2 requires the dropped entry be reported")
+
+
+def shared_memory(cluster, keys: list[str]) -> list[str]:
+    """Every pair of replicas, of the objects ``keys`` the serving leader holds, whose memory
+    descriptors share a byte of one segment (``replica_descriptors``), in words."""
+    ranges = sorted((segment, address, address + size, key, i)
+                    for key in keys
+                    for i, replica in enumerate(cluster.replica_descriptors(key))
+                    for segment, address, size in replica)
+    pairs, widest = [], None
+    for item in ranges:
+        if widest is not None and widest[0] == item[0] and item[1] < widest[2]:
+            pairs.append(f"{item[3]!r} replica {item[4]} [{item[1]:#x}, {item[2]:#x}) over "
+                         f"{widest[3]!r} replica {widest[4]} [{widest[1]:#x}, {widest[2]:#x}) on "
+                         f"{item[0]}")
+        if widest is None or widest[0] != item[0] or item[2] > widest[2]:
+            widest = item
+    return pairs
+
+
+@pytest.mark.mc_req("MP-2")
+@pytest.mark.mc_requires("master_fault_planting")
+def test_a_dropped_replica_is_not_served_beside_the_valid_one(mc_master_cluster):
+    """MP-2 drops *that entry*, so nothing of it is served: the object of two replicas, one
+    valid and one overlapping k3's memory, survives on its valid replica alone, and no two
+    replicas the new leader serves share a byte of memory (read from the replica descriptors
+    the leader serves: buffer addresses and sizes)."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    keys, leader, standby = soaked_standby(cluster)
+    plant_bad_descriptor(cluster, standby, "overlap_beside_valid")
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, [*keys, PLANTED_KEY])
+    assert PLANTED_KEY in kept, (
+        f"the promoted master {new} does not serve {PLANTED_KEY!r}, whose second replica is "
+        f"valid, after dropping its replica overlapping k3's memory (it serves {len(kept)} of "
+        f"{len(keys) + 1} objects){restore_lines(cluster, new)}; MP-2 requires the restore drop "
+        f"the invalid replica, not the object")
+    shared = shared_memory(cluster, kept)
+    assert not shared, (
+        f"the promoted master {new} serves replicas that share memory: {'; '.join(shared[:5])}"
+        f"{restore_lines(cluster, new)}; the planted object's replica overlapping k3's memory "
+        f"is invalid, and MP-2 requires that entry be dropped, not restored beside the valid one")
+
+
+OFF_THE_END = {"straddles_segment_end": "a memory descriptor starting inside k3's segment and "
+                                        "running past its end",
+               "past_segment_end": "a memory descriptor starting at the end of k3's segment"}
+"""The planted kinds whose one descriptor is not inside its segment (``at_segment_end``)."""
+AT_THE_END_KEY = "planted-at-segment-end"
+
+
+@pytest.mark.mc_req("MP-2")
+@pytest.mark.mc_requires("master_fault_planting")
+@pytest.mark.parametrize("kind", sorted(OFF_THE_END))
+def test_a_descriptor_across_or_past_its_segments_end_drops_that_entry(mc_master_cluster, kind):
+    """MP-2's range edge: an entry whose memory descriptor runs past the end of its segment
+    (straddling the edge, or wholly past it) is invalid: it is dropped and reported, and every
+    valid object survives."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    keys, leader, standby = soaked_standby(cluster)
+    plant_bad_descriptor(cluster, standby, kind)
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, keys)
+    lost = sorted(set(keys) - set(kept))
+    assert not lost, (
+        f"one planted entry holding {OFF_THE_END[kind]} cost {len(lost)} of {len(keys)} valid "
+        f"objects after failover (master {new} serves {len(kept)}, e.g. lost {lost[:5]})"
+        f"{restore_lines(cluster, new)}; MP-2 requires the restore drop only the invalid entry")
+    assert PLANTED_KEY not in kept, (
+        f"the promoted master {new} serves {PLANTED_KEY!r}, whose only memory descriptor is "
+        f"{OFF_THE_END[kind][2:]}{restore_lines(cluster, new)}; MP-2 requires the invalid entry "
+        f"be dropped")
+    assert drop_reports(cluster, new, PLANTED_KEY), (
+        f"the promoted master {new} dropped {PLANTED_KEY!r} ({OFF_THE_END[kind]}) without a log "
+        f"line naming it as dropped or invalid{restore_lines(cluster, new)}; MP-2 requires the "
+        f"dropped entry be reported")
+
+
+@pytest.mark.mc_req("MP-2")
+@pytest.mark.mc_requires("master_fault_planting")
+def test_a_descriptor_ending_at_its_segments_end_is_restored(mc_master_cluster):
+    """The same range's edge from inside: an entry whose memory descriptor's last byte is its
+    segment's last (on memory no object holds) is valid, so the restore keeps it with every
+    other object."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    keys, leader, standby = soaked_standby(cluster)
+    plant_bad_descriptor(cluster, standby, "ends_at_segment_end", key=AT_THE_END_KEY)
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, [*keys, AT_THE_END_KEY])
+    lost = sorted({*keys, AT_THE_END_KEY} - set(kept))
+    assert not lost, (
+        f"the promoted master {new} does not serve {lost[:5]} ({len(lost)} of {len(keys) + 1}), "
+        f"where {AT_THE_END_KEY!r}'s memory descriptor ends exactly at the end of k3's segment"
+        f"{restore_lines(cluster, new)}; a descriptor inside its segment is valid, and MP-2 "
+        f"requires the restore keep every valid entry")
 
 
 @pytest.mark.mc_req("MP-3")

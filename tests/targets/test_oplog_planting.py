@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from pytest_mooncake.targets.base import planted_kind
+from pytest_mooncake.targets.base import at_segment_end, planted_kind
 from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import (
     PUT_END,
     BatchRecord,
@@ -25,7 +25,9 @@ from pytest_mooncake.targets.mooncake.master_cluster.oplog_planting import (
     every_replica_overlapping,
     memory_buffer,
     moved_to_unmounted_segment,
+    replica_moved,
     shifted_descriptor,
+    zero_sized,
 )
 
 WRITTEN_BY_0_3_13 = (
@@ -112,7 +114,8 @@ def test_an_unknown_kind_of_planted_descriptor_is_refused_naming_the_known_ones(
     assert planted_kind("unknown_segment") == "unknown_segment"
     with pytest.raises(ValueError, match=r"unknown kind 'torn' \(known: overlap, unknown_segment, malformed, "
                                          r"overlap_beside_valid, unknown_segment_beside_valid, "
-                                         r"overlap_on_every_replica\)"):
+                                         r"overlap_on_every_replica, straddles_segment_end, "
+                                         r"past_segment_end, ends_at_segment_end, zero_size\)"):
         planted_kind("torn")
 
 
@@ -214,3 +217,44 @@ def test_a_payload_this_codec_would_not_write_is_named_undecodable(damage, said)
 def test_a_replica_other_than_in_memory_is_named():
     with pytest.raises(UndecodablePayload, match="is no memory replica"):
         memory_buffer({"f0": 4, "f1": (2, {"f0": "/disk/file", "f1": 64}), "f2": 3})
+
+
+SEGMENT_END = K3_ADDRESS - 0xC0 + (16 << 20)
+"""Where k3's segment would end: a 16 MiB segment whose base k3's buffer is 0xc0 into."""
+
+
+@pytest.mark.parametrize("kind, start", [("ends_at_segment_end", SEGMENT_END - 64),
+                                         ("straddles_segment_end", SEGMENT_END - 32),
+                                         ("past_segment_end", SEGMENT_END)])
+def test_the_victims_replica_moved_by_its_segments_end_keeps_everything_else(kind, start):
+    """The segment-end kinds move only the buffer address of the build's own record: the
+    descriptor then ends at the segment's end, runs 32 bytes past it, or starts at it."""
+    assert at_segment_end(kind, SEGMENT_END, 64) == start
+    victim = decode_batch(WRITTEN_BY_0_3_13).entries[0].payload
+    planted, what = replica_moved(victim, K3_ADDRESS, start)
+    (moved,) = decode_object_payload(planted).replicas
+    (own,) = decode_object_payload(victim).replicas
+    assert memory_buffer(moved) == {**memory_buffer(own), "f1": start}
+    assert (moved["f0"], moved["f2"]) == (own["f0"], own["f2"])
+    assert len(planted) == len(victim)
+    assert planted.replace(start.to_bytes(8, "little"), K3_ADDRESS.to_bytes(8, "little")) == victim
+    assert what == f"[{start:#x}, +64) on 127.0.0.1:24619, moved from [{K3_ADDRESS:#x}, +64)"
+    with pytest.raises(UndecodablePayload, match="no replica of the victim's metadata is at"):
+        replica_moved(victim, K3_ADDRESS + 8, start)
+
+
+
+def test_the_zero_sized_object_says_size_0_and_a_replica_of_0_bytes_at_the_victims_address():
+    victim = decode_batch(WRITTEN_BY_0_3_13).entries[0].payload
+    planted, what = zero_sized(victim, K3_ADDRESS)
+    zeroed, original = decode_object_payload(planted), decode_object_payload(victim)
+    assert zeroed.value["f1"] == 0 and original.value["f1"] == 64
+    assert zeroed.value["f0"] == original.value["f0"]
+    (own,) = original.replicas
+    (replica,) = zeroed.replicas
+    assert memory_buffer(replica) == {**memory_buffer(own), "f0": 0}
+    assert (replica["f0"], replica["f2"]) == (own["f0"], own["f2"])
+    assert len(planted) == len(victim) and zeroed.tail == original.tail
+    assert what == f"size 0, [{K3_ADDRESS:#x}, +0) on 127.0.0.1:24619"
+    with pytest.raises(UndecodablePayload, match="no replica of the victim's metadata is at"):
+        zero_sized(victim, K3_ADDRESS + 8)

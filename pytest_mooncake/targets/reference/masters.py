@@ -24,10 +24,12 @@ from pytest_mooncake.runtime.ports import free_port, release_port
 from pytest_mooncake.runtime.processes import ManagedProcess, ProcessStartError, http_ok
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets.base import (
+    SEGMENT_END,
     MasterEndpoint,
     ObservationFailed,
     PreconditionUnestablished,
     TargetError,
+    at_segment_end,
     planted_kind,
 )
 from pytest_mooncake.targets.mooncake.store_clients import PROTOCOL as MOONCAKE_PROTOCOL
@@ -559,6 +561,21 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         found = self._operator().get(key)
         return sorted({d[0] for r in found["replicas"] for d in r["descriptors"]})
 
+    def replica_descriptors(self, key: str) -> list[list[tuple[str, int, int]]]:
+        """``key``'s replicas as the leader's replica list has them: per replica its memory
+        descriptors ``(segment endpoint, address, size)``; none when the leader has no such
+        object."""
+        from reference_engine.master.error_codes import ErrorCode, MasterError
+
+        try:
+            found = self._operator().get(key)
+        except MasterError as exc:
+            if exc.code is ErrorCode.OBJECT_NOT_FOUND:
+                return []
+            raise
+        return [[(str(e), int(a), int(n)) for e, a, n in r["descriptors"]]
+                for r in found["replicas"]]
+
     def drain_segment(self, segment: str) -> None:
         """Start draining ``segment`` (OK -> DRAINING): readable, no new allocations."""
         self._operator().call("drain_segment", {"endpoint": segment})
@@ -585,8 +602,11 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
         replicas ("overlap_beside_valid", "unknown_segment_beside_valid"): the overlapping one,
         or one on a segment nobody mounted, and a valid one on memory freed just before (a
         spare object the planter puts and removes), or ("overlap_on_every_replica") two
-        replicas, one on exactly the victim's memory and one half its size up. Returns the
-        entry's sequence id."""
+        replicas, one on exactly the victim's memory and one half its size up, or one
+        descriptor by the end of the victim's segment (``SEGMENT_END``, ``at_segment_end``:
+        across it, past it, or ending at it), the segment's base and capacity as the leader's
+        ``segment_status`` reports them, or ("zero_size") an object of size 0 whose one
+        descriptor is the victim's address, 0 bytes long. Returns the entry's sequence id."""
         planted_kind(kind)
         client = self.library_client(client_id=f"planter-{uuid.uuid4().hex[:6]}")
         self._attach(client)
@@ -596,6 +616,10 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
             descriptor = ([endpoint, address + max(1, size // 2), size]
                           if kind in ("overlap", "overlap_beside_valid")
                           else [f"unmounted-{endpoint}", address, size])
+            if kind in SEGMENT_END:
+                segment = client.call("segment_status", {"endpoint": endpoint})
+                end = int(segment["base"]) + int(segment["capacity"])
+                descriptor = [endpoint, at_segment_end(kind, end, size), size]
             replicas = [{"id": 10**9, "status": "COMPLETE", "descriptors": [descriptor]}]
             if kind == "overlap_on_every_replica":  # the victim's own range, then half up
                 replicas = [{"id": 10**9 + 1, "status": "COMPLETE",
@@ -605,8 +629,11 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
             if kind in ("overlap_beside_valid", "unknown_segment_beside_valid"):
                 replicas.insert(0, {"id": 10**9 + 1, "status": "COMPLETE",
                                     "descriptors": [_freed_range(client, f"{key}-spare", size)]})
+            if kind == "zero_size":  # the victim's address, 0 bytes long, in an object of size 0
+                replicas[0]["descriptors"] = [[endpoint, address, 0]]
             payload = ({"client_id": "planter", "size": 0, "replicas": []} if kind == "malformed"
-                       else {"client_id": "planter", "size": size, "replicas": replicas})
+                       else {"client_id": "planter", "size": 0 if kind == "zero_size" else size,
+                             "replicas": replicas})
             result = client.call("plant_raw_entry",
                                  {"op_type": PLANT_OP_PUT_END, "key": key, "payload": payload})
             return int(result["sequence_id"])

@@ -28,11 +28,13 @@ from typing import Any
 from pytest_mooncake.runtime.deadlines import wait_until
 from pytest_mooncake.runtime.prometheus_text import parse_metrics
 from pytest_mooncake.targets.base import (
+    SEGMENT_END,
     Capability,
     ObservationFailed,
     PreconditionUnestablished,
     TargetError,
     TargetLacks,
+    at_segment_end,
     planted_kind,
 )
 from pytest_mooncake.targets.mooncake.master_cluster import oplog_planting as planting
@@ -251,7 +253,11 @@ class MooncakeMasters:
         ("unknown_segment"), cut in half so it no longer decodes ("malformed"), or two replicas
         ("overlap_beside_valid", "unknown_segment_beside_valid"): a valid one on memory a spare
         object held (put through store client 0 and removed again, both logged before the
-        planted entry) and the overlapping one, or the victim's on a segment nobody mounted.
+        planted entry) and the overlapping one, or the victim's on a segment nobody mounted, or
+        ("overlap_on_every_replica") both over the victim's memory, or the victim's replica
+        moved by its segment's end (``SEGMENT_END``: across it, past it, or ending at it; the
+        end from ``/get_segments_detail``'s base_address and size_bytes), or ("zero_size")
+        its size and its replica's length set to 0.
         The leader's index is not touched; a standby replays the entry.
         Returns its sequence id; ``TargetLacks`` with what the probe of the etcd keys found
         where the build keeps no such OpLog or no entry for the victim."""
@@ -316,6 +322,20 @@ class MooncakeMasters:
             address, size = self._memory_of(victim_key, replica)
             moved, _ = planting.shifted_descriptor(payload, address, size)
             return moved
+        if kind in SEGMENT_END or kind == "zero_size":
+            address, size = self._memory_of(victim_key, replica)
+            try:
+                if kind == "zero_size":
+                    return planting.zero_sized(payload, address)[0]
+                end = self._segment_end(victim_key, replica)
+                moved, _ = planting.replica_moved(payload, address,
+                                                  at_segment_end(kind, end, size))
+            except planting.UndecodablePayload as exc:
+                # our codec's gap, not a means the build lacks: nothing judged (error, never n/a)
+                raise PreconditionUnestablished(
+                    f"the planter cannot re-encode the object metadata mooncake_master of "
+                    f"{self.build} ({self.where}) logged: {exc}") from None
+            return moved
         endpoint, mounted = self._segment_of(victim_key, replica)
         try:
             moved, _ = planting.moved_to_unmounted_segment(payload, endpoint, mounted)
@@ -333,6 +353,27 @@ class MooncakeMasters:
             raise ObservationFailed(f"the replica of {key!r} the serving leader reports",
                                     f"no transport_endpoint_ in {replica}")
         return endpoint, {str(s.get("te_endpoint")) for s in self.segments_detail()}
+
+    def _segment_end(self, key: str, replica: list[dict[str, Any]]) -> int:
+        """Where the segment holding ``key``'s replica ends (exclusive): its ``base_address``
+        plus ``size_bytes`` as ``/get_segments_detail`` reports them. ``TargetLacks`` with the
+        entry where the build's answer says neither."""
+        endpoint, _ = self._segment_of(key, replica)
+        entry = next((s for s in self.segments_detail() if s.get("te_endpoint") == endpoint), None)
+        if entry is None:
+            raise ObservationFailed(f"the segment of {key!r}'s replica in /get_segments_detail",
+                                    f"no entry has te_endpoint {endpoint!r}")
+        base, size = entry.get("base_address"), entry.get("size_bytes")
+        try:
+            base = int(base, 16) if isinstance(base, str) else base
+        except ValueError:
+            base = None
+        if not isinstance(base, int) or not isinstance(size, int) or size <= 0:
+            raise TargetLacks(Capability.MASTER_FAULT_PLANTING, (
+                f"mooncake_master of {self.build} ({self.where}) says no base address and size "
+                f"of the segment {endpoint} in /get_segments_detail ({entry}), so the planter "
+                f"cannot tell where it ends"))
+        return base + size
 
     def _memory_of(self, key: str, replica: list[dict[str, Any]]) -> tuple[int, int]:
         """(buffer address, size) of the replica the serving leader reports for ``key``."""
@@ -447,6 +488,30 @@ class MooncakeMasters:
         endpoints = [r.get("transport_endpoint_") for r in self._replicas(key)]
         by_endpoint = {s.get("te_endpoint"): s.get("segment_name") for s in self.segments_detail()}
         return [by_endpoint.get(e) or e for e in endpoints if e]
+
+    def replica_descriptors(self, key: str) -> list[list[tuple[str, int, int]]]:
+        """``key``'s readable replicas as the serving leader reports them (``_replicas``): per
+        replica its buffer ``(segment, buffer_address_, size_)``, the segment named as
+        ``replica_segments`` names it. ``TargetLacks`` where a replica record names its
+        endpoint but no integer buffer address or size (what the build answered is the reason);
+        ``ObservationFailed`` for a record of no such shape at all."""
+        replicas = self._replicas(key)
+        by_endpoint = ({s.get("te_endpoint"): s.get("segment_name") for s in self.segments_detail()}
+                       if replicas else {})
+        out = []
+        for r in replicas:
+            endpoint = r.get("transport_endpoint_")
+            if not isinstance(endpoint, str):
+                raise ObservationFailed(f"the replicas of {key!r} the serving leader reports",
+                                        f"a record without transport_endpoint_: {r}")
+            address, size = r.get("buffer_address_"), r.get("size_")
+            if not isinstance(address, int) or not isinstance(size, int):
+                raise TargetLacks(Capability.MASTER_CLUSTER, (
+                    f"mooncake_master of {self.build} reports {key!r}'s replica on {endpoint} "
+                    f"without an integer buffer_address_ and size_ ({r}): the memory a replica "
+                    f"lies in cannot be read"))
+            out.append([(by_endpoint.get(endpoint) or endpoint, address, size)])
+        return out
 
     def drain_segment(self, segment: str) -> None:
         """Start a drain job for ``segment`` (targets chosen by the master). A refusal is the

@@ -329,6 +329,50 @@ def every_replica_overlapping(victim: bytes, spare: bytes, address: int,
             f"[{address:#x}, +{size})")
 
 
+def replica_moved(victim: bytes, address: int, moved: int) -> tuple[bytes, str]:
+    """The ``victim``'s PUT_END payload with its replica at buffer ``address`` moved to
+    ``moved``, its size, segment and every other field as the build wrote them (by the end of
+    its segment: ``base.at_segment_end``). Returns the payload and what its replica is;
+    ``UndecodablePayload`` where no replica is at ``address``."""
+    object_ = decode_object_payload(victim)
+    replicas = object_.replicas
+    at = next((i for i, r in enumerate(replicas) if memory_buffer(r)["f1"] == address), None)
+    if at is None:
+        raise UndecodablePayload(f"no replica of the victim's metadata is at {address:#x}: "
+                                 f"{replicas}")
+    own = replicas[at]
+    buffer = {**memory_buffer(own), "f1": moved}
+    replicas[at] = {**own, "f1": (0, {**own["f1"][1], "f0": buffer})}
+    return (object_.with_replicas(replicas).encode(),
+            f"[{moved:#x}, +{buffer['f0']}) on {buffer['f3']}, moved from [{address:#x}, "
+            f"+{buffer['f0']})")
+
+
+def zero_sized(victim: bytes, address: int) -> tuple[bytes, str]:
+    """The ``victim``'s PUT_END payload with the object's size and the length of its replica at
+    ``address`` set to 0 (the object's size is the field after the writer's id, a buffer's
+    length its first field), everything else as the build wrote it: object metadata no put
+    makes, whose descriptor Mooncake's restore refuses. ``UndecodablePayload`` where no replica
+    is at ``address`` or the object's second field is no size."""
+    object_ = decode_object_payload(victim)
+    sizes = [memory_buffer(r)["f0"] for r in object_.replicas]
+    names = [name for name, _ in object_.type.fields]
+    if len(names) < 2 or object_.value[names[1]] not in sizes:
+        raise UndecodablePayload(f"the object's second field is not its size (the replicas' "
+                                 f"lengths are {sizes}): {object_.value}")
+    replicas = object_.replicas
+    at = next((i for i, r in enumerate(replicas) if memory_buffer(r)["f1"] == address), None)
+    if at is None:
+        raise UndecodablePayload(f"no replica of the victim's metadata is at {address:#x}: "
+                                 f"{replicas}")
+    own = replicas[at]
+    buffer = {**memory_buffer(own), "f0": 0}
+    replicas[at] = {**own, "f1": (0, {**own["f1"][1], "f0": buffer})}
+    zeroed = replace(object_, value={**object_.value, names[1]: 0})
+    return (zeroed.with_replicas(replicas).encode(),
+            f"size 0, [{address:#x}, +0) on {buffer['f3']}")
+
+
 def memory_buffer(replica: Any) -> dict[str, Any]:
     """The buffer descriptor (size, address, protocol, endpoint as fields f0..f3) of a memory
     replica as ``ObjectPayload`` reads it; ``UndecodablePayload`` for any other."""
