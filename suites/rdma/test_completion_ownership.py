@@ -362,6 +362,66 @@ def test_work_waiting_behind_a_cq_held_full_is_posted_once_its_entries_free(mc_c
     assert_checked(cluster, "CO-3", "a transfer that waited behind a full CQ")
 
 
+@pytest.mark.mc_req("CO-3")
+@pytest.mark.parametrize("case", ["stale", "error", "flush"])
+def test_after_every_kind_of_completion_the_cq_takes_exactly_its_entries(mc_completions, case):
+    """CO-3 from outside, with A's engine as deployed (nothing here reads ``check()``): A's
+    completion queue takes four entries (max_cqe=4). A first transfer's completions include a
+    stale one, an error one, or the flushes of a failed QP; once it has ended, a five-slice
+    transfer whose completions are all held must find the CQ whole again, and no bigger:
+    exactly four of its WRs go out and the fifth waits. Fewer would be an entry still counted
+    for a completion that came back; five, a completion that released its entry twice (on a
+    NIC, an overrun CQ and lost completions). Released, all five land, each posted once.
+    Free-running: a slice that waits for a CQ entry keeps its worker busy, which a controlled
+    scheduler would run for ever."""
+    kind = {"stale": "a stale completion", "error": "an error completion",
+            "flush": "the flushes of a failed QP"}[case]
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), controlled=False, max_cqe=4)
+    t1 = cluster.submit("A", "B", 2 * SLICE)
+    if case == "error":
+        cluster.inject_error(t1, 1, "RETRY_EXC_ERR")
+    else:
+        cluster.hold(t1, 0, tag="old", stage="execution" if case == "flush" else "completion")
+        cluster.start()
+        wait_until(lambda: cluster.held("old"), 20.0, "the first transfer's WR to be held")
+        if case == "stale":  # a real build may wait for the held attempt rather than retry
+            cluster.force_retry(t1, 0)
+            cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+        else:
+            assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
+        cluster.release("old")
+    ended(cluster, t1, f"a transfer with {kind}")
+    data = payload(f"{case}-burst".encode(), 5 * SLICE)
+    cluster.write_local("A", 2 * SLICE, data)
+    t2 = cluster.submit("A", "B", 5 * SLICE, src_offset=2 * SLICE, dst_offset=2 * SLICE)
+    for i in range(5):
+        cluster.hold(t2, i, tag="burst")
+    cluster.start()
+    try:
+        wait_until(lambda: len(cluster.held("burst")) >= 4, 20.0,
+                   "A to post four slices of the burst")
+    except Timeout:
+        pass  # judged below, with the number that went out
+    time.sleep(0.5)  # room for a fifth WR, if A counts an entry it does not have
+    out = len(cluster.held("burst"))
+    assert out == 4, (
+        f"after a transfer with {kind} had ended, a five-slice transfer whose "
+        f"completions were held had {out} WR(s) outstanding on A's CQ of 4 entries; CO-3 "
+        f"requires every completion, current or stale, to release its CQ entry exactly once "
+        + ("(an entry was never released)" if out < 4 else "(an entry was released twice)"))
+    cluster.release("burst")
+    # the reference's hold of the fifth slice is still armed and takes its post; a real
+    # build's holds went with the release
+    wait_until(lambda: cluster.held("burst") or cluster.status(t2) != "WAITING", 20.0,
+               "the burst's fifth slice to be posted")
+    cluster.release("burst")
+    completed(cluster, t2, "the burst")
+    assert cluster.read("B", 2 * SLICE, 5 * SLICE) == data, "the bytes at B are not the payload"
+    counts = {i: len(cluster.posts(t2, i)) for i in range(5)}
+    assert all(n == 1 for n in counts.values()), (
+        f"the burst's slices were posted {counts} times, though none of them failed")
+
+
 # ------------------------------------------------------------------------------- CO-8
 
 
@@ -406,6 +466,51 @@ def test_bad_wr_slices_retried_exactly_once(mc_completions, bad):
             f"slice {i} ended {s['successes']} times successful and {s['failures']} times failed "
             f"after a bad_wr post; CO-8 requires the unposted WRs be retried or failed once")
     assert not cluster.check()
+
+
+@pytest.mark.mc_req("CO-8")
+@pytest.mark.parametrize("bad", [1, 2, 3])
+def test_wrs_refused_as_bad_wr_give_back_their_send_queue_slots(mc_completions, bad):
+    """CO-8 from outside, with A's engine as deployed (nothing here reads ``check()``): A's
+    endpoint to B has one QP of four send-queue slots (max_wr=4, num_qp_per_ep=1) and a
+    four-slice transfer fills it; ``post_send`` refuses slice ``bad`` as bad_wr, and the
+    completions of the slices before it are held. Only those count as posted: they keep their
+    slots (and are not posted again), the refused WRs give theirs back, so each slice from
+    bad_wr on is posted once more, and only once, into the slots they left, while the ones
+    before it are still held. Released, the transfer lands, every slice posted once."""
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",), controlled=False, max_wr=4,
+                        num_qp_per_ep=1)
+    data = payload(b"bad_wr-slots", 4 * SLICE)
+    cluster.write_local("A", 0, data)
+    t = cluster.submit("A", "B", 4 * SLICE)
+    for i in range(bad):
+        cluster.hold(t, i, tag="before")
+    cluster.fail_post(t, bad)
+    cluster.start()
+
+    def counts() -> dict[int, int]:
+        return {i: len(cluster.posts(t, i)) for i in range(4)}
+
+    try:
+        wait_until(lambda: len(cluster.held("before")) == bad
+                   and all(n >= 1 for n in counts().values()), 20.0,
+                   "every slice to be posted while those before bad_wr are held")
+    except Timeout:
+        pass  # judged below, with what went out
+    time.sleep(0.3)  # room for a slice to be posted twice
+    posted, held = counts(), len(cluster.held("before"))
+    assert held == bad and posted == {i: 1 for i in range(4)}, (
+        f"post_send refused slice {bad} of four as bad_wr, with the completions of the "
+        f"{bad} before it held on A's one QP of four slots: {held} held, the slices posted "
+        f"{posted} times; CO-8 requires only the WRs before bad_wr to count as posted (they "
+        f"keep their slots and are not posted again) and the refused ones to give theirs back "
+        f"and be posted again once")
+    cluster.release("before")
+    completed(cluster, t, f"a transfer whose post was refused at slice {bad}")
+    assert cluster.read("B", 0, 4 * SLICE) == data, "the bytes at B are not the payload"
+    assert counts() == {i: 1 for i in range(4)}, (
+        f"after the held completions were released the slices were posted {counts()} times "
+        f"(CO-8: each slice once)")
 
 
 # ------------------------------------------------------------------------------- CO-5
@@ -465,6 +570,54 @@ def test_stale_error_completion_spares_the_active_endpoint(mc_completions, b_nic
         f"stale error completion of the endpoint that had failed before; CO-5 forbids a stale "
         f"token to delete or mutate the active generation")
     assert_checked(cluster, "CO-5", "a stale error completion")
+
+
+@pytest.mark.mc_req("CO-5")
+def test_an_endpoint_retired_by_an_error_completion_drains_and_takes_no_new_post(mc_completions):
+    """CO-5 from outside, with A's engine as deployed (nothing here reads ``check()``): A
+    writes four slices to B over its one endpoint; the completions of three are held, and
+    slice 0's comes back as an error, a completion of the current generation, which retires
+    the endpoint. From then on nothing may be posted to the retired endpoint's QPs, neither
+    slice 0's retry nor a new transfer, while the three WRs already posted on them drain when
+    released: both transfers complete, their bytes land, and every slice that went out again
+    went over QPs A made after the retire."""
+    cluster = two_nodes(mc_completions, b_nics=("mlx5_0",))
+    data = payload(b"retired", 4 * SLICE)
+    cluster.write_local("A", 0, data)
+    t1 = cluster.submit("A", "B", 4 * SLICE)
+    cluster.hold(t1, 0, tag="error")
+    for i in range(1, 4):
+        cluster.hold(t1, i, tag="drain")
+    assert cluster.settle(), "the first transfer's WRs were never held"
+    old = live_qps_to(cluster, "A", "B")
+    assert old, f"precondition: A has live QPs to B ({cluster.qps('A')})"
+    before = {i: len(cluster.posts(t1, i)) for i in range(4)}
+    assert before == {i: 1 for i in range(4)}, f"precondition: each slice posted once ({before})"
+    cluster.release("error", status="RETRY_EXC_ERR")
+    cluster.settle()  # at its deadline NotQuiescent says what the build left undone
+    more = payload(b"after-retire", SLICE)
+    cluster.write_local("A", 4 * SLICE, more)
+    t2 = cluster.submit("A", "B", SLICE, src_offset=4 * SLICE, dst_offset=4 * SLICE)
+    completed(cluster, t2, "a transfer after A's endpoint to B was retired")
+    cluster.release("drain")
+    completed(cluster, t1, "a transfer whose WRs drained from a retired endpoint")
+    assert cluster.read("B", 0, 4 * SLICE) == data, "the first transfer's bytes at B are wrong"
+    assert cluster.read("B", 4 * SLICE, SLICE) == more, "the second transfer's bytes at B are wrong"
+    later = [(f"transfer 0 slice {i}", p["qp_num"]) for i in range(4)
+             for p in cluster.posts(t1, i)[before[i]:]]
+    later += [("transfer 1 slice 0", p["qp_num"]) for p in cluster.posts(t2, 0)]
+    assert any(what == "transfer 0 slice 0" for what, _ in later), (
+        "precondition: slice 0, whose completion was an error, was posted again")
+    onto_retired = [(what, qp) for what, qp in later if qp in old]
+    assert not onto_retired, (
+        f"after an error completion retired A's endpoint to B (QPs {sorted(old)}), "
+        f"{onto_retired} went to its QPs; CO-5 requires a retired endpoint to take no new post "
+        f"while its posted work drains")
+    late = {q["qp_num"]: q["posted_after_retire"] for q in cluster.qps("A", destroyed=True)
+            if q["qp_num"] in old and q["posted_after_retire"]}
+    assert not late, (
+        f"A's NICs saw WRs posted to QPs of the retired endpoint after A moved them to ERR: "
+        f"{late} (CO-5)")
 
 
 # ------------------------------------------------------------------------------- CO-6, CO-7
