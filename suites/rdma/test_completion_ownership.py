@@ -90,6 +90,15 @@ def live_qps_to(cluster, node: str, peer: str) -> set[int]:
             if q["peer"] == peer and q["state"] == "rts"}
 
 
+def overruns(cluster, node: str) -> str:
+    """``node``'s CQs that lost completions because they were full when the completions came
+    (as ``NIC/cqN of C entries: L of N completion(s) lost``), or ''."""
+    return ", ".join(
+        f"{cq['cq']} of {cq['capacity']} entries: {cq['lost']}"
+        + (f" of {cq['completions']}" if cq["completions"] is not None else "")
+        + " completion(s) lost" for cq in cluster.cqs(node) if cq["lost"])
+
+
 def unreleased(cluster, node: str) -> dict[str, int]:
     return {k: v for k, v in cluster.unreleased(node).items() if v}
 
@@ -371,7 +380,9 @@ def test_after_every_kind_of_completion_the_cq_takes_exactly_its_entries(mc_comp
     transfer whose completions are all held must find the CQ whole again, and no bigger:
     exactly four of its WRs go out and the fifth waits. Fewer would be an entry still counted
     for a completion that came back; five, a completion that released its entry twice (on a
-    NIC, an overrun CQ and lost completions). Released, all five land, each posted once.
+    NIC, an overrun CQ and lost completions). A failure names what the NICs saw: whether any
+    WR of the burst was posted, and any CQ of A that lost completions to an overrun by the
+    first transfer's end. Released, all five land, each posted once.
     Free-running: a slice that waits for a CQ entry keeps its worker busy, which a controlled
     scheduler would run for ever."""
     kind = {"stale": "a stale completion", "error": "an error completion",
@@ -391,6 +402,7 @@ def test_after_every_kind_of_completion_the_cq_takes_exactly_its_entries(mc_comp
             assert cluster.qp_fatal("A", "B") >= 1, "precondition: A has QPs to B"
         cluster.release("old")
     ended(cluster, t1, f"a transfer with {kind}")
+    overrun = overruns(cluster, "A")  # what A's NICs lost to a full CQ by the first one's end
     data = payload(f"{case}-burst".encode(), 5 * SLICE)
     cluster.write_local("A", 2 * SLICE, data)
     t2 = cluster.submit("A", "B", 5 * SLICE, src_offset=2 * SLICE, dst_offset=2 * SLICE)
@@ -404,11 +416,22 @@ def test_after_every_kind_of_completion_the_cq_takes_exactly_its_entries(mc_comp
         pass  # judged below, with the number that went out
     time.sleep(0.5)  # room for a fifth WR, if A counts an entry it does not have
     out = len(cluster.held("burst"))
+
+    def seen() -> str:
+        posted = sum(len(cluster.posts(t2, i)) for i in range(5))
+        what = (f"A posted none of its WRs (the transfer is {cluster.status(t2)})" if not posted
+                else f"{out} of its WR(s) were outstanding")
+        if overrun:  # a lost completion releases nothing, and a NIC raises IBV_EVENT_CQ_ERR
+            return (f"{what}; by the first transfer's end A's NIC had lost completions to a "
+                    f"full CQ ({overrun}; a NIC raises IBV_EVENT_CQ_ERR on an overrun)")
+        return what + (" (an entry was never released)" if out < 4
+                       else " (an entry was released twice)")
+
     assert out == 4, (
-        f"after a transfer with {kind} had ended, a five-slice transfer whose "
-        f"completions were held had {out} WR(s) outstanding on A's CQ of 4 entries; CO-3 "
-        f"requires every completion, current or stale, to release its CQ entry exactly once "
-        + ("(an entry was never released)" if out < 4 else "(an entry was released twice)"))
+        f"after a transfer with {kind} had ended, A, with CQs of 4 entries, was given a "
+        f"five-slice transfer whose completions were held and {seen()}; CO-3 requires every "
+        f"completion, current or stale, to release its CQ entry exactly once, so that exactly "
+        f"4 go out")
     cluster.release("burst")
     # the reference's hold of the fifth slice is still armed and takes its post; a real
     # build's holds went with the release

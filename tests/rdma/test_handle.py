@@ -127,6 +127,21 @@ def test_free_running_cluster_through_the_handle():
     assert c.check() == []
 
 
+def test_cqs_name_each_cq_with_its_entries_and_nothing_lost():
+    handle = _handle("rfc")
+    c = handle.cluster(controlled=False, max_cqe=8)
+    c.add_node("A", ["mlx5_0", "mlx5_1"])
+    c.add_node("B")
+    t = c.submit("A", "B", 4 * 4096)
+    assert c.settle() and c.status(t) == "COMPLETED"
+    # the simulated CQ keeps every completion: the engine's CQ budget keeps it within its entries
+    assert c.cqs("A") == [
+        {"cq": f"{nic}/cq0", "nic": nic, "capacity": 8, "queued": 0, "completions": None,
+         "lost": 0} for nic in ("mlx5_0", "mlx5_1")]
+    assert _plain(c.cqs("B"))
+    handle.close()
+
+
 @pytest.mark.parametrize("poller", [False, True, "0"], ids=["default", "dedicated", "said-no"])
 def test_cq_pollers_name_the_threads_that_polled_each_cq(poller):
     handle = _handle("rfc")

@@ -101,6 +101,15 @@ def test_a_held_completion_keeps_the_transfer_waiting_until_released(pair):
     assert not pair.held("first") and not pair.check()
 
 
+def test_cqs_are_what_the_nics_counted(pair):
+    t = pair.submit("A", "B", SLICE, src_offset=3 * SLICE, dst_offset=3 * SLICE)
+    assert pair.settle() and pair.status(t) == "COMPLETED"
+    cqs = pair.cqs("A")
+    assert cqs and all(cq["nic"] == "mlx5_0" and cq["cq"].startswith("mlx5_0/cq") for cq in cqs)
+    assert all(cq["capacity"] == 4096 and cq["queued"] == 0 and cq["lost"] == 0 for cq in cqs), cqs
+    assert sum(cq["completions"] for cq in cqs) >= 1, cqs
+
+
 def test_a_released_error_status_is_what_the_build_sees(pair):
     t = pair.submit("A", "B", SLICE, src_offset=SLICE, dst_offset=SLICE)
     pair.hold(t, 0, tag="to-fail")

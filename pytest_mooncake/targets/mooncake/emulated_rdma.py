@@ -662,6 +662,16 @@ class EmulatedRdmaCluster:
         return {"qp_depth": sum(max(q.outstanding - q.held, 0) for q in c.qps.values()),
                 "cq_queued": sum(cq.queued for cq in c.cqs.values())}
 
+    def cqs(self, node: str) -> list[dict[str, Any]]:
+        """``node``'s CQs as its NICs see them: name (``NIC/cqID``), NIC, the entries the build
+        created it with, completions waiting in it, completions handed to it (those it held and
+        those lost) and completions lost because it was full when they came (an overrun: the NIC
+        drops them and raises IBV_EVENT_CQ_ERR, as hardware does)."""
+        return [{"cq": f"{cq.dev}/cq{cq.id}", "nic": cq.dev, "capacity": cq.capacity,
+                 "queued": cq.queued, "completions": cq.pushed + cq.overruns,
+                 "lost": cq.overruns}
+                for cq in sorted(self._node(node).ctl.counters().cqs.values(), key=lambda c: c.id)]
+
     def counters(self, node: str) -> dict[str, int]:
         c = self._node(node).ctl.counters()
         return {"posted": c.posted, "completed": c.completed, "outstanding": c.outstanding,

@@ -17,7 +17,8 @@ nothing of reference_engine leaks out, so suites stay target-agnostic):
   rkeys), a metadata store refusing reads (``refuse_metadata``); ``settle()`` runs it to
   quiescence; ``check()`` returns the CO-9 violations (of a ``cluster(checked=True)``: below).
   Observations: ``status``, ``slices`` (path, remote address and rkey per slice), ``posts``,
-  ``cq_pollers`` (the threads that polled each CQ; free-running clusters),
+  ``cq_pollers`` (the threads that polled each CQ; free-running clusters), ``cqs`` (each
+  CQ's entries, completions waiting, completions lost to an overrun),
   ``queued``, ``endpoints`` (active), ``retired`` (with whether the target-state mutex was
   held), ``rails`` (error/pause state per peer NIC path), ``descriptor`` (what a node
   published), ``counters``, ``token_pool``, ``metadata_refused``.
@@ -515,6 +516,16 @@ class RdmaCluster:
         me = self.sim.peers[node].transport
         return {f"{ctx.device_name}/cq{i}": sorted(cq.pollers)
                 for ctx in me.contexts for i, (cq, _) in enumerate(ctx.cqs)}
+
+    def cqs(self, node: str) -> list[dict[str, Any]]:
+        """``node``'s CQs: name (``NIC/cqN``), NIC, the entries the engine created it with,
+        completions waiting in it, completions handed to it (``None``: the simulated CQ does
+        not count them) and completions lost to an overrun (the simulated CQ keeps every
+        completion, so 0: the engine's CQ budget is what keeps it within its entries)."""
+        me = self.sim.peers[node].transport
+        return [{"cq": f"{ctx.device_name}/cq{i}", "nic": ctx.device_name, "capacity": cq.cqe,
+                 "queued": len(cq.entries), "completions": None, "lost": 0}
+                for ctx in me.contexts for i, (cq, _) in enumerate(ctx.cqs)]
 
     def describe_workers(self, node: str) -> str:
         tr = self.sim.peers[node].transport
