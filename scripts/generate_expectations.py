@@ -59,6 +59,9 @@ LATER_RUNS = [ROOT / "fixtures" / "reports" / name for name in (
     "stability/proof-b677053/mooncake-cuda13_0.3.14_defaults-seed1101.json",  # suites, b677053
     "mr17-restart-gap.json",    # MR-17's writer restarted after the reader missed it: 0.3.13/14
     "mp6-edges.json",           # MP-6's new edges (freed memory, writes acknowledged at the crash)
+    "edges-sixth-sitting.json",  # #29's sixth sitting: MP-2/MR-8/MR-18/CO-3/CO-5/CO-8 new tests
+    "co3-notify-cq-0.3.14.json",  # CO-3's CQ test on 0.3.14 with the overrun it saw named
+    "co3-notify-cq-0.3.14-defaults.json",  # the same under 0.3.14's own defaults
 )]
 """Stored runs after the matrix run, overlaid on it in the order they started."""
 ETCD_BACKENDS = {"metadata": "etcd", "ha": "etcd"}
