@@ -11,6 +11,10 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
+
+from pytest_mooncake import tcp_wire
+from pytest_mooncake.targets.base import TargetLacks
 
 DEADLINE = 10.0
 """Seconds a server gets to answer and close after the input was sent."""
@@ -82,3 +86,15 @@ def closed_by_server(sock: socket.socket) -> bool:
     except OSError:
         return True
     return True
+
+
+def data_port_of(engine: Any) -> tuple[tuple[str, int], int]:
+    """(host, port) of ``engine``'s TCP data port and the framing version it publishes, read from
+    its descriptor; ``TargetLacks`` (engine) where it publishes no TCP data port (an RDMA-only
+    descriptor): there is no wire to send raw requests on."""
+    desc = engine.descriptor()
+    endpoint = tcp_wire.data_endpoint(desc)
+    if endpoint is None:
+        raise TargetLacks("engine", f"{engine.segment} publishes no TCP data port (protocol "
+                                    f"{desc.get('protocol')!r}): no wire to send raw requests on")
+    return endpoint, tcp_wire.proto_version(desc)

@@ -223,6 +223,19 @@ def plant_bad_descriptor(cluster, standby: int, kind: str = "overlap",
     return seq
 
 
+def failover_with_planted(mc_master_cluster, kind: str, key: str = PLANTED_KEY,
+                          served_too: bool = False):
+    """MP-2's setting: a soaked standby replays one planted entry of ``kind`` (the object
+    ``key``), then the leader is SIGKILLed. (cluster, the valid keys, the new leader, the keys
+    it serves: of the valid ones, and ``key`` too where ``served_too``)."""
+    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
+    keys, leader, standby = soaked_standby(cluster)
+    plant_bad_descriptor(cluster, standby, kind, key=key)
+    cluster.kill_master(leader)
+    new, kept = serving_keys(cluster, [*keys, key] if served_too else keys)
+    return cluster, keys, new, kept
+
+
 def remove_some(cluster, keys: list[str], standby: int,
                 follows: bool = True) -> tuple[list[str], str | None]:
     """Remove every fourth key through the leader (forced: past the read lease) and give the
@@ -645,11 +658,7 @@ invalid, judged where MP-2 is (the restore keeps the rest), not at MP-1's failov
 @pytest.mark.parametrize("kind", sorted({**PLANTED, **ZERO_SIZE}))
 def test_partial_restore_keeps_every_valid_object(mc_master_cluster, kind):
     what = {**PLANTED, **ZERO_SIZE}[kind]
-    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
-    keys, leader, standby = soaked_standby(cluster)
-    plant_bad_descriptor(cluster, standby, kind)
-    cluster.kill_master(leader)
-    new, kept = serving_keys(cluster, keys)
+    cluster, keys, new, kept = failover_with_planted(mc_master_cluster, kind)
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
         f"one planted entry holding {what} cost {len(lost)} of {len(keys)} valid "
@@ -790,11 +799,7 @@ def test_an_invalid_replica_drops_the_replica_not_the_object(mc_master_cluster, 
     """MP-2 drops *that entry*: an object of two replicas, one valid and one overlapping
     another object's memory or on a segment nobody mounted, survives on its valid replica, and
     the dropped replica is reported under the object's key."""
-    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
-    keys, leader, standby = soaked_standby(cluster)
-    plant_bad_descriptor(cluster, standby, kind)
-    cluster.kill_master(leader)
-    new, kept = serving_keys(cluster, [*keys, PLANTED_KEY])
+    cluster, keys, new, kept = failover_with_planted(mc_master_cluster, kind, served_too=True)
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
         f"an object with one replica {BESIDE_VALID[kind]} cost {len(lost)} of {len(keys)} valid "
@@ -817,11 +822,8 @@ def test_an_object_whose_every_replica_is_invalid_is_dropped_whole(mc_master_clu
     """MP-2's "that entry" when it is a whole object: an object of two replicas, each
     overlapping k3's memory, has no valid replica left, so the object goes (it is never served
     with no replica), it is reported, and every valid object survives."""
-    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
-    keys, leader, standby = soaked_standby(cluster)
-    plant_bad_descriptor(cluster, standby, "overlap_on_every_replica")
-    cluster.kill_master(leader)
-    new, kept = serving_keys(cluster, keys)
+    cluster, keys, new, kept = failover_with_planted(mc_master_cluster,
+                                                     "overlap_on_every_replica")
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
         f"an object whose two replicas both overlap k3's memory cost {len(lost)} of {len(keys)} "
@@ -861,11 +863,8 @@ def test_a_dropped_replica_is_not_served_beside_the_valid_one(mc_master_cluster)
     valid and one overlapping k3's memory, survives on its valid replica alone, and no two
     replicas the new leader serves share a byte of memory (read from the replica descriptors
     the leader serves: buffer addresses and sizes)."""
-    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
-    keys, leader, standby = soaked_standby(cluster)
-    plant_bad_descriptor(cluster, standby, "overlap_beside_valid")
-    cluster.kill_master(leader)
-    new, kept = serving_keys(cluster, [*keys, PLANTED_KEY])
+    cluster, keys, new, kept = failover_with_planted(mc_master_cluster, "overlap_beside_valid",
+                                                     served_too=True)
     assert PLANTED_KEY in kept, (
         f"the promoted master {new} does not serve {PLANTED_KEY!r}, whose second replica is "
         f"valid, after dropping its replica overlapping k3's memory (it serves {len(kept)} of "
@@ -892,11 +891,7 @@ def test_a_descriptor_across_or_past_its_segments_end_drops_that_entry(mc_master
     """MP-2's range edge: an entry whose memory descriptor runs past the end of its segment
     (straddling the edge, or wholly past it) is invalid: it is dropped and reported, and every
     valid object survives."""
-    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
-    keys, leader, standby = soaked_standby(cluster)
-    plant_bad_descriptor(cluster, standby, kind)
-    cluster.kill_master(leader)
-    new, kept = serving_keys(cluster, keys)
+    cluster, keys, new, kept = failover_with_planted(mc_master_cluster, kind)
     lost = sorted(set(keys) - set(kept))
     assert not lost, (
         f"one planted entry holding {OFF_THE_END[kind]} cost {len(lost)} of {len(keys)} valid "
@@ -918,11 +913,8 @@ def test_a_descriptor_ending_at_its_segments_end_is_restored(mc_master_cluster):
     """The same range's edge from inside: an entry whose memory descriptor's last byte is its
     segment's last (on memory no object holds) is valid, so the restore keeps it with every
     other object."""
-    cluster = mc_master_cluster(masters=2, clients=1, partial_restore=True)
-    keys, leader, standby = soaked_standby(cluster)
-    plant_bad_descriptor(cluster, standby, "ends_at_segment_end", key=AT_THE_END_KEY)
-    cluster.kill_master(leader)
-    new, kept = serving_keys(cluster, [*keys, AT_THE_END_KEY])
+    cluster, keys, new, kept = failover_with_planted(mc_master_cluster, "ends_at_segment_end",
+                                                     key=AT_THE_END_KEY, served_too=True)
     lost = sorted({*keys, AT_THE_END_KEY} - set(kept))
     assert not lost, (
         f"the promoted master {new} does not serve {lost[:5]} ({len(lost)} of {len(keys) + 1}), "

@@ -24,7 +24,7 @@ from pytest_mooncake.planting import (
     with_probe_buffer,
     without_instance_id,
 )
-from pytest_mooncake.raw_peers import exchange
+from pytest_mooncake.raw_peers import data_port_of, exchange
 from pytest_mooncake.targets import TargetLacks
 from pytest_mooncake.waits import Timeout, wait_until
 
@@ -370,12 +370,7 @@ def test_a_read_across_the_end_of_a_buffer_is_answered_with_a_rejection_on_the_w
     bytes down, ending at the last byte, is answered with them. Each request is followed by a
     half-close (``raw_peers.exchange``), so the port answers and closes."""
     a = mc_engine("seg-a")
-    desc = a.descriptor()
-    endpoint = tcp_wire.data_endpoint(desc)
-    if endpoint is None:
-        raise TargetLacks("engine", f"A publishes no TCP data port (protocol "
-                                    f"{desc.get('protocol')!r}): no wire to send a READ on")
-    version = tcp_wire.proto_version(desc)
+    endpoint, version = data_port_of(a)
     (addr, length), = a.buffers()[:1]
     tail = mc_rng.randbytes(16)
     a.local_write(length - 16, tail)

@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_mooncake import tcp_wire
-from pytest_mooncake.raw_peers import exchange
-from pytest_mooncake.targets import TargetLacks
+from pytest_mooncake.raw_peers import data_port_of, exchange
 
 ROUNDS = 20
 
@@ -24,12 +23,8 @@ pytestmark = pytest.mark.mc_requires("engine")
 def data_port(mc_engine):
     """(engine, (host, port), first buffer address, framing version) of a fresh engine."""
     engine = mc_engine("seg-half-close")
-    desc = engine.descriptor()
-    endpoint = tcp_wire.data_endpoint(desc)
-    if endpoint is None:
-        raise TargetLacks("engine", f"the engine publishes no TCP data port (protocol "
-                                    f"{desc.get('protocol')!r}); nothing to connect to")
-    return engine, endpoint, engine.buffers()[0][0], tcp_wire.proto_version(desc)
+    endpoint, version = data_port_of(engine)
+    return engine, endpoint, engine.buffers()[0][0], version
 
 
 def test_reads_sent_before_a_half_close_are_answered(data_port, mc_rng):

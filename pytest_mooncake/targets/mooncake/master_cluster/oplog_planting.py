@@ -336,13 +336,7 @@ def replica_moved(victim: bytes, address: int, moved: int) -> tuple[bytes, str]:
     ``UndecodablePayload`` where no replica is at ``address``."""
     object_ = decode_object_payload(victim)
     replicas = object_.replicas
-    at = next((i for i, r in enumerate(replicas) if memory_buffer(r)["f1"] == address), None)
-    if at is None:
-        raise UndecodablePayload(f"no replica of the victim's metadata is at {address:#x}: "
-                                 f"{replicas}")
-    own = replicas[at]
-    buffer = {**memory_buffer(own), "f1": moved}
-    replicas[at] = {**own, "f1": (0, {**own["f1"][1], "f0": buffer})}
+    buffer = _change_buffer(replicas, address, f1=moved)
     return (object_.with_replicas(replicas).encode(),
             f"[{moved:#x}, +{buffer['f0']}) on {buffer['f3']}, moved from [{address:#x}, "
             f"+{buffer['f0']})")
@@ -361,16 +355,24 @@ def zero_sized(victim: bytes, address: int) -> tuple[bytes, str]:
         raise UndecodablePayload(f"the object's second field is not its size (the replicas' "
                                  f"lengths are {sizes}): {object_.value}")
     replicas = object_.replicas
+    buffer = _change_buffer(replicas, address, f0=0)
+    zeroed = replace(object_, value={**object_.value, names[1]: 0})
+    return (zeroed.with_replicas(replicas).encode(),
+            f"size 0, [{address:#x}, +0) on {buffer['f3']}")
+
+
+def _change_buffer(replicas: list[Any], address: int, **fields: Any) -> dict[str, Any]:
+    """Set ``fields`` (f0: length, f1: address) of the buffer of the replica in ``replicas`` at
+    buffer ``address``, in place, every other field kept; the new buffer.
+    ``UndecodablePayload`` where no replica is at ``address``."""
     at = next((i for i, r in enumerate(replicas) if memory_buffer(r)["f1"] == address), None)
     if at is None:
         raise UndecodablePayload(f"no replica of the victim's metadata is at {address:#x}: "
                                  f"{replicas}")
     own = replicas[at]
-    buffer = {**memory_buffer(own), "f0": 0}
+    buffer = {**memory_buffer(own), **fields}
     replicas[at] = {**own, "f1": (0, {**own["f1"][1], "f0": buffer})}
-    zeroed = replace(object_, value={**object_.value, names[1]: 0})
-    return (zeroed.with_replicas(replicas).encode(),
-            f"size 0, [{address:#x}, +0) on {buffer['f3']}")
+    return buffer
 
 
 def memory_buffer(replica: Any) -> dict[str, Any]:
