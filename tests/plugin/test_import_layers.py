@@ -25,14 +25,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime", "schemas"),                   # processes, ports, deadlines, servers; TOML schemas
     ("report",),                              # catalogue, verdict rule, matrix, n/a, logs, allure
     ("verbs", "releases", "nodes", "container_engine"),  # standalone packages: ONLY_RUNTIME
-    ("toxiproxy", "chaos", "lab", "master_rpc", "images", "requirement_edges"),  # fault server; Jepsen runs; netns
-                                              # lab; mooncake_master's own RPC (client, probe);
+    ("toxiproxy", "chaos", "lab", "master_rpc", "tcp_wire", "images", "requirement_edges"),  # fault
+                                              # server; Jepsen runs; netns lab; mooncake_master's
+                                              # own RPC (client, probe); the data port's framing;
                                               # Mooncake release images built here;
                                               # each requirement's edges and their tests
     ("targets", "cluster"),                   # the Target API and implementations; cluster CLI
     ("config", "kube_manifests"),             # options, markers, stash keys, run matrices;
                                               # Kubernetes manifests from a cluster file
-    ("fixtures", "planting", "waits", "raw_peers", "tcp_wire", "acknowledged_puts",
+    ("fixtures", "planting", "waits", "raw_peers", "acknowledged_puts",
      "landed_writes"),  # fixtures, helpers suites import
     ("plugin", "__init__"),                   # the pytest hooks; the entry point
 ]
