@@ -48,7 +48,7 @@ KNOWN_TARGETS: dict[str, tuple[str, str]] = {
         "directory), mooncake:REQUIREMENT (must be satisfied by the installed wheel), "
         "mooncake==VERSION or mooncake-FLAVOUR==VERSION (that release in its own cached "
         "environment, e.g. mooncake-cuda13==0.3.14); any of them @PROFILE: deployed as that "
-        "profile (defaults, ha-oplog: the default, ha-snapshot)",
+        "profile (defaults, ha-oplog: the default, ha-oplog-short-lease, ha-snapshot)",
     ),
     "docker": (
         "pytest_mooncake.targets.mooncake.placements.containers:DockerTarget",

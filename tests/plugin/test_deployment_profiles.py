@@ -97,6 +97,22 @@ def test_ha_snapshot_needs_snapshot_restore():
     assert snapshot.describe(WITHOUT_OPLOG)["lacks"] == why
 
 
+def test_ha_oplog_short_lease_adds_the_lease_flag_only_where_the_build_has_it():
+    short = PROFILES["ha-oplog-short-lease"]
+    with_lease = MasterFlags({**WITH_OPLOG.flags, "ha_leader_lease_ttl_sec": ""},
+                             "build-with-lease", "mooncake_master --help")
+    assert short.lacks(with_lease) is None
+    assert short.master_settings(with_lease, None) == {"enable_oplog": True,
+                                                       "ha_leader_lease_ttl_sec": 2}
+    assert short.master_settings(with_lease, False)["enable_oplog"] is False
+    assert short.describe(with_lease)["master_flags"] == ["--enable_oplog=true",
+                                                          "--ha_leader_lease_ttl_sec=2"]
+    why = short.lacks(WITH_OPLOG)
+    assert why == ("profile ha-oplog-short-lease: build-with-oplog has no master flag "
+                   "--ha_leader_lease_ttl_sec (probed: mooncake_master --help)")
+    assert short.describe(WITH_OPLOG)["lacks"] == why
+
+
 def _column(profile: str, verdict: str, message: str = "") -> dict:
     test = {"nodeid": "suites/master/test_promotion.py::test_x", "duration_s": 1.0,
             "outcome": "passed" if verdict == "pass" else "failed"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_mooncake.targets import TargetContext, resolve_target
+from pytest_mooncake.targets.base import TargetLacks
 
 pytestmark = pytest.mark.xdist_group("releases")
 
@@ -81,3 +82,37 @@ def test_ha_oplog_and_ha_snapshot_pass_their_flags(deployed):
             "snapshots")
     finally:
         cluster.close()
+
+
+@pytest.mark.release
+def test_ha_oplog_short_lease_runs_0_3_14_on_a_two_second_lease(real_release, mc_etcd, tmp_path):
+    """0.3.14 accepts ``--ha_leader_lease_ttl_sec=2``, echoes it, and still fails over; a build
+    without the flag is refused naming it before any master starts."""
+    real_release("0.3.14")
+    target = resolve_target("mooncake-cuda13==0.3.14@ha-oplog-short-lease")
+    target.open(TargetContext(seed=1, workdir=tmp_path / "short",
+                              etcd_endpoints=lambda: list(mc_etcd.endpoints)))
+    try:
+        assert target.label == "mooncake-cuda13==0.3.14@ha-oplog-short-lease"
+        cluster = target.master_cluster(masters=2, clients=1)
+        try:
+            assert {"--enable_oplog=true", "--ha_leader_lease_ttl_sec=2"} <= set(_argv(cluster))
+            leader = cluster.leader(timeout=30)
+            assert "ha_leader_lease_ttl_sec=2" in cluster.master_log(leader).replace(" ", "")
+            assert cluster.client(0).put("k", 64)["ok"]
+            cluster.kill_master(leader)
+            assert cluster.leader(timeout=30) != leader
+        finally:
+            cluster.close()
+        assert "--ha_leader_lease_ttl_sec=2" in target.deployment()["masters"]["flags"]
+    finally:
+        target.close()
+    real_release(RELEASE)
+    older = resolve_target(f"mooncake=={RELEASE}@ha-oplog-short-lease")
+    older.open(TargetContext(seed=1, workdir=tmp_path / "older",
+                             etcd_endpoints=lambda: list(mc_etcd.endpoints)))
+    try:
+        with pytest.raises(TargetLacks, match="no master flag --ha_leader_lease_ttl_sec"):
+            older.master_cluster(masters=1, clients=0)
+    finally:
+        older.close()

@@ -10,9 +10,10 @@
   and HTTP metadata), ``launchers.py`` (how a process is started: this host or a container),
   ``install.py`` (where a build lives), ``cache_knobs.py``, ``mooncake_log.py``;
 - what a column deployed: ``profile_strategies.py`` (the named deployment profiles,
-  ``@defaults``/``@ha-oplog``/``@ha-snapshot``), ``judged_configuration.py`` (the record of
-  flags, env and backends a column was judged under), ``backend_probes.py`` (which metadata and
-  HA backends a build accepts, asked in the run);
+  ``@defaults``/``@ha-oplog``/``@ha-oplog-short-lease``/``@ha-snapshot``),
+  ``judged_configuration.py`` (the record of flags, env and backends a column was judged
+  under), ``backend_probes.py`` (which metadata and HA backends a build accepts, asked in the
+  run);
 - the RDMA path: ``verbs_layers.py`` (emulated or host devices), ``emulated_rdma.py`` (the RDMA
   handle), ``explored_rdma.py`` (schedules explored at the verbs boundary), ``memcheck.py``
   (engines under valgrind).
