@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_mooncake.config import longest_first, markers
+from pytest_mooncake.config import compute_slots, longest_first, markers
 from pytest_mooncake.config import options as mc_options
 from pytest_mooncake.config.item_facts import (
     requirement_ids,
@@ -99,6 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
         matrix.add_column(label)
     config.stash[MC_MATRIX] = matrix
     longest_first.install(config, mc_config.durations, lambda item: target_for(item).label)
+    compute_slots.install(config, mc_config.compute_slots, longest_first.workers(config))
     ci_contract.check_ids(mc_config.fail_on, matrix.catalogue)
     recorder = None
     if not hasattr(config, "workerinput"):

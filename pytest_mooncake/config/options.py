@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_mooncake.config import compute_slots
 from pytest_mooncake.report.ci_contract import FailOn, parse_fail_on
 from pytest_mooncake.targets import known_targets_text
 
@@ -107,6 +108,13 @@ OPTIONS: tuple[Option, ...] = (
            "(with xdist sending one test at a time unless --maxschedchunk is given); none: "
            "pytest's order. Default: auto = the table the package ships, used only with xdist "
            "workers (-n N).", "auto|none|FILE.json"),
+    Option("compute_slots", "auto", "with xdist, how many tests that compute (the RDMA "
+           "explorations: tests needing the controlled scheduler) may run at once: a worker "
+           "waits for a free slot before such a test, and the scheduler sends one only while a "
+           "slot is free, so more workers than cores overlap the suites' waits without "
+           "starving the explorations (docs/speed.md). auto: as many as the machine has cores, "
+           "only when -n asks for more workers than cores; off: no limit. Default: auto.",
+           "auto|off|N"),
     Option("fork_server", "auto", "how the reference target starts its Python processes "
            "(engines, masters, store clients, metadata servers): auto forks each from a "
            "server per test process that imported their modules once (a fresh interpreter's "
@@ -149,11 +157,13 @@ class McConfig:
     expect_strict: bool = False
     expect_update: bool = False
     durations: str = "auto"
+    """Where the test order comes from (``config/longest_first.py``): auto, none or a file."""
     confirm_only: str = "all"
+    """Which failed tests are re-run (``report/expected_failures.py``): all or deviations."""
     fork_server: str = "auto"
     """``auto``: the reference's Python processes fork from a server (runtime/fork_server.py)."""
-    """Which failed tests are re-run (``report/expected_failures.py``): all or deviations."""
-    """Where the test order comes from (``config/longest_first.py``): auto, none or a file."""
+    compute_slots: str = "auto"
+    """How many computing tests run at once under xdist (``config/compute_slots.py``)."""
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -333,5 +343,6 @@ def resolve(raw: dict[str, str], inherited_seed: Any = None) -> McConfig:
         durations=raw.get("durations", "auto").strip() or "auto",
         confirm_only=_confirm_only(raw.get("confirm_only", "all"), expect),
         fork_server=_choice("fork_server", raw.get("fork_server", ""), ("auto", "off")),
+        compute_slots=compute_slots.parse(raw.get("compute_slots", "auto")),
         raw=dict(raw),
     )
