@@ -12,7 +12,6 @@ after a clean stop, 1 when the engine could not start (the reason on stderr).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -24,6 +23,7 @@ from reference_engine.hub import BINARY_LIMITS, add_limit_flags, limits_from
 from reference_engine.metadata import MetadataUriError, open_store, parse_uri
 from reference_engine.metadata.handshake_store import HandshakeStore
 from reference_engine.profiles import PROFILES, get_profile
+from reference_engine.ready_line import print_ready
 from reference_engine.stop_signals import stop_on_signals, wait_until_stopped
 from reference_engine.transport import TcpTransport
 
@@ -110,12 +110,10 @@ def main(argv: list[str]) -> int:
         engine.stop()
         return 1
     stop_on_signals(stopped)
-    print(json.dumps({
-        "event": "ready", "segment": args.name, "control_port": control.port,
-        "data_port": desc.tcp_data_port, "instance_id": desc.instance_id,
-        "buffers": [[engine.region.addr, engine.region.length]], "pid": os.getpid(),
-        "profile": args.profile,
-    }), flush=True)
+    print_ready(segment=args.name, control_port=control.port, data_port=desc.tcp_data_port,
+                instance_id=desc.instance_id,
+                buffers=[[engine.region.addr, engine.region.length]], pid=os.getpid(),
+                profile=args.profile)
     wait_until_stopped(stopped)
     log.info("stopping segment %s", args.name)
     control.stop()

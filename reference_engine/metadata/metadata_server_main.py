@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import logging
 import sys
 import threading
 
 from reference_engine.hub import HTTP_LIMITS, add_limit_flags, limits_from
 from reference_engine.metadata.http_server import MAX_BODY_BYTES, MetadataHttpServer, parse_listen
+from reference_engine.ready_line import print_ready
 from reference_engine.stop_signals import stop_on_signals, wait_until_stopped
 
 
@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     stopping = threading.Event()
     stop_on_signals(stopping)
     server.start()
-    print(json.dumps({"event": "ready", "url": server.url, "port": server.port}), flush=True)
+    print_ready(url=server.url, port=server.port)
     wait_until_stopped(stopping)
     server.stop()
     return 0

@@ -56,6 +56,47 @@ def test_periodic_snapshots_run_without_the_oplog_and_refuse_it():
     master_snapshots.refuse_oplog(OplogSnapshots(), True, "b")
 
 
+class _LaggingOplog:
+    """The masters of a cluster whose leader acknowledged writes up to OpLog sequence 40 while
+    its durable prefix in etcd still stands at batch 26 (sequence 32), catching up after two
+    reads: what 0.3.14 showed at -n 4 (a snapshot of 30 of 40 acknowledged objects). Stands in
+    for the cluster in a unit test of ``OplogSnapshots.take`` alone."""
+
+    build = "lagging-build"
+    etcd = ["127.0.0.1:1"]
+    oplog_cluster = cluster_id = "c"
+    prefixes = [{"batch_id": 26, "last_seq": 32}, {"batch_id": 26, "last_seq": 32},
+                {"batch_id": 29, "last_seq": 40}]
+
+    def __init__(self):
+        self.reads = list(self.prefixes)
+
+    def leader(self):
+        return 0
+
+    def metrics(self, index):
+        if index == 0:
+            return {"ha_oplog_last_sequence_id": 40.0}
+        return {"ha_snapshot_latest_batch": 29.0}
+
+    def durable_prefix(self, etcd, cluster):
+        return self.reads.pop(0) if len(self.reads) > 1 else self.reads[0]
+
+
+def test_an_oplog_snapshot_waits_for_the_writes_acknowledged_before_the_request(
+        monkeypatch, tmp_path):
+    """The snapshot asked for must hold every write acknowledged before the request: the
+    durable prefix is read until it reaches the leader's OpLog head, and only then is the
+    batch to wait for chosen (29, not the lagging 26)."""
+    from pytest_mooncake.targets.mooncake.master_cluster import admin_view
+    masters = _LaggingOplog()
+    monkeypatch.setattr(admin_view, "durable_prefix", masters.durable_prefix)
+    report = OplogSnapshots().take(masters, 1, tmp_path)
+    assert report["last_included_batch_id"] == 29, report
+    assert "which reached the OpLog's head at the request, sequence 40" in report["oplog"]
+    assert masters.reads == [{"batch_id": 29, "last_seq": 40}]
+
+
 def test_the_wheel_has_a_snapshot_means_where_its_flags_are(mooncake_target):
     """Where the wheel's master lists a complete set of snapshot flags, master_snapshot is a
     capability (it was n/a for every build before the means were driven)."""

@@ -109,12 +109,25 @@ class OplogSnapshots(SnapshotMeans):
                 "snapshot_object_store_type": "local"}
 
     def take(self, masters: Any, index: int, directory: Path) -> dict[str, Any]:
-        """Standby ``index`` writes: wait until its newest snapshot holds the leader's whole
-        durable OpLog prefix (``ha_snapshot_latest_batch``), then count the objects its
-        manifest lists (the snapshot's own report)."""
+        """Standby ``index`` writes: wait until the leader's durable OpLog prefix in etcd
+        reaches the OpLog's head at the request (``ha_oplog_last_sequence_id``: every write
+        acknowledged before it has an entry at or below it; the leader makes batches durable
+        after acknowledging them, so under load the prefix lags), then until the standby's
+        newest snapshot holds that prefix (``ha_snapshot_latest_batch``); then count the
+        objects its manifest lists (the snapshot's own report)."""
         from pytest_mooncake.targets.mooncake.master_cluster.admin_view import durable_prefix  # noqa: PLC0415
 
-        prefix = durable_prefix(masters.etcd, masters.oplog_cluster) or {}
+        head = _named(masters.metrics(masters.leader()), "ha_oplog_").get(
+            "ha_oplog_last_sequence_id")
+        prefix: dict[str, Any] = {}
+
+        def durable() -> bool:
+            prefix.clear()
+            prefix.update(durable_prefix(masters.etcd, masters.oplog_cluster) or {})
+            return head is None or int(prefix.get("last_seq", 0)) >= head
+
+        _wait(durable, f"the leader of {masters.build} to make its OpLog durable in etcd up to "
+                       f"its head at the request (sequence {head})", prefix)
         target = int(prefix.get("batch_id", 0))
         if target == 0:  # nothing durable yet: the standby skips (no new batch), none is needed
             return {"objects": 0, "writer": index, "means": self.describe(),
@@ -143,7 +156,8 @@ class OplogSnapshots(SnapshotMeans):
                 "last_included_batch_id": batch,
                 "last_included_seq": manifest.get("last_included_seq") if manifest else None,
                 "oplog": f"kept in etcd; the snapshot holds all of it (batch {batch} >= the "
-                         f"durable prefix's {target} at the request)"}
+                         f"durable prefix's {target}, which reached the OpLog's head at the "
+                         f"request, sequence {head})"}
 
 
 MEANS: tuple[SnapshotMeans, ...] = (PeriodicSnapshots(), OplogSnapshots())
