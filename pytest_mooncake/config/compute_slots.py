@@ -237,7 +237,10 @@ def install(config: pytest.Config, spec: str, workers: int) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         given = workerinput.get(WORKERINPUT_KEY)
-        if given:
+        if given and not Path(given["dir"]).is_dir():  # a worker on another host (--tx ssh=)
+            warnings.warn(f"--mc-compute-slots: the slot directory {given['dir']} is not on "
+                          f"this worker's host; its computing tests take no slot", stacklevel=1)
+        elif given:
             config.pluginmanager.register(
                 WorkerSlots(Path(given["dir"]), int(given["slots"]),
                             str(workerinput.get("workerid", "gw"))), "mc-compute-slots")
