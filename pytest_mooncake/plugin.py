@@ -30,7 +30,7 @@ from pytest_mooncake.config.stash_keys import (
     PREEXISTING_PROCESSES,
 )
 from pytest_mooncake.fixtures.network_faults import toxiproxy_url
-from pytest_mooncake.fixtures.rdma_completions import replay_sections
+from pytest_mooncake.fixtures.rdma_completions import REPLAY_TOKENS, replay_sections
 from pytest_mooncake.report import ci_contract, crash_labels
 from pytest_mooncake.report.allure_glue import allure_results_dir, attach_text
 from pytest_mooncake.report.allure_run_files import (
@@ -47,7 +47,12 @@ from pytest_mooncake.report.expected_failures import expected_failures
 from pytest_mooncake.report.failure_logs import attach_passing_logs, show_failure_logs, tail
 from pytest_mooncake.report.json_report import RunFacts
 from pytest_mooncake.report.junit_properties import add_run_properties
-from pytest_mooncake.report.matrix_recorder import MatrixRecorder, label_report, matrix_labels
+from pytest_mooncake.report.matrix_recorder import (
+    COUNTEREXAMPLE_PROPERTY,
+    MatrixRecorder,
+    label_report,
+    matrix_labels,
+)
 from pytest_mooncake.report.process_leaks import owned_before, reap_leaks
 from pytest_mooncake.report.profile_differences import deployment_line
 from pytest_mooncake.report.replay_commands import PytestCommand
@@ -322,11 +327,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed:
         show_failure_logs(item, report)
         _show_rdma_replay(item, report)
+        if report.when == "call" and not unjudged:
+            _mark_counterexample(item, report)
     elif report.passed and report.when == "call":
         attach_passing_logs(item)
     label = target_for(item).label
     label_report(report, requirement_ids(item), label, skew_pair_id(item), not_applicable,
                  unjudged, pair_only=not skew_pair_involves_target(item, label))
+
+
+def _mark_counterexample(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A test that failed after seeing the build break an invariant under a recorded
+    interleaving found a counterexample: its report carries the first such token (FAIL,
+    whatever a re-run shows; ``verdict_rule``)."""
+    tokens = item.stash.get(REPLAY_TOKENS, [])
+    if tokens:
+        report.user_properties.append((COUNTEREXAMPLE_PROPERTY, tokens[0]))
 
 
 def _show_rdma_replay(item: pytest.Item, report: pytest.TestReport) -> None:

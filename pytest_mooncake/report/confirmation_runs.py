@@ -10,6 +10,10 @@ command the report prints for that seed, with all failed tests at once (and the 
 workers). Its outcomes come from its JSON report and join each test's runs in the matrix;
 ``verdict_rule`` turns them into FAIL (failed every time) or intermittent (seen both ways).
 
+A test that failed on a counterexample (it saw the build break an invariant under a recorded
+interleaving, ``verdict_rule``) is not re-run: its requirement is FAIL whatever a re-run shows,
+and the report keeps its replay token.
+
 With ``witnesses`` (``--mc-confirm-only=witnesses``) the re-runs go first to one failed test
 per failed cell, the one that took least time (a test failing in several cells stands for all
 of them). A cell whose witness failed in every run is FAIL, whatever its other failed tests
@@ -83,7 +87,8 @@ def reported_outcomes(doc: dict[str, Any]) -> dict[str, Rerun]:
         for entry in requirements.values():
             for t in entry.get("tests", []):
                 out[t["nodeid"]] = Rerun(seed, t["outcome"], t.get("message"),
-                                         float(t.get("duration_s", 0.0)))
+                                         float(t.get("duration_s", 0.0)),
+                                         t.get("counterexample"))
     return out
 
 
@@ -155,9 +160,16 @@ class ConfirmationRuns:
         if self.left:
             say(f"not re-run: {len(self.left)} failed test(s) whose FAIL the expectations "
                 f"expect (--mc-confirm-only=deviations)")
-            nodeids = [n for n in nodeids if n not in self.left]
-            if not nodeids:
-                return []
+        found = {n: t for n, t in matrix.counterexample_tests().items() if n not in self.left}
+        if found:
+            self.left.update({n: f"found a counterexample (--mc-replay={token}): FAIL whatever "
+                                 f"a re-run shows (an interleaving that breaks the invariant "
+                                 f"refutes it); not re-run" for n, token in found.items()})
+            say(f"not re-run: {len(found)} failed test(s) that found a counterexample (FAIL "
+                f"whatever a re-run shows)")
+        nodeids = [n for n in nodeids if n not in self.left]
+        if not nodeids:
+            return []
         spent = {t.nodeid: t.duration for req, key in matrix.cells()
                  for t in matrix.tests(req, key) if t.outcome == FAILED}
         root = self.workdir()
@@ -202,8 +214,8 @@ class ConfirmationRuns:
             self.records.append(record)
             for nodeid in nodeids:
                 got = outcomes.get(nodeid)
-                matrix.record_rerun(nodeid, Rerun(seed, got.outcome, got.message, got.duration)
-                                    if got else Rerun(seed, ERROR, self._missing(n, record)))
+                matrix.record_rerun(nodeid, got if got else
+                                    Rerun(seed, ERROR, self._missing(n, record)))
             counts = {o: sum(r.outcome == o for r in outcomes.values())
                       for o in ("failed", "passed", "error", "skipped")}
             say(f"re-run {i}: " + ", ".join(f"{k} {o}" for o, k in counts.items() if k)

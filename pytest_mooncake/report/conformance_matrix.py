@@ -39,6 +39,9 @@ class Rerun:
     outcome: str
     message: str | None = None
     duration: float = 0.0
+    counterexample: str | None = None
+    """The replay token of the interleaving under which this run saw the build break an
+    invariant (``verdict_rule``: a counterexample is FAIL)."""
 
 
 @dataclass
@@ -55,6 +58,14 @@ class TestOutcome:
     """Files the test wrote for a person to look at (a chaos run's timeline and plot)."""
     reruns: list[Rerun] = field(default_factory=list)
     """Its re-runs, in order (only a test that failed is re-run)."""
+    counterexample: str | None = None
+    """When it failed in the run on an interleaving that broke an invariant: that
+    interleaving's replay token (``verdict_rule``: a counterexample is FAIL)."""
+
+    @property
+    def found_counterexample(self) -> bool:
+        """Whether the run or a re-run of it failed on a counterexample."""
+        return bool(self.counterexample) or any(r.counterexample for r in self.reruns)
 
     @property
     def reason(self) -> str | None:
@@ -145,10 +156,12 @@ class ConformanceMatrix:
     def record(self, req_ids: list[str], column: str, nodeid: str, phase: str, outcome: str,
                not_applicable: NotApplicable | None = None, message: str | None = None,
                pair: str | None = None, pair_only: bool = False,
-               duration: float = 0.0, artifacts: tuple[str, ...] = ()) -> None:
+               duration: float = 0.0, artifacts: tuple[str, ...] = (),
+               counterexample: str | None = None) -> None:
         """Fold one pytest phase report (setup/call/teardown) into the test's final outcome;
         a test run under a skew ``pair`` also counts in that pair's own cell of the column
-        (only there with ``pair_only``: a pair that does not involve the column's target)."""
+        (only there with ``pair_only``: a pair that does not involve the column's target);
+        ``counterexample``: the replay token of the interleaving its failure was found under."""
         self.add_column(column)
         keys = [] if pair and pair_only else [column]
         if pair:
@@ -159,12 +172,13 @@ class ConformanceMatrix:
         for req in req_ids:
             for key in keys:
                 self._fold_into(self._tests[(req, key)], nodeid, phase, outcome, not_applicable,
-                                message, duration, artifacts)
+                                message, duration, artifacts, counterexample)
 
     @staticmethod
     def _fold_into(tests: dict[str, TestOutcome], nodeid: str, phase: str, outcome: str,
                    not_applicable: NotApplicable | None, message: str | None,
-                   duration: float, artifacts: tuple[str, ...] = ()) -> None:
+                   duration: float, artifacts: tuple[str, ...] = (),
+                   counterexample: str | None = None) -> None:
         prev = tests.get(nodeid)
         spent = (prev.duration if prev else 0.0) + duration
         files = tuple(dict.fromkeys([*(prev.artifacts if prev else ()), *artifacts]))
@@ -177,7 +191,8 @@ class ConformanceMatrix:
             return
         keep_na = not_applicable if new == SKIPPED else None
         keep_message = message if new in (FAILED, ERROR) else None
-        tests[nodeid] = TestOutcome(nodeid, new, keep_na, keep_message, spent, files)
+        tests[nodeid] = TestOutcome(nodeid, new, keep_na, keep_message, spent, files,
+                                    counterexample=counterexample if new == FAILED else None)
 
     def failed_nodeids(self) -> list[str]:
         """Every test that failed in the run (its requirements are FAIL): what is re-run."""
@@ -209,7 +224,14 @@ class ConformanceMatrix:
         return [t for t in self._tests.get((req, column), {}).values() if t.outcome]
 
     def verdict(self, req: str, column: str) -> str | None:
-        return verdict_of_runs(t.outcomes for t in self.tests(req, column))
+        tests = self.tests(req, column)
+        return verdict_of_runs([t.outcomes for t in tests],
+                               [t.found_counterexample for t in tests])
+
+    def counterexample_tests(self) -> dict[str, str]:
+        """Failed tests whose failure in the run was a counterexample -> its replay token."""
+        return {t.nodeid: t.counterexample for tests in self._tests.values()
+                for t in tests.values() if t.outcome == FAILED and t.counterexample}
 
     def tally(self, req: str, column: str) -> RunTally | None:
         """Per run of the requirement's re-run tests, its verdict in that run; None when none of

@@ -12,7 +12,8 @@ Schema version 2 added the verdict ``intermittent`` (in ``verdict`` and the summ
 each re-run test's ``runs`` (seed, outcome and replay command of every run of it), each re-run
 requirement's ``confirmation`` (k/N, the verdict per run) and the run's ``reruns`` (the bound
 ``--mc-confirm`` and each re-run's seed, exit status and log). Readers of version 1 reports
-find none of these and no ``intermittent``.
+find none of these and no ``intermittent``. A test (and a run of one) that failed on a
+counterexample carries its replay token as ``counterexample`` (an added key: version 2 still).
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def column_document(matrix: ConformanceMatrix, column: str) -> dict[str, Any]:
                 entry["capability"] = t.not_applicable.capability
             if t.message:
                 entry["message"] = t.message
+            if t.counterexample:
+                entry["counterexample"] = t.counterexample
             if t.reruns:
                 entry["runs"] = _runs(matrix, t)
             if t.artifacts:
@@ -97,11 +100,14 @@ def _runs(matrix: ConformanceMatrix, test: TestOutcome) -> list[dict[str, Any]]:
     """Every run of a re-run test, the run itself first."""
     out = []
     first = {"seed": matrix.seed, "outcome": test.outcome,
-             "duration_s": round(test.duration, 3), "message": test.message}
+             "duration_s": round(test.duration, 3), "message": test.message,
+             "counterexample": test.counterexample}
     for run in [first, *({"seed": r.seed, "outcome": r.outcome, "duration_s": round(r.duration, 3),
-                          "message": r.message} for r in test.reruns)]:
-        if not run["message"]:
-            del run["message"]
+                          "message": r.message, "counterexample": r.counterexample}
+                         for r in test.reruns)]:
+        for key in ("message", "counterexample"):
+            if not run[key]:
+                del run[key]
         if matrix.replay is not None:
             run["replay"] = matrix.replay(run["seed"], test.nodeid)
         out.append(run)

@@ -43,6 +43,10 @@ row only."""
 ARTIFACT_PROPERTY = "mc_artifact"
 """A file the test wrote for a person to look at (a chaos run's timeline and plot): the JSON
 report lists it with the test, and the dashboard links it."""
+COUNTEREXAMPLE_PROPERTY = "mc_counterexample"
+"""Set on a call-phase report that failed after the test saw the build break an invariant
+under a recorded interleaving: the token replaying it (``verdict_rule``: FAIL whatever re-runs
+show; the test is not re-run)."""
 MESSAGE_LIMIT = 600
 
 
@@ -166,7 +170,9 @@ class MatrixRecorder:
                            failure_message(report), pair,
                            pair_only=any(k == PAIR_ONLY_PROPERTY for k, _ in props),
                            duration=report.duration,
-                           artifacts=tuple(v for k, v in props if k == ARTIFACT_PROPERTY))
+                           artifacts=tuple(v for k, v in props if k == ARTIFACT_PROPERTY),
+                           counterexample=next((v for k, v in props
+                                                if k == COUNTEREXAMPLE_PROPERTY), None))
 
     def pytest_unconfigure(self) -> None:
         self.crash_labels.close()

@@ -9,6 +9,15 @@ first from the run itself: a test that failed and never passed keeps FAIL; a tes
 failing and passing makes its requirement **intermittent**, unless the requirement FAILs in
 every run anyway (another test FAILs every time, or the tests seen both ways fail in turns);
 a test never re-run counts with its one outcome.
+
+A **counterexample** is FAIL whatever the other runs show: a failed run of a test that saw the
+build break an invariant under a recorded interleaving (an RDMA exploration's or pinned
+schedule's violation, with the token that replays it). Those requirements quantify over
+interleavings ("under every explored interleaving ..."); one interleaving that breaks them
+refutes them, and a run that explored others and missed it shows nothing about that one. A
+concurrency bug met with a probability is the build's, not the harness's (a harness that
+could not let the build run, e.g. starved of CPU, is error, never a counterexample), so it
+must not read as "intermittent", which would vary from run to run with the odds of meeting it.
 """
 
 from __future__ import annotations
@@ -35,12 +44,21 @@ def verdict(outcomes: Iterable[str]) -> str | None:
     return VERDICT_PASS
 
 
-def verdict_of_runs(runs: Iterable[Sequence[str]]) -> str | None:
+def verdict_of_runs(runs: Iterable[Sequence[str]],
+                    counterexamples: Iterable[bool] = ()) -> str | None:
     """The verdict of one requirement in one column from each test's outcomes, one per run of
-    the test (the run itself first, then its re-runs); None when no test named it."""
-    runs = [list(r) for r in runs if r]
-    if not runs:
+    the test (the run itself first, then its re-runs); None when no test named it.
+    ``counterexamples``: per test, in the same order, whether a failed run of it found a
+    counterexample (FAIL, whatever its other runs did)."""
+    found = list(counterexamples)
+    pairs = [(list(r), bool(found[i]) if i < len(found) else False)
+             for i, r in enumerate(runs)]
+    pairs = [(r, f) for r, f in pairs if r]
+    if not pairs:
         return None
+    runs = [r for r, _ in pairs]
+    if any(f and FAILED in r for r, f in pairs):
+        return VERDICT_FAIL
     if any(FAILED in r and PASSED not in r for r in runs):
         return VERDICT_FAIL
     if any(FAILED in r and PASSED in r for r in runs):

@@ -29,3 +29,18 @@ def test_without_failures_the_first_outcomes_decide():
     assert verdict_of_runs([[P], [S]]) == "pass"
     assert verdict_of_runs([[S], [S]]) == "n/a"
     assert verdict_of_runs([]) is None
+
+
+def test_a_counterexample_is_fail_whatever_the_other_runs_show():
+    """0.3.13.post1@defaults' CO-9 in #23's proof (seed 3303): the exploration found the
+    destroy-vs-event wedge in the run and missed it in both re-runs. Without the counterexample
+    that read intermittent; the interleaving that broke CO-9 refutes it: FAIL."""
+    assert verdict_of_runs([[F, P, P], [P]]) == "intermittent"
+    assert verdict_of_runs([[F, P, P], [P]], [True, False]) == "FAIL"
+
+
+def test_a_counterexample_counts_only_where_its_test_failed():
+    """The flag is per test, in the order of the runs; a test that never failed has none."""
+    assert verdict_of_runs([[P], [F, P]], [True, False]) == "intermittent"
+    assert verdict_of_runs([[P], [F, P]], [False, True]) == "FAIL"
+    assert verdict_of_runs([[P], [P]], [True, True]) == "pass"
