@@ -12,6 +12,7 @@ requests on the same layer where their environments are cached.
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -328,3 +329,32 @@ def test_a_fortified_release_finds_its_hcas_and_posts_on_emulated_nics(fortified
         round_trip_over_rdma(cluster)
     finally:
         cluster.close()
+
+
+def wedged_at_shutdown(handle) -> dict[str, str]:
+    """A and B with 4-entry CQs after a 16-slice transfer, closed: each engine's stop outcome."""
+    cluster = handle.cluster(max_cqe=4)
+    try:
+        cluster.add_node("A", ["mlx5_0"])
+        cluster.add_node("B", ["mlx5_0"])
+        t = cluster.submit("A", "B", 16 * SLICE)
+        assert cluster.settle() and cluster.status(t) == "COMPLETED"
+        engines = {name: n.engine for name, n in cluster.nodes.items()}
+    finally:
+        cluster.close()
+    assert not any(e.alive() for e in engines.values())
+    return {n: e.stop_outcome for n, e in engines.items()}
+
+
+def test_a_shutdown_wedged_in_a_destroy_is_killed_and_says_why(newest_rdma):
+    """0.3.14 stops its event thread before it destroys its CQs; a 4-entry CQ overran when its
+    QPs' receives flushed, and rdma-core's ``ibv_destroy_cq`` waits for that CQ_ERR to be
+    acknowledged for ever. ``close`` kills an engine once its shutdown waited
+    ``SHUTDOWN_WEDGE`` s so, saying so, instead of waiting out the 30 s stop grace (every CO-3
+    full-CQ test did, on both nodes: 60 s each)."""
+    outcomes = wedged_at_shutdown(newest_rdma)
+    wedged = [o for o in outcomes.values() if o.startswith("wedged at shutdown (thread ")]
+    assert wedged, outcomes
+    assert all(re.search(r"in ibv_destroy_cq of a CQ for \d+ async event\(s\)", o)
+               and o.endswith("; killed") for o in wedged), wedged
+    assert set(outcomes.values()) <= {"exited", *wedged}, outcomes

@@ -47,7 +47,7 @@ from pytest_mooncake.targets.base import (
     TargetLacks,
     dedicated_poller_env,
 )
-from pytest_mooncake.targets.mooncake.driver.engine_proxies import MooncakeEngine
+from pytest_mooncake.targets.mooncake.driver.engine_proxies import STOP_GRACE, MooncakeEngine
 from pytest_mooncake.targets.mooncake.explored_rdma import SCENARIOS as EXPLORED_SCENARIOS
 from pytest_mooncake.targets.mooncake.explored_rdma import BoundaryExplorer, thread_stacks
 from pytest_mooncake.targets.mooncake.metadata_stores import EtcdMetadata
@@ -60,6 +60,7 @@ from pytest_mooncake.targets.mooncake.quiescence import (
 )
 from pytest_mooncake.verbs import EmulatedFabric, ProcessGone, VerbsControl, VerbsControlError
 from pytest_mooncake.verbs.control import PostedWr
+from pytest_mooncake.verbs.points import SchedulingPoints
 
 SETTLE_QUIET = 1.5
 """Seconds without any change on a cluster's NICs (posts, completions, polls, events, transfer
@@ -69,6 +70,12 @@ EVENT_ACK_BOUND = 10.0
 RECLAIM_BOUND = 10.0
 """Seconds ``check()`` gives a build to destroy a QP it retired once nothing is outstanding on
 it (0.3.13 reclaims once a second)."""
+SHUTDOWN_WEDGE = 3.0
+"""Seconds an engine's shutdown may wait inside ``ibv_destroy_*`` for an async event to be
+acknowledged before ``close`` kills it: the build stopped its event thread before destroying
+(0.3.14 with a 4-entry CQ that overran when its QPs' receives flushed: every CO-3 full-CQ test
+waited out the 30 s stop grace on both nodes). Nothing is judged after ``close``; an engine
+still making progress acks in milliseconds."""
 DRAIN_FLOOR_MS = 1000
 """A QP destroyed with WRs still outstanding less than this long after it entered ERR was not
 drained: no drain timeout is that short."""
@@ -888,6 +895,37 @@ class EmulatedRdmaCluster:
         said = ("; its log says: " + " | ".join(lines[-5:])) if lines else ""
         return f"{node.name} (pid {node.pid}) died: {how}{said}"
 
+    @staticmethod
+    def _kill_if_wedged_at_shutdown(node: Node) -> None:
+        """Wait for ``node``'s engine to exit as ``finish_stop`` would, but kill it once its
+        shutdown has waited ``SHUTDOWN_WEDGE`` s in a destroy for an event no thread will
+        acknowledge (its verbs control lists the wait); ``stop_outcome`` says so."""
+        if node.ctl is None:
+            return
+        points = SchedulingPoints(node.ctl)
+        seen: list[str] = []
+
+        def exited_or_wedged() -> bool:
+            if not node.engine.alive():
+                return True
+            try:
+                waits = points.state().ack_waits
+            except (ProcessGone, VerbsControlError, OSError):
+                return not node.engine.alive()
+            stuck = [w for w in waits if w.waited_us >= SHUTDOWN_WEDGE * 1e6]
+            if stuck:
+                seen[:] = [w.describe() for w in stuck]
+            return bool(stuck)
+
+        try:
+            wait_until(exited_or_wedged, STOP_GRACE, f"{node.name}'s engine to exit",
+                       interval=0.05, max_interval=0.25)
+        except Timeout:
+            return  # finish_stop says it was still running, and kills it
+        if seen and node.engine.alive():
+            node.engine.stop_outcome = f"wedged at shutdown ({'; '.join(seen)}); killed"
+            node.engine.kill()
+
     def close(self) -> None:
         """Stop every node: all are asked first, so their engines' destructors (about a second
         each on 0.3.13) run side by side, then each is waited for, reaped and cleaned up."""
@@ -900,6 +938,7 @@ class EmulatedRdmaCluster:
                 node.engine.kill()
         for node in asked:
             try:
+                self._kill_if_wedged_at_shutdown(node)
                 node.engine.finish_stop()
             except Exception:  # noqa: BLE001 (as above)
                 node.engine.kill()
