@@ -30,7 +30,7 @@ from pytest_mooncake.schemas.expectation_file import (
     ExpectationFile,
     Expected,
 )
-from pytest_mooncake.schemas.shipped_files import NotShipped, find
+from pytest_mooncake.schemas.shipped_files import NotShipped, find, shipped_names
 from pytest_mooncake.schemas.toml_documents import SchemaError, load
 
 KIND = "expectations"
@@ -91,6 +91,31 @@ class Expectations:
                 f"--mc-expect={self.spec}: a one-target expectations file cannot judge "
                 f"{len(labels)} columns ({', '.join(labels)}); give a file with a [columns] "
                 f"table mapping each column label to its expectations")
+
+    def check_covers(self, labels: list[str], bases: list[Path] | tuple[Path, ...] = ()) -> None:
+        """A ``[columns]`` file must list every column of the run: a column it does not list is
+        judged against nothing (its FAILs are re-run and fail the gate), which is a wrong file,
+        not a finding. The message names the shipped files that do list them all."""
+        if self.single is not None:
+            return
+        missing = [label for label in labels if label not in self.by_column]
+        if not missing:
+            return
+        fitting = []
+        for name in shipped_names(KIND):
+            try:
+                doc = _load(locate(name, bases))
+            except ExpectationError:
+                continue
+            if doc.columns and all(label in doc.columns for label in labels):
+                fitting.append(name)
+        hint = (f"; the shipped file(s) listing every column of this run: "
+                f"{', '.join(f'--mc-expect={n}' for n in fitting)}" if fitting else
+                "; add them to its [columns] table (or --mc-expect-update a copy)")
+        raise ExpectationError(
+            f"--mc-expect={self.spec} has no expectations for column(s) "
+            f"{', '.join(missing)} (its [columns] lists {', '.join(self.by_column) or 'none'})"
+            + hint)
 
     def files(self) -> list[TargetExpectations]:
         return [self.single] if self.single else list(self.by_column.values())

@@ -220,6 +220,19 @@ def test_a_matrix_takes_expectations_per_column_label(suite, monkeypatch) -> Non
     result.stderr.fnmatch_lines(["*one-target expectations file cannot judge 2 columns*[[]columns[]]*"])
 
 
+def test_a_columns_file_missing_a_column_of_the_run_is_refused_before_any_test(pytester) -> None:
+    """The release matrix gated by the releases matrix's file: its "mooncake" columns are in
+    no [columns] entry, so every FAIL of theirs would be re-run and fail the gate. Refused at
+    start, naming the columns and the shipped file that lists them all."""
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = run(pytester, "--mc-matrix=release", "--mc-expect=releases")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*--mc-expect=releases has no expectations for column(s) mooncake, mooncake@defaults "
+        "(its [[]columns[]] lists reference, reference:legacy, mooncake-non-cuda==0.3.10.post2,*"
+        "; the shipped file(s) listing every column of this run: --mc-expect=release"])
+
+
 def test_under_xdist_the_controller_judges(suite, monkeypatch) -> None:
     assert run(suite, "-n", "2", "--mc-expect=expect.toml").ret == pytest.ExitCode.OK
     monkeypatch.setenv("BROKEN", "MR-2,MR-1")
