@@ -69,8 +69,7 @@ class ExpectationGate:
         if self.expectations is not None:
             try:
                 self.expectations.check_shape(labels)
-                if not self.update:  # an update adds what the file lacks
-                    self.expectations.check_covers(labels, [self.rootdir])
+                self.expectations.check_covers(labels, [self.rootdir])
             except ExpectationError as exc:
                 raise pytest.UsageError(str(exc)) from None
         elif len(labels) > 1:

@@ -94,8 +94,9 @@ class Expectations:
 
     def check_covers(self, labels: list[str], bases: list[Path] | tuple[Path, ...] = ()) -> None:
         """A ``[columns]`` file must list every column of the run: a column it does not list is
-        judged against nothing (its FAILs are re-run and fail the gate), which is a wrong file,
-        not a finding. The message names the shipped files that do list them all."""
+        judged against nothing (its FAILs are re-run and fail the gate) and never updated by
+        ``--mc-expect-update``, which is a wrong file, not a finding. The message names the
+        shipped files that do list them all."""
         if self.single is not None:
             return
         missing = [label for label in labels if label not in self.by_column]
@@ -111,7 +112,7 @@ class Expectations:
                 fitting.append(name)
         hint = (f"; the shipped file(s) listing every column of this run: "
                 f"{', '.join(f'--mc-expect={n}' for n in fitting)}" if fitting else
-                "; add them to its [columns] table (or --mc-expect-update a copy)")
+                "; add each to its [columns] table, naming a one-target file")
         raise ExpectationError(
             f"--mc-expect={self.spec} has no expectations for column(s) "
             f"{', '.join(missing)} (its [columns] lists {', '.join(self.by_column) or 'none'})"
