@@ -23,6 +23,7 @@ must not read as "intermittent", which would vary from run to run with the odds 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import zip_longest
 
 PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
 VERDICT_PASS, VERDICT_FAIL, VERDICT_NA, VERDICT_ERROR = "pass", "FAIL", "n/a", "error"
@@ -50,10 +51,8 @@ def verdict_of_runs(runs: Iterable[Sequence[str]],
     the test (the run itself first, then its re-runs); None when no test named it.
     ``counterexamples``: per test, in the same order, whether a failed run of it found a
     counterexample (FAIL, whatever its other runs did)."""
-    found = list(counterexamples)
-    pairs = [(list(r), bool(found[i]) if i < len(found) else False)
-             for i, r in enumerate(runs)]
-    pairs = [(r, f) for r, f in pairs if r]
+    pairs = [(list(r), bool(f)) for r, f in zip_longest(runs, counterexamples, fillvalue=False)
+             if r]
     if not pairs:
         return None
     runs = [r for r, _ in pairs]

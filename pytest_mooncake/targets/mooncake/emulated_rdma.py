@@ -896,12 +896,13 @@ class EmulatedRdmaCluster:
         return f"{node.name} (pid {node.pid}) died: {how}{said}"
 
     @staticmethod
-    def _kill_if_wedged_at_shutdown(node: Node) -> None:
+    def _kill_if_wedged_at_shutdown(node: Node) -> float:
         """Wait for ``node``'s engine to exit as ``finish_stop`` would, but kill it once its
         shutdown has waited ``SHUTDOWN_WEDGE`` s in a destroy for an event no thread will
-        acknowledge (its verbs control lists the wait); ``stop_outcome`` says so."""
+        acknowledge (its verbs control lists the wait); ``stop_outcome`` says so. Returns what
+        is left of ``STOP_GRACE`` for ``finish_stop`` (none once this waited it out)."""
         if node.ctl is None:
-            return
+            return STOP_GRACE
         points = SchedulingPoints(node.ctl)
         seen: list[str] = []
 
@@ -921,10 +922,11 @@ class EmulatedRdmaCluster:
             wait_until(exited_or_wedged, STOP_GRACE, f"{node.name}'s engine to exit",
                        interval=0.05, max_interval=0.25)
         except Timeout:
-            return  # finish_stop says it was still running, and kills it
+            return 0.0  # finish_stop says it was still running, and kills it
         if seen and node.engine.alive():
             node.engine.stop_outcome = f"wedged at shutdown ({'; '.join(seen)}); killed"
             node.engine.kill()
+        return STOP_GRACE  # exited or killed: finish_stop's wait ends at once
 
     def close(self) -> None:
         """Stop every node: all are asked first, so their engines' destructors (about a second
@@ -938,8 +940,7 @@ class EmulatedRdmaCluster:
                 node.engine.kill()
         for node in asked:
             try:
-                self._kill_if_wedged_at_shutdown(node)
-                node.engine.finish_stop()
+                node.engine.finish_stop(self._kill_if_wedged_at_shutdown(node))
             except Exception:  # noqa: BLE001 (as above)
                 node.engine.kill()
         for node in self.nodes.values():

@@ -338,13 +338,14 @@ class MooncakeEngine(DriverCommands):
             self.control.close()
             self._asked = True
 
-    def finish_stop(self) -> None:
-        """The second half of ``stop`` (after ``ask_to_stop``): wait up to ``STOP_GRACE`` for
-        the driver to exit, SIGTERM then SIGKILL what is left, reap, and remove what the
-        engine left in the metadata store."""
+    def finish_stop(self, grace: float = STOP_GRACE) -> None:
+        """The second half of ``stop`` (after ``ask_to_stop``): wait up to ``grace`` for the
+        driver to exit (less when the caller already waited part of ``STOP_GRACE``), SIGTERM
+        then SIGKILL what is left, reap, and remove what the engine left in the metadata
+        store."""
         if self._asked:
             self._asked = False
-            code = self.process.wait_exit(STOP_GRACE)
+            code = self.process.wait_exit(grace)
             if code is not None and self.stop_outcome == "not running":
                 self.stop_outcome = "exited" if code == 0 else f"exited with status {code}"
             elif code is None:
