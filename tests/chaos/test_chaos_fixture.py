@@ -25,7 +25,9 @@ def test_run(mc_chaos):
     fault = Fault("blink", "thing", inject=lambda: None, heal=lambda: None)
     result = mc_chaos.run(lambda w: Echo(), gen.kv(keys=2).stagger(0.02), [fault],
                           quiet=(0.01, 0.05), hold=(0.01, 0.05))
-    print("SECONDS", round(result.seconds, 1), "FAULTS", result.faults_injected)
+    # the option sets the run's length (a floor: a loaded machine may overrun it a little),
+    # not the default 10 s
+    print("HONOURED", 0.4 <= result.seconds < 10.0, "FAULTS", result.faults_injected)
     result.check(bounded_recovery(5.0)).assert_valid()
     assert FAIL is False, "made to fail"
 """
@@ -36,7 +38,7 @@ def test_chaos_seconds_option_and_history_on_failure(pytester: pytest.Pytester) 
     result = pytester.runpytest("--mc-chaos-seconds=0.4", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert "SECONDS 0.4 FAULTS" in out
+    assert "HONOURED True FAULTS" in out
     result.stdout.fnmatch_lines(["*Captured chaos history 1 (history-1.jsonl, seed *)*",
                                  '*"process": "nemesis"*'])
     result.stdout.fnmatch_lines(["*Captured chaos report 1*", "timeline: */history-1.timeline.html",
