@@ -331,8 +331,7 @@ def test_a_burst_of_recovered_failures_across_many_peers_completes(mc_completion
     cluster = mc_completions.cluster(checked=True)
     cluster.add_node("A", ("mlx5_0",))
     peers = [f"P{i:02d}" for i in range(40)]
-    for p in peers:
-        cluster.add_node(p, ("mlx5_0",))
+    cluster.add_nodes(peers, ("mlx5_0",))
     transfers = []
     for i, p in enumerate(peers):
         cluster.write_local("A", i * SLICE, payload(p.encode(), SLICE))

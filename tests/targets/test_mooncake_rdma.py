@@ -224,6 +224,65 @@ def test_closing_a_cluster_stops_every_engine_through_its_destructor(rdma):
     assert not any(e.alive() for e in engines.values())
 
 
+def test_nodes_started_side_by_side_are_the_clusters_in_the_order_named(rdma):
+    """``add_nodes`` starts the engines at once; each is a node as ``add_node`` makes it (its
+    own process, its own NIC control), listed in the order named, and moves bytes."""
+    cluster = rdma.cluster()
+    try:
+        cluster.add_node("A")
+        assert cluster.add_nodes(["P2", "P0", "P1"]) == ["P2", "P0", "P1"]
+        assert list(cluster.nodes) == ["A", "P2", "P0", "P1"]
+        pids = {n.pid for n in cluster.nodes.values()}
+        assert len(pids) == 4 and all(cluster.alive(n) for n in cluster.nodes)
+        transfers = {}
+        for i, peer in enumerate(("P2", "P0", "P1")):
+            cluster.write_local("A", i * SLICE, data(peer.encode(), SLICE))
+            transfers[peer] = cluster.submit("A", peer, SLICE, src_offset=i * SLICE)
+        assert cluster.settle()
+        assert {p: cluster.status(t) for p, t in transfers.items()} == dict.fromkeys(
+            transfers, "COMPLETED")
+        assert all(cluster.read(p, 0, SLICE) == data(p.encode(), SLICE) for p in transfers)
+        assert not cluster.check()
+    finally:
+        cluster.close()
+
+
+def test_nodes_named_twice_or_on_unknown_nics_are_refused_before_any_starts(rdma):
+    cluster = rdma.cluster()
+    try:
+        cluster.add_node("A")
+        with pytest.raises(ValueError, match=r"node name\(s\) A, P0 given twice or already"):
+            cluster.add_nodes(["P0", "A", "P0"])
+        with pytest.raises(ValueError, match=r"NIC\(s\) mlx5_9 are not on this fabric"):
+            cluster.add_nodes(["P0", "P1"], ["mlx5_9"])
+        assert list(cluster.nodes) == ["A"]
+    finally:
+        cluster.close()
+
+
+def test_a_node_that_fails_to_start_leaves_the_others_to_the_cluster(rdma, monkeypatch):
+    """One engine of several fails to start: the error is raised, and the ones that started
+    are the cluster's, so its close stops them (none is left running)."""
+    cluster = rdma.cluster()
+    start = cluster._start_node
+
+    def start_but_p1(name, nics, buffer_len):
+        if name == "P1":
+            raise RuntimeError("P1 did not start (planted by the test)")
+        return start(name, nics, buffer_len)
+
+    monkeypatch.setattr(cluster, "_start_node", start_but_p1)
+    try:
+        with pytest.raises(RuntimeError, match="P1 did not start"):
+            cluster.add_nodes(["P0", "P1", "P2"])
+        assert list(cluster.nodes) == ["P0", "P2"]
+        engines = [n.engine for n in cluster.nodes.values()]
+        assert all(e.alive() for e in engines)
+    finally:
+        cluster.close()
+    assert not any(e.alive() for e in engines)
+
+
 def test_a_killed_process_leaves_nothing_held_and_is_reported(rdma):
     cluster = rdma.cluster()
     try:

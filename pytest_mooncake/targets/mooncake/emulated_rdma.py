@@ -34,6 +34,7 @@ import re
 import signal
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ from pytest_mooncake.verbs import EmulatedFabric, ProcessGone, VerbsControl, Ver
 from pytest_mooncake.verbs.control import PostedWr
 from pytest_mooncake.verbs.points import SchedulingPoints
 
+START_WORKERS = 8
+"""Engines ``add_nodes`` starts at once."""
 SETTLE_QUIET = 1.5
 """Seconds without any change on a cluster's NICs (posts, completions, polls, events, transfer
 states) after which held work counts as settled."""
@@ -253,12 +256,44 @@ class EmulatedRdmaCluster:
 
     def add_node(self, name: str, nics: Iterable[str] = ("mlx5_0",),
                  buffer_len: int = 1 << 20) -> str:
-        nics = tuple(nics)
+        return self.add_nodes([name], nics, buffer_len)[0]
+
+    def add_nodes(self, names: Iterable[str], nics: Iterable[str] = ("mlx5_0",),
+                  buffer_len: int = 1 << 20) -> list[str]:
+        """Nodes with the same NICs, their engines started side by side (an engine's start-up
+        is mostly waiting: its metadata registration, the device opening; 40 peers one after
+        another took 17 s). Each is a node as ``add_node`` makes it, in the order named; if one
+        fails to start, the ones that did are still the cluster's (``close`` stops them) and
+        the first failure is raised."""
+        names, nics = list(names), tuple(nics)
         known = {d.name for d in self.fabric.devices}
         unknown = [n for n in nics if n not in known]
         if unknown:
-            raise ValueError(f"node {name}: NIC(s) {', '.join(unknown)} are not on this fabric "
-                             f"({', '.join(sorted(known))}; --mc-verbs=emulated:DEVICES)")
+            raise ValueError(f"node(s) {', '.join(names)}: NIC(s) {', '.join(unknown)} are not "
+                             f"on this fabric ({', '.join(sorted(known))}; "
+                             f"--mc-verbs=emulated:DEVICES)")
+        taken = [n for n in names if n in self.nodes or names.count(n) > 1]
+        if taken:
+            raise ValueError(f"node name(s) {', '.join(sorted(set(taken)))} given twice or "
+                             f"already in the cluster ({', '.join(self.nodes) or 'no nodes'})")
+        if len(names) == 1:
+            started: list[Node | BaseException] = [self._start_node(names[0], nics, buffer_len)]
+        else:
+            with ThreadPoolExecutor(max_workers=min(START_WORKERS, len(names)),
+                                    thread_name_prefix="mc-rdma-node") as pool:
+                futures = [pool.submit(self._start_node, n, nics, buffer_len) for n in names]
+                started = [f.exception() or f.result() for f in futures]
+        nodes = [x for x in started if isinstance(x, Node)]
+        for node in nodes:
+            self.nodes[node.name] = node
+        for node in nodes:
+            self._attach(node)
+        failed = [x for x in started if not isinstance(x, Node)]
+        if failed:
+            raise failed[0]
+        return names
+
+    def _start_node(self, name: str, nics: tuple[str, ...], buffer_len: int) -> Node:
         launcher = self.placement.launcher()
         if self.wrap_launcher is not None:  # e.g. engines under memcheck (memcheck.py)
             launcher = self.wrap_launcher(launcher)
@@ -267,10 +302,7 @@ class EmulatedRdmaCluster:
             launcher, Path(self.placement.workdir), self.segment(name), self._metadata,
             self.handle.lacks, buffer_size=buffer_len, protocol="rdma", devices=",".join(nics),
             env=env, ready_timeout=60.0)
-        node = Node(name, nics, engine)
-        self.nodes[name] = node
-        self._attach(node)
-        return name
+        return Node(name, nics, engine)
 
     def _attach(self, node: Node) -> None:
         pid = node.engine.pid
@@ -724,32 +756,42 @@ class EmulatedRdmaCluster:
 
     # ------------------------------------------------------------------ running
 
-    def _snapshot(self) -> tuple:
-        parts: list[Any] = [tuple(t.status for t in self.transfers)]
+    def _read(self) -> list[tuple[Node, Any]]:
+        """Each node with its NICs' counters now, or "dead"/"gone" (one request per node:
+        a poll of ``settle`` judges rest and motion from the same reading)."""
+        out: list[tuple[Node, Any]] = []
         for node in self.nodes.values():
             if not node.engine.alive():
-                parts.append((node.name, "dead"))
+                out.append((node, "dead"))
                 continue
             try:
-                c = node.ctl.counters()
+                out.append((node, node.ctl.counters()))
             except ProcessGone:
-                parts.append((node.name, "gone"))
+                out.append((node, "gone"))
+        return out
+
+    def _snapshot(self, read: list[tuple[Node, Any]]) -> tuple:
+        parts: list[Any] = [tuple(t.status for t in self.transfers)]
+        for node, c in read:
+            if isinstance(c, str):
+                parts.append((node.name, c))
                 continue
             parts.append((node.name, c.posted, c.completed, c.polled, c.held, c.events,
                           c.acked, c.cqes, tuple(sorted((q.qpn, q.state) for q in c.qps.values()))))
         return tuple(parts)
 
-    def _views(self) -> list[NodeView]:
+    def _views(self, read: list[tuple[Node, Any]] | None = None) -> list[NodeView]:
         """Every node's NICs now: counters, and what is outstanding that the test does not
         keep back (held, or queued behind an execution-stage hold: RC order)."""
         out = []
-        for node in self.nodes.values():
-            if not node.engine.alive():
+        for node, c in self._read() if read is None else read:
+            if isinstance(c, str):
                 out.append(NodeView(node.name, False))
                 continue
             try:
-                c = node.ctl.counters()
-                out.append(NodeView.of(node.name, c, node.ctl.kept_back(c)))
+                # nothing held in the process: nothing kept back, no ``held`` to ask for
+                kept = node.ctl.kept_back(c) if c.held else {q: 0 for q in c.qps}
+                out.append(NodeView.of(node.name, c, kept))
             except ProcessGone:
                 out.append(NodeView(node.name, False))
         return out
@@ -784,14 +826,15 @@ class EmulatedRdmaCluster:
 
         def settled() -> bool:
             self._poll_status()
-            views = self._views()
+            read = self._read()
+            views = self._views(read)
             watch.see(views)
             orphaned(views)
             idle = not any(v.busy for v in views)
             ended = all(t.status != "WAITING" for t in self.transfers)
             if idle and not stirred and ended:
                 return True
-            snap = self._snapshot()
+            snap = self._snapshot(read)
             now = time.monotonic()
             if snap != last[0]:
                 last[0], last[1] = snap, now

@@ -232,6 +232,11 @@ class RdmaCluster:
             self.sim.peers[name].transport.start()
         return name
 
+    def add_nodes(self, names, nics: tuple[str, ...] | list[str] = ("mlx5_0",),
+                  buffer_len: int = 1 << 20) -> list[str]:
+        """``add_node`` for each name, in order (a real build's cluster starts them at once)."""
+        return [self.add_node(n, nics, buffer_len) for n in names]
+
     def _watch_posts(self, name: str) -> None:
         """Let the checker map the WRs of ``name``'s (new) transport to slices as the fabric
         posts them; an observed cluster's checker watches every transport already."""
