@@ -396,6 +396,13 @@ class MasterClusterHandle(Protocol):
     talking to etcd directly. A target without the means refuses either with ``TargetLacks``
     naming the option; it never ignores it."""
 
+    keys_final_when_serving: bool
+    """True where a master lists, from the moment it serves, every object it will ever list
+    without new writes (it restores before it serves and adds nothing as clients mount their
+    segments again): a test may take its first key list as the list. False where the list can
+    still grow (0.3.13 lists an object only once its replica's segment is mounted again, which
+    its store client does on a later heartbeat): the test waits for that event."""
+
     def leader(self, timeout: float = 10.0) -> int:
         """The index of the serving leader, waiting up to ``timeout`` for one."""
         ...

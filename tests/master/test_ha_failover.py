@@ -104,3 +104,31 @@ def test_legacy_clients_stay_stuck_on_the_dead_connection(cluster_factory):
         time.sleep(0.2)
     assert cluster.metrics(new)["master_active_clients"] == 0
     assert client.put("during-stall")["ok"] is False
+
+
+@pytest.mark.parametrize(("profile", "options"), [
+    ("legacy", {"client_stall": 1.0}),  # promotes into an empty index; its client stalls 1 s
+    ("rfc", {"partial_restore": True}),  # drops the bad entry, keeps the rest
+])
+def test_a_new_leaders_first_key_list_is_still_its_list_after_the_writer_remounts(
+        cluster_factory, profile, options):
+    """``keys_final_when_serving``: the promotion suite takes a reference leader's first key
+    list after a failover as its list (it waits for the writer's segment to be mounted again
+    only on a build whose list grows then). A leader promoted with fewer objects than were
+    written lists no more once the writer has mounted its segment on it again."""
+    cluster = cluster_factory(profile, masters=2, clients=1, warmup=0, **options)
+    assert cluster.keys_final_when_serving
+    keys = put_keys(cluster.client(0), 12)
+    old = cluster.leader()
+    (standby,) = cluster.standbys()
+    cluster.plant_bad_descriptor("k3")
+    wait_until(lambda: cluster.key_count(standby) == 13, 10, "the standby applied the plant",
+               ignore=TRANSIENT)
+    cluster.kill_master(old)
+    new = cluster.leader(timeout=15)
+    first = sorted(cluster.keys(new))
+    assert len(first) < len(keys) + 1, f"precondition: the promotion dropped objects: {first}"
+    segment = cluster.client_segment(0)
+    wait_until(lambda: cluster.segment_status(segment) is not None, 30,
+               "the writer's segment mounted on the new leader", ignore=TRANSIENT)
+    assert sorted(cluster.keys(new)) == first

@@ -211,6 +211,10 @@ class ReferenceMasterCluster(CoroListeners, ProcessMasters):
     on Redis), ``start`` (default True: start the masters and wait for a leader).
     """
 
+    keys_final_when_serving = True
+    """A reference master restores before it says it serves, and a client mounting its
+    segment again adds no object (``MasterService.remount_segment``)."""
+
     def __init__(self, etcd_endpoints: list[str], workdir: Path, profile: str = "rfc",
                  masters: int = 2, clients: int = 0, redis: str | None = None, **options: Any):
         self.etcd = list(etcd_endpoints)

@@ -97,6 +97,9 @@ class MooncakeMasters:
     """Endpoints of the etcd the masters keep their OpLog in (empty when unknown)."""
     oplog_cluster: str | None = None
     """The cluster id under ``/oplog/`` (None: the only one in that etcd)."""
+    keys_final_when_serving = False
+    """A release lists an object once its replica's segment is mounted on the serving master
+    (``MasterClusterHandle.keys_final_when_serving``)."""
     _promotability: str | None = None
 
     def admin_url(self, index: int) -> str:
