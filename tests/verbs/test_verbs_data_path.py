@@ -114,6 +114,21 @@ def test_write_and_read_move_bytes_between_two_processes(peers):
     assert bytes.fromhex(a.peer.read(a.addr + (128 << 10), len(data))) == data
 
 
+def test_an_idle_poller_naps_and_a_completion_still_reaches_it(peers):
+    """A build's pollers spin on empty CQs; the emulator lends the core on each empty poll,
+    and past the first few of a run it naps instead of yielding (forty engines' pollers share
+    two cores here), so an idle poller blocks, and the next completion still reaches it."""
+    a, b = connected_pair(peers(), peers())
+    idle = a.peer.empty_polls(a.cq, 400)
+    assert idle["got"] == 0
+    assert idle["blocked"] >= 300, (
+        f"400 empty polls blocked the polling thread {idle['blocked']} time(s): it spun "
+        f"(yields) instead of napping")
+    assert a.post(WRITE, b, 7, 4096)["rc"] == 0
+    (wc,) = a.poll_until(1)
+    assert (wc["wr_id"], wc["status"]) == (7, WC_SUCCESS)
+
+
 def test_a_scatter_gather_list_lands_contiguously(peers):
     a, b = connected_pair(peers(), peers())
     pieces = [os.urandom(1000) for _ in range(3)]

@@ -124,6 +124,11 @@ class Peer:
         return [{"wr_id": wr_id[i], "status": status[i], "opcode": opcode[i], "qpn": qpn[i],
                  "len": ln[i]} for i in range(got)]
 
+    def empty_polls(self, cq: int, n: int) -> dict:
+        blocked = ctypes.c_long()
+        got = self.lib.p_empty_polls(cq, n, ctypes.byref(blocked))
+        return {"got": got, "blocked": blocked.value}
+
     def notify(self, cq: int) -> int:
         return self.lib.p_notify(cq)
 
