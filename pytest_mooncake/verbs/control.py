@@ -396,6 +396,8 @@ class VerbsControl:
         an execution-stage hold stalls, every WR not executed yet (RC executes a send queue in
         order, so they wait behind the stalled one). ``counters``: a snapshot just taken."""
         counters = self.counters() if counters is None else counters
+        if not counters.held:  # nothing held in the process (either stage): none to ask for
+            return {qpn: 0 for qpn in counters.qps}
         stalls = Counter(h.qp for h in self.held() if h.stage == "execution")
         return {qpn: q.held + (max(q.pending - stalls[qpn], 0) if stalls[qpn] else 0)
                 for qpn, q in counters.qps.items()}

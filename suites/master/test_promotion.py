@@ -147,11 +147,11 @@ def caught_up_from(at: dict) -> bool:
 def serving_keys(cluster, expected: list[str], timeout: float = WAIT,
                  writer: int = 0, standby: int | None = None) -> tuple[int, list[str]]:
     """The master serving after a failover and the keys it holds once they reach ``expected``
-    or settled (``SETTLE``; the last list seen), or the first list a target whose serving
-    master lists every object at once gives (``keys_final_when_serving``). Every object was
-    written through store client ``writer``, so its replicas are on that client's segment. No master serving within
-    ``timeout`` is the build's failover failing: the test fails saying so, with what
-    ``standby``'s log says of its restore."""
+    or settled (``SETTLE``; the last list seen), or the first list where the target's serving
+    master lists every object at once (``keys_final_when_serving``). Every object was written
+    through store client ``writer``, so its replicas are on that client's segment. No master
+    serving within ``timeout`` is the build's failover failing: the test fails saying so, with
+    what ``standby``'s log says of its restore."""
     try:
         new = cluster.leader(timeout=timeout)
     except Timeout as exc:

@@ -276,6 +276,8 @@ class EmulatedRdmaCluster:
         if taken:
             raise ValueError(f"node name(s) {', '.join(sorted(set(taken)))} given twice or "
                              f"already in the cluster ({', '.join(self.nodes) or 'no nodes'})")
+        if not names:
+            return []
         if len(names) == 1:
             started: list[Node | BaseException] = [self._start_node(names[0], nics, buffer_len)]
         else:
@@ -789,9 +791,7 @@ class EmulatedRdmaCluster:
                 out.append(NodeView(node.name, False))
                 continue
             try:
-                # nothing held in the process: nothing kept back, no ``held`` to ask for
-                kept = node.ctl.kept_back(c) if c.held else {q: 0 for q in c.qps}
-                out.append(NodeView.of(node.name, c, kept))
+                out.append(NodeView.of(node.name, c, node.ctl.kept_back(c)))
             except ProcessGone:
                 out.append(NodeView(node.name, False))
         return out
