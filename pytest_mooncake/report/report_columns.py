@@ -111,7 +111,7 @@ def columns(doc: Mapping[str, Any]) -> dict[str, Column]:
     label = doc.get("target", "")
     flat = {"target": label, "version": doc.get("target_version", "unknown"),
             **({"notes": doc["target_notes"]} if doc.get("target_notes") else {}),
-            **{k: doc[k] for k in ("summary", "requirements", "pairs") if k in doc}}
+            **{k: doc[k] for k in ("deployment", "summary", "requirements", "pairs") if k in doc}}
     return {label: _column(label, flat, doc.get("seed"))}
 
 

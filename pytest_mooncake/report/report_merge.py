@@ -8,8 +8,11 @@ can be rerun alone. A label found in two inputs is an error (merge never picks o
 has the matrix form of ``pytest_mooncake/data/report.schema.json`` (``matrix``, ``columns``, the
 summary over every column); its top-level ``seed`` and ``started`` are the first input's, its
 ``duration_s`` the sum of the inputs' (test time, not wall time), its ``schema_version`` the
-writer's (v2 only added keys, so a v1 column is a valid v2 one), and ``merged_from`` lists the inputs. Exit status: 0 written; 2 an input
-cannot be read or two inputs share a column.
+writer's (v2 only added keys, so a v1 column is a valid v2 one), and ``merged_from`` lists the
+inputs. A column keeps the ``deployment`` its run recorded (a one-target report's too), and where
+one build's profiles judged a requirement differently the result carries the
+``profile_differences`` lines a matrix run writes. Exit status: 0 written; 2 an input cannot be
+read or two inputs share a column.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_mooncake.report.json_report import SCHEMA_VERSION, summary
+from pytest_mooncake.report.profile_differences import profile_differences
 from pytest_mooncake.report.report_columns import columns, read_report
 from pytest_mooncake.report.verdict_rule import VERDICTS
 
@@ -66,6 +70,7 @@ def merge(docs: list[tuple[str, dict[str, Any]]], matrix: str = "") -> dict[str,
         rules.append(fail_on.get("rule", "never"))
         problems += fail_on.get("problems", [])
     first = docs[0][1]
+    differences = profile_differences(merged)
     return {
         "schema_version": SCHEMA_VERSION,  # v2 only added keys: a v1 column is a valid v2 one
         "started": first["started"],
@@ -79,6 +84,7 @@ def merge(docs: list[tuple[str, dict[str, Any]]], matrix: str = "") -> dict[str,
                     "problems": problems},
         "merged_from": [{"report": name, "seed": doc["seed"], "started": doc["started"],
                          "columns": list(columns(doc))} for name, doc in docs],
+        **({"profile_differences": differences} if differences else {}),
     }
 
 

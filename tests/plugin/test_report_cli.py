@@ -132,6 +132,29 @@ def test_merge_of_single_column_reports_equals_those_columns_of_the_matrix(
     assert "0.3.14" in judge_mooncake.render(merged, judge_mooncake.load_titles())
 
 
+PROOF = ROOT / "fixtures" / "reports" / "stability" / "proof-4aa8f2d"
+
+
+def test_merge_keeps_each_runs_deployment_and_says_where_the_profiles_differ(
+        tmp_path: Path, capsys) -> None:
+    """Two one-target runs of one build, one per deployment profile (as a CI job per column
+    makes them): the merged matrix names each column's profile and flags, and says in one line
+    where the verdict depends on the profile (MP-6: the index after a failover)."""
+    runs = [PROOF / f"mooncake_0.3.13.post1{p}-seed1101.json" for p in ("", "_defaults")]
+    status, _, _ = cli(capsys, "merge", *runs, "-o", tmp_path / "m.json")
+    assert status == 0
+    merged = json.loads((tmp_path / "m.json").read_text())
+    jsonschema.validate(merged, SCHEMA)
+    for run, label in zip(runs, merged["columns"], strict=True):
+        assert merged["columns"][label]["deployment"] == json.loads(run.read_text())["deployment"]
+    profiles = [merged["columns"][c]["deployment"]["profile"]["name"] for c in merged["columns"]]
+    assert profiles == ["ha-oplog", "defaults"]
+    [mp6] = [line for line in merged["profile_differences"] if line.startswith("MP-6 ")]
+    assert mp6.startswith(f"MP-6 on mooncake-non-cuda==0.3.13.post1: pass with ha-oplog "
+                          f"(--enable_oplog=true); FAIL with defaults (no --enable_oplog): "), mp6
+    assert re.search(r"(?<![0-9])0 of [0-9]+ objects after failover", mp6), mp6
+
+
 def test_merge_refuses_a_column_from_two_runs(tmp_path: Path, capsys) -> None:
     status, _, err = cli(capsys, "merge", RELEASE, RELEASES, "-o", tmp_path / "m.json")
     assert status == 2
