@@ -235,7 +235,9 @@ def md(text: str) -> str:
 # ------------------------------------------------------------------------------------- rendering
 
 COMMANDS = """\
-Every release from 0.3.10.post2 to 0.3.14 beside both reference profiles, one pytest session
+Every release from 0.3.10.post2 to 0.3.14, each deployed twice (`ha-oplog`, the suites' settings,
+and `@defaults`, the build's own defaults with HA on: [deployment profiles](../deployment-profiles.md)),
+beside both reference profiles, in one pytest session
 (`pytest_mooncake/data/matrices/releases.toml`; each release runs in its own cached environment, installed
 on first use, so the plugin's environment needs no Mooncake wheel):
 
@@ -248,6 +250,7 @@ with `apt-get install -y libibverbs1 librdmacm1 libnuma1`), or a build in an ins
 
 ```{.bash .no-run}
 python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake==0.3.12.post1
+python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake==0.3.13.post1@defaults
 python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake-cuda13==0.3.14
 python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake --mc-report=mooncake.json
 python -m pytest -p pytest_mooncake suites/ -n 2 --mc-target=mooncake:/opt/mooncake
@@ -271,10 +274,16 @@ python scripts/judge_mooncake.py --releases                  # every release
 python scripts/judge_mooncake.py --target mooncake:/opt/mooncake   # one build beside the reference
 python scripts/judge_mooncake.py --no-run                    # render the stored report again
 python scripts/judge_mooncake.py --check                     # exit 1 if this section is stale
+python scripts/judge_mooncake.py --no-run --report fixtures/reports/releases-by-profile.json
 ```
 
-The same report as a page to click through: `python -m pytest_mooncake.report html
-fixtures/reports/releases.json -o DIR` ([the dashboard](../how-to/dashboard.md)).
+The last line renders a matrix assembled from one pytest session per column
+(`python -m pytest_mooncake.report merge`), as a CI job per release or
+[`scripts/stability_runs.py`](../verdict-stability.md) makes them: the stored
+`fixtures/reports/releases-by-profile.json` is the first seed (1101) of the stability proof,
+every release in both profiles. The same report as a page to click through: `python -m
+pytest_mooncake.report html fixtures/reports/releases-by-profile.json -o DIR`
+([the dashboard](../how-to/dashboard.md)).
 """
 
 READING = """\
@@ -336,6 +345,17 @@ def tally(entries: Mapping[str, Any]) -> str:
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(entries)}"
 
 
+def merged_dates(doc: Mapping[str, Any]) -> str:
+    """When the runs of a report assembled by ``report merge`` (``merged_from``) were made; a
+    report that records neither says so."""
+    starts = sorted(str(run["started"])[:16].replace("T", " ") for run in
+                    doc.get("merged_from") or [] if run.get("started"))
+    if not starts:
+        return "on an unrecorded date"
+    return (f"one column per pytest session between {starts[0]} and {starts[-1]} UTC "
+            f"({len(starts)} runs assembled by `python -m pytest_mooncake.report merge`)")
+
+
 def render(doc: Mapping[str, Any], titles: Mapping[str, str],
            source: str = "the stored report") -> str:
     """The page's region (without the markers) for one report (``source`` names it)."""
@@ -348,7 +368,7 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
                                  - set(titles))
     reqs = [r for r in reqs if any(r in column_requirements(doc, c) for c in columns)]
     seed = doc.get("seed")
-    run_line = f"judged {judged.get('date', 'on an unrecorded date')}, seed {seed} (rerun with " \
+    run_line = f"judged {judged.get('date') or merged_dates(doc)}, seed {seed} (rerun with " \
                f"`--mc-seed={seed}`)"
     if judged.get("wall_seconds"):
         run_line += (f", one pytest session with `-n {judged.get('workers', 2)}`: "
@@ -365,7 +385,7 @@ def render(doc: Mapping[str, Any], titles: Mapping[str, str],
         READING + (INTERMITTENT if has_intermittent(doc) else ""),
         "## Observed on this machine",
         "",
-        f"{', '.join(f'`{vers.get(b, b)}`' for b in builds)} {run_line}.",
+        f"{', '.join(dict.fromkeys(f'`{vers.get(b, b)}`' for b in builds))} {run_line}.",
         "",
         "Columns (version; libraries supplied here where the machine lacks them):",
         "",

@@ -162,13 +162,14 @@ def agreement(claim: Mapping[str, Any], columns: list[Column],
             by.setdefault(verdict, []).append(flags_of(claim, column))
     parts = []
     own = test_settings(claim, columns)
+    # an engine-only claim reads the same phrase in every profile's column: name it once
     if REPRODUCES in by:
-        parts.append("agrees with " + ", ".join(by[REPRODUCES]))
+        parts.append("agrees with " + ", ".join(dict.fromkeys(by[REPRODUCES])))
     if NOT in by:
-        parts.append("does not reproduce with " + ", ".join(by[NOT]))
+        parts.append("does not reproduce with " + ", ".join(dict.fromkeys(by[NOT])))
     for verdict in (OTHERWISE, ERROR, NA, NOT_RUN):
         if verdict in by:
-            parts.append(f"{verdict} with " + ", ".join(by[verdict]))
+            parts.append(f"{verdict} with " + ", ".join(dict.fromkeys(by[verdict])))
     text = "; ".join(parts) or "not run"
     return f"{text} (the test sets its own: {own})" if own else text
 

@@ -85,3 +85,16 @@ def test_a_failure_for_another_reason_is_not_a_reproduction():
         "ha-oplog", "--enable_oplog=true", "failed", "AssertionError: 10 of 40 objects")}}
     _, cells = rfc_claims.judge(CLAIMS, [report])
     assert cells["fresh"]["mooncake==0.3.13"][0] == "fails otherwise"
+
+
+def test_an_engine_claim_judged_in_both_profiles_names_its_flags_once():
+    """A claim no master takes part in reads "engines as the suites start them" in every
+    profile's column; the agreement says so once, not once per profile."""
+    engine = {**CLAIMS["claim"][0], "scope": "engine"}
+    report = {"columns": {
+        label: _column(profile, "", "failed", "AssertionError: 0 of 40 objects")
+        for label, profile in (("mooncake==0.3.13", "ha-oplog"),
+                               ("mooncake==0.3.13@defaults", "defaults"))}}
+    columns, cells = rfc_claims.judge({"reports": [], "claim": [engine]}, [report])
+    assert rfc_claims.agreement(engine, columns, cells["fresh"]) == (
+        "agrees with engines as the suites start them (no master involved)")
