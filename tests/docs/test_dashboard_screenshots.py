@@ -3,8 +3,8 @@ grid of the stored release matrix, a FAIL cell opened, and the diff of the two s
 
 The pictures are checked for what a person would see: the grid's pass and FAIL colours, a
 panel that opens over the right of the page when a cell's link is followed (CSS ``:target``, no
-script), the diff's outline of a changed cell. ``MC_DOCS_FIGURE=1`` also writes the grid's picture to
-docs/img/dashboard.png, the README's figure. Skipped, saying why, without Chromium.
+script), the diff's outline of a changed cell. ``MC_DOCS_FIGURE=1`` also writes the picture of the matrix judged per deployment
+profile (fixtures/reports/releases-by-profile.json) to docs/img/dashboard.png, the README's figure. Skipped, saying why, without Chromium.
 """
 
 from __future__ import annotations
@@ -71,15 +71,27 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dashboard")
     [grid] = dashboard.write([REPORTS / "releases.json"], out / "grid")
     diff_page, *_ = dashboard.write([REPORTS / "release.json", REPORTS / "releases.json"], out / "diff")
-    return {"grid": grid, "diff": diff_page, "shots": out}
+    [profiles] = dashboard.write([REPORTS / "releases-by-profile.json"], out / "profiles")
+    return {"grid": grid, "diff": diff_page, "profiles": profiles, "shots": out}
 
 
 def test_the_grid_shows_pass_and_fail_cells(pages, tmp_path):
     pixels = screenshot(pages["grid"].as_uri(), pages["shots"] / "grid.png", tmp_path / "profile")
     assert share(pixels, FAIL_RGB) > 0.05 and share(pixels, PASS_RGB) > 0.05, \
         (share(pixels, FAIL_RGB), share(pixels, PASS_RGB))
+
+
+def test_the_readme_figure_shows_every_release_in_both_profiles(pages, tmp_path):
+    """The README's figure: the stored matrix judged per deployment profile (every release as
+    ha-oplog and @defaults), its columns named with the profile."""
+    html = pages["profiles"].read_text()
+    assert "0.3.13.post1@defaults" in html and "0.3.14@defaults" in html
+    pixels = screenshot(pages["profiles"].as_uri(), pages["shots"] / "profiles.png",
+                        tmp_path / "profile")
+    assert share(pixels, FAIL_RGB) > 0.05 and share(pixels, PASS_RGB) > 0.05, \
+        (share(pixels, FAIL_RGB), share(pixels, PASS_RGB))
     if os.environ.get("MC_DOCS_FIGURE") == "1":
-        shutil.copyfile(pages["shots"] / "grid.png", FIGURE)
+        shutil.copyfile(pages["shots"] / "profiles.png", FIGURE)
 
 
 def test_an_opened_fail_cell_shows_its_tests_over_the_grid(pages, tmp_path):
