@@ -975,6 +975,34 @@ def test_standby_without_baseline_is_not_promoted_into_an_empty_index(mc_master_
         f"caught up")
 
 
+@pytest.mark.mc_req("MP-4")
+def test_masters_recreated_after_every_master_died_serve_every_acknowledged_object(
+        mc_master_cluster):
+    """The RFC's Recreate: every master is killed and new ones are started (a redeploy). The new
+    masters remember nothing; what the deployment keeps durable (the OpLog in the HA store,
+    snapshots) is all they can restore from. The first of them is a standby with no baseline:
+    it must catch up from what is durable before it serves, so the master serving afterwards
+    serves every acknowledged object; one serving fewer was promoted without a baseline."""
+    cluster = mc_master_cluster(masters=2, clients=1)
+    keys = put_keys(cluster.client(0), KEYS)
+    leader = cluster.leader(timeout=WAIT)
+    standby = only_standby(cluster)
+    lagging = behind(cluster, standby, f"{KEYS} acknowledged puts")
+    for index in (standby, leader):  # the standby first: no failover happens in between
+        cluster.kill_master(index)
+    fresh = [cluster.start_master(), cluster.start_master()]
+    new, kept = serving_keys(cluster, keys, standby=fresh[0])
+    missing = sorted(set(keys) - set(kept))
+    assert not missing, (
+        f"{len(kept)} of {len(keys)} objects after the masters were recreated: both masters "
+        f"were killed after {len(keys)} acknowledged puts (the standby first) and two new ones "
+        f"started (masters {fresh}); master {new} serves {len(kept)} of them (missing: "
+        f"{missing[:10]})" + (f"; before the kill: {lagging}" if lagging else
+                              "; before the kill the standby had applied every put")
+        + restore_lines(cluster, new) + "; MP-4 requires a master with no baseline not be "
+        "promoted before it has caught up from a snapshot or a full replay")
+
+
 def promotability_answers(cluster, fresh: int) -> list:
     """Every promotability answer of the fresh standby until it says promotable (or WAIT)."""
     answers = []

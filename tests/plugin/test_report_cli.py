@@ -150,8 +150,8 @@ def test_merge_keeps_each_runs_deployment_and_says_where_the_profiles_differ(
     profiles = [merged["columns"][c]["deployment"]["profile"]["name"] for c in merged["columns"]]
     assert profiles == ["ha-oplog", "defaults"]
     [mp6] = [line for line in merged["profile_differences"] if line.startswith("MP-6 ")]
-    assert mp6.startswith(f"MP-6 on mooncake-non-cuda==0.3.13.post1: pass with ha-oplog "
-                          f"(--enable_oplog=true); FAIL with defaults (no --enable_oplog): "), mp6
+    assert mp6.startswith("MP-6 on mooncake-non-cuda==0.3.13.post1: pass with ha-oplog "
+                          "(--enable_oplog=true); FAIL with defaults (no --enable_oplog): "), mp6
     assert re.search(r"(?<![0-9])0 of [0-9]+ objects after failover", mp6), mp6
 
 

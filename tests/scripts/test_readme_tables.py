@@ -49,7 +49,7 @@ def test_a_readme_without_the_markers_is_refused(tmp_path, monkeypatch, capsys):
 
 def test_every_column_is_named_with_its_profile_and_mp6_says_what_defaults_lose():
     region = readme_tables.deployments_region(STORED)
-    for label, column in STORED["columns"].items():
+    for label in STORED["columns"]:
         assert f"| `{label}` |" in region
     assert "| `mooncake-non-cuda==0.3.13.post1@defaults` | defaults (no --enable_oplog) |" in region
     assert "| `mooncake-non-cuda==0.3.13.post1` | ha-oplog (--enable_oplog=true) |" in region
