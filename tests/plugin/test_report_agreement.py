@@ -74,3 +74,23 @@ def test_the_stored_proof_runs_agree_per_release(capsys) -> None:
     for release, paths in by_release.items():
         assert main(["agree", *map(str, paths)]) == 0, (release, capsys.readouterr().out)
         assert "11 of 11 cells agree across 3 runs" in capsys.readouterr().out
+
+
+def test_the_release_matrix_proof_at_1e34746_agrees_in_every_column(capsys) -> None:
+    """docs/verdict-stability.md's runs at 1e34746 (`scripts/stability_runs.py`, five columns of
+    the release matrix, seeds 1101, 2202, 3303, `-n 4`): every column's three runs agree in all
+    39 cells, and no failed run's message shows a harness symptom."""
+    proof = STABILITY / "proof-1e34746"
+    by_column: dict[str, list[Path]] = {}
+    for path in sorted(proof.glob("*-seed*.json")):
+        by_column.setdefault(path.name.split("-seed")[0], []).append(path)
+    assert sorted(by_column) == ["mooncake-cuda13_0.3.14", "mooncake_0.3.13.post1",
+                                 "mooncake_0.3.13.post1_defaults", "reference",
+                                 "reference_legacy"], by_column
+    for column, paths in by_column.items():
+        assert len(paths) == 3, (column, paths)
+        assert main(["agree", *map(str, paths)]) == 0, (column, capsys.readouterr().out)
+        assert "39 of 39 cells agree across 3 runs" in capsys.readouterr().out
+    every = [str(p) for paths in by_column.values() for p in paths]
+    assert main(["failures", "--harness", *every]) == 0, capsys.readouterr().out
+    capsys.readouterr()
