@@ -30,14 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 import rfc_claims  # noqa: E402
+from judge_mooncake import tally  # noqa: E402
 
 from pytest_mooncake.report.marked_region import Markers, update_page  # noqa: E402
 from pytest_mooncake.report.profile_differences import (  # noqa: E402
     build_and_profile,
+    differing_verdicts,
     first_message,
     phrase,
 )
-from pytest_mooncake.report.verdict_rule import VERDICTS  # noqa: E402
 
 README = ROOT / "README.md"
 REPORT = "fixtures/reports/releases-by-profile.json"
@@ -55,12 +56,6 @@ def cut(text: str, limit: int = LINE_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
 
 
-def counts(column: Mapping[str, Any]) -> str:
-    """``17 pass, 21 FAIL, 1 n/a`` in the verdict rule's order, verdicts given at least once."""
-    verdicts = [entry["verdict"] for entry in column["requirements"].values()]
-    return ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if verdicts.count(v))
-
-
 def deployments_region(doc: Mapping[str, Any], source: str = REPORT) -> str:
     columns = doc["columns"]
     runs = doc.get("merged_from") or []
@@ -69,11 +64,11 @@ def deployments_region(doc: Mapping[str, Any], source: str = REPORT) -> str:
            f"Each release in two deployments, one pytest session per column, seed "
            f"{', '.join(map(str, seeds))} (`{source}`; every column agrees with two more seeds: "
            f"[verdict stability](docs/verdict-stability.md)):", "",
-           "| column | deployed as | requirements |", "|---|---|---|"]
+           "| column | deployed as | requirements (verdicts) |", "|---|---|---|"]
     for label, column in columns.items():
         deployed = phrase(column.get("deployment")) if column.get("deployment") else \
             "the reference engine (no deployment profile)"
-        out.append(f"| `{label}` | {cut(deployed)} | {counts(column)} |")
+        out.append(f"| `{label}` | {cut(deployed)} | {tally(column['requirements'])} |")
     differences = differing(columns)
     if differences:
         out += ["", "Where the deployment decides the verdict (the report's "
@@ -86,25 +81,14 @@ def differing(columns: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """``profile_differences`` in short: per build and requirement, each profile's verdict and
     the first words of a FAIL's message (``MP-6 on 0.3.13.post1: pass with ha-oplog; FAIL with
     defaults (0 of 30 objects after failover: ...)``)."""
-    builds: dict[str, list[str]] = {}
-    for label, column in columns.items():
-        build, profile = build_and_profile(label, column)
-        if profile is not None:
-            builds.setdefault(build, []).append(label)
     lines = []
-    for build, labels in builds.items():
-        reqs = list(dict.fromkeys(r for label in labels for r in columns[label]["requirements"]))
-        for req in reqs:
-            judged = [(label, columns[label]["requirements"][req]) for label in labels
-                      if req in columns[label]["requirements"]]
-            if len({entry["verdict"] for _, entry in judged}) < 2:
-                continue
-            parts = []
-            for label, entry in judged:
-                part = f"{entry['verdict']} with {build_and_profile(label, columns[label])[1]}"
-                said = first_message(entry) if entry["verdict"] == "FAIL" else ""
-                parts.append(f"{part} ({cut(said, MESSAGE_WORDS)})" if said else part)
-            lines.append(f"{req} on {build.rpartition('==')[2]}: " + "; ".join(parts))
+    for build, req, judged in differing_verdicts(columns):
+        parts = []
+        for label, entry in judged:
+            part = f"{entry['verdict']} with {build_and_profile(label, columns[label])[1]}"
+            said = first_message(entry) if entry["verdict"] == "FAIL" else ""
+            parts.append(f"{part} ({cut(said, MESSAGE_WORDS)})" if said else part)
+        lines.append(f"{req} on {build.rpartition('==')[2]}: " + "; ".join(parts))
     return lines
 
 

@@ -8,7 +8,7 @@ page say the same."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 MESSAGE_LIMIT = 220
@@ -53,15 +53,16 @@ def first_message(entry: Mapping[str, Any]) -> str:
     return ""
 
 
-def profile_differences(columns: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One line per (build, requirement) whose verdicts differ between the build's profiles,
-    in column order."""
+def differing_verdicts(columns: Mapping[str, Mapping[str, Any]]) -> Iterator[
+        tuple[str, str, list[tuple[str, Mapping[str, Any]]]]]:
+    """``(build, requirement, [(label, entry), ...])`` for each requirement whose verdicts
+    differ between the profiles of one build, in column order: what every rendering of the
+    differences (this module's lines, the README's short ones) is made from."""
     builds: dict[str, list[str]] = {}
     for label, column in columns.items():
         build, profile = build_and_profile(label, column)
         if profile is not None:
             builds.setdefault(build, []).append(label)
-    lines = []
     for build, labels in builds.items():
         if len(labels) < 2:
             continue
@@ -71,12 +72,19 @@ def profile_differences(columns: Mapping[str, Mapping[str, Any]]) -> list[str]:
         for req in reqs:
             judged = [(label, columns[label]["requirements"][req]) for label in labels
                       if req in columns[label].get("requirements", {})]
-            if len({entry["verdict"] for _, entry in judged}) < 2:
-                continue
-            parts = []
-            for label, entry in judged:
-                part = f"{entry['verdict']} with {phrase(columns[label].get('deployment'))}"
-                message = first_message(entry) if entry["verdict"] != "pass" else ""
-                parts.append(f"{part}: {message}" if message else part)
-            lines.append(f"{req} on {build}: " + "; ".join(parts))
+            if len({entry["verdict"] for _, entry in judged}) >= 2:
+                yield build, req, judged
+
+
+def profile_differences(columns: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per (build, requirement) whose verdicts differ between the build's profiles,
+    in column order."""
+    lines = []
+    for build, req, judged in differing_verdicts(columns):
+        parts = []
+        for label, entry in judged:
+            part = f"{entry['verdict']} with {phrase(columns[label].get('deployment'))}"
+            message = first_message(entry) if entry["verdict"] != "pass" else ""
+            parts.append(f"{part}: {message}" if message else part)
+        lines.append(f"{req} on {build}: " + "; ".join(parts))
     return lines
